@@ -1,0 +1,316 @@
+// decoderscope-cli: the engine without a window, for scripts, tests and slides.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "io/llama2c.h"
+#include "io/loader.h"
+#include "session/session.h"
+#include "util/error.h"
+
+namespace {
+
+using ds::Error;
+
+const char* kUsage = R"(decoderscope-cli: run a transformer decoder one token at a time and record what it does.
+
+usage:
+  decoderscope-cli generate --model PATH [--tokenizer FILE] [--steps N]
+                            [--prompt TEXT | --prompt-ids "1 2 3"] [--source TEXT | --source-ids "..."]
+                            [--temperature T] [--top-k K] [--top-p P] [--seed S]
+                            [--ids] [--trace FILE.json] [--threads N]
+  decoderscope-cli bench    --model PATH [--steps N] [--threads N] [--reps R]
+  decoderscope-cli inspect  --model PATH
+  decoderscope-cli tokenize --model PATH [--tokenizer FILE] TEXT
+  decoderscope-cli random   --out FILE [--dim D] [--hidden H] [--layers L] [--heads N]
+                            [--kv-heads K] [--vocab V] [--seq-len S] [--seed S]
+
+generate: --steps counts positions in all, prompt included (llama2.c's -n; default and
+  maximum: the model's context). Prints the text (or with --ids the generated ids).
+  A llama2.c model with no prompt starts from BOS (id 1). Defaults: temperature 1,
+  top-p 0.9, top-k off, seed 0; temperature 0 is greedy.
+bench: decode speed with no observer and with a trace recording every hook point.
+random: writes a llama2.c checkpoint with random weights (for benchmarks).
+)";
+
+struct Args {
+  std::string cmd;
+  std::map<std::string, std::string> opt;
+  std::vector<std::string> pos;
+  bool has(const std::string& k) const { return opt.count(k) != 0; }
+  std::string str(const std::string& k, const std::string& def = "") const {
+    auto it = opt.find(k);
+    return it == opt.end() ? def : it->second;
+  }
+  long long integer(const std::string& k, long long def, long long lo, long long hi) const {
+    if (!has(k)) return def;
+    const std::string& s = opt.at(k);
+    char* end = nullptr;
+    errno = 0;
+    long long v = std::strtoll(s.c_str(), &end, 10);
+    if (s.empty() || *end || errno) throw Error("--" + k + " expects an integer, got '" + s + "'");
+    if (v < lo || v > hi)
+      throw Error("--" + k + " must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " + s);
+    return v;
+  }
+  double number(const std::string& k, double def) const {
+    if (!has(k)) return def;
+    const std::string& s = opt.at(k);
+    char* end = nullptr;
+    double v = std::strtod(s.c_str(), &end);
+    if (s.empty() || *end || !std::isfinite(v)) throw Error("--" + k + " expects a number, got '" + s + "'");
+    return v;
+  }
+};
+
+const char* kFlags[] = {"ids", "help"};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  if (argc < 2) throw Error("no command given; try decoderscope-cli --help");
+  a.cmd = argv[1];
+  for (int i = 2; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s.rfind("--", 0) == 0 && s.size() > 2) {
+      std::string k = s.substr(2);
+      std::string v;
+      if (auto eq = k.find('='); eq != std::string::npos) {
+        v = k.substr(eq + 1);
+        k = k.substr(0, eq);
+      } else if (std::find(std::begin(kFlags), std::end(kFlags), k) == std::end(kFlags)) {
+        if (i + 1 >= argc) throw Error("option --" + k + " needs a value");
+        v = argv[++i];
+      }
+      a.opt[k] = v;
+    } else {
+      a.pos.push_back(s);
+    }
+  }
+  return a;
+}
+
+void only(const Args& a, std::initializer_list<const char*> known) {
+  for (auto& [k, v] : a.opt) {
+    bool ok = false;
+    for (auto* n : known) ok |= k == n;
+    if (!ok) throw Error("unknown option --" + k + " for " + a.cmd);
+  }
+}
+
+std::vector<int> parse_ids(const std::string& s, const std::string& what) {
+  std::vector<int> ids;
+  std::istringstream in(s);
+  std::string tok;
+  while (in >> tok) {
+    char* end = nullptr;
+    long v = std::strtol(tok.c_str(), &end, 10);
+    if (*end || v < 0 || v > (1 << 30)) throw Error(what + ": '" + tok + "' is not a token id");
+    ids.push_back(int(v));
+  }
+  return ids;
+}
+
+ds::LoadedModel open_model(const Args& a) {
+  if (!a.has("model")) throw Error("--model PATH is required");
+  return ds::load_model(a.str("model"), a.str("tokenizer"));
+}
+
+std::vector<int> prompt_of(const Args& a, const ds::LoadedModel& m) {
+  const ds::Config& c = m.model->cfg;
+  if (a.has("prompt") && a.has("prompt-ids")) throw Error("give --prompt or --prompt-ids, not both");
+  if (a.has("prompt-ids")) {
+    auto ids = parse_ids(a.str("prompt-ids"), "--prompt-ids");
+    if (ids.empty()) throw Error("--prompt-ids is empty");
+    return ids;
+  }
+  if (a.has("prompt")) {
+    if (!m.tokenizer) throw Error("--prompt needs a tokenizer: give --tokenizer FILE (or use --prompt-ids)");
+    auto ids = m.tokenizer->encode(a.str("prompt"), m.bos_prompt);
+    if (ids.empty()) throw Error("the prompt encodes to no tokens");
+    return ids;
+  }
+  if (c.bos_id >= 0) return {c.bos_id};
+  throw Error("this model has no begin-of-sequence token: give --prompt or --prompt-ids");
+}
+
+std::vector<int> source_of(const Args& a, const ds::LoadedModel& m) {
+  if (a.has("source-ids")) return parse_ids(a.str("source-ids"), "--source-ids");
+  if (a.has("source")) {
+    if (!m.tokenizer) throw Error("--source needs a tokenizer");
+    return m.tokenizer->encode(a.str("source"), false);
+  }
+  return {};
+}
+
+ds::SamplerConfig sampler_of(const Args& a) {
+  ds::SamplerConfig s;
+  s.temperature = float(a.number("temperature", 1.0));
+  s.top_k = int(a.integer("top-k", 0, 0, 1 << 30));
+  s.top_p = float(a.number("top-p", 0.9));
+  s.seed = uint64_t(a.integer("seed", 0, 0, (1LL << 62)));
+  ds::validate(s);
+  return s;
+}
+
+int cmd_generate(const Args& a) {
+  only(a, {"model", "tokenizer", "steps", "prompt", "prompt-ids", "source", "source-ids", "temperature", "top-k",
+           "top-p", "seed", "ids", "trace", "threads"});
+  auto m = open_model(a);
+  ds::SessionOptions o;
+  o.sampler = sampler_of(a);
+  o.steps = int(a.integer("steps", 0, 0, 1 << 24));
+  o.stop_ids = m.stop_ids;
+  o.threads = int(a.integer("threads", 1, 1, 256));
+  if (a.has("trace")) o.record = {"**"};
+  const bool print_ids = a.has("ids") || !m.tokenizer;
+  if (!a.has("ids") && !m.tokenizer)
+    std::fprintf(stderr, "note: no tokenizer found (--tokenizer FILE); printing token ids\n");
+  ds::Session s(m.model, m.tokenizer, o);
+  s.start(prompt_of(a, m), source_of(a, m));
+  std::vector<int> seq = s.prompt();
+  if (!print_ids)
+    for (size_t i = 1; i < seq.size(); ++i) std::fputs(m.tokenizer->decode(seq[i - 1], seq[i]).c_str(), stdout);
+  bool first = true;
+  while (!s.done()) {
+    int t = s.step();
+    if (t < 0) break;
+    if (s.stopped_on_token()) break;  // the stop token itself is not printed (run.c)
+    if (print_ids) {
+      std::printf(first ? "%d" : " %d", t);
+    } else {
+      std::fputs(m.tokenizer->decode(seq.back(), t).c_str(), stdout);
+    }
+    std::fflush(stdout);
+    seq.push_back(t);
+    first = false;
+  }
+  std::printf("\n");
+  if (a.has("trace")) {
+    ds::Trace t = s.trace();
+    t.model_name = m.name;
+    t.save(a.str("trace"));
+  }
+  return 0;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// ms per decode token over one generation of `steps` positions from BOS.
+double time_decode(const ds::LoadedModel& m, int steps, int threads, bool traced) {
+  ds::SessionOptions o;
+  o.sampler.temperature = 0;
+  o.steps = steps;
+  o.threads = threads;
+  if (traced) o.record = {"**"};
+  ds::Session s(m.model, nullptr, o);
+  const ds::Config& c = m.model->cfg;
+  std::vector<int> src;
+  if (c.encoder_decoder) src.assign(std::min(c.max_src, 16), 0);
+  s.start({std::max(0, c.bos_id)}, src);
+  s.step();  // the prompt
+  auto t0 = std::chrono::steady_clock::now();
+  int n = 0;
+  while (!s.done()) {
+    s.step();
+    ++n;
+  }
+  auto t1 = std::chrono::steady_clock::now();
+  return n ? std::chrono::duration<double, std::milli>(t1 - t0).count() / n : 0.0;
+}
+
+int cmd_bench(const Args& a) {
+  only(a, {"model", "tokenizer", "steps", "threads", "reps"});
+  auto m = open_model(a);
+  const ds::Config& c = m.model->cfg;
+  int steps = int(a.integer("steps", std::min(c.max_seq, 128), 2, c.max_seq));
+  int threads = int(a.integer("threads", 1, 1, 256));
+  int reps = int(a.integer("reps", 5, 1, 100));
+  std::printf("model      %s: %s\n", m.name.c_str(), c.describe().c_str());
+  std::printf("params     %.2f M (%.1f MB float32)\n", m.model->w.parameter_count() / 1e6,
+              m.model->w.parameter_count() * 4 / 1e6);
+  std::printf("decode     %d positions from BOS, %d thread(s), median of %d runs after a warm-up\n", steps,
+              threads, reps);
+  time_decode(m, steps, threads, false);  // warm-up
+  std::vector<double> plain, traced;
+  for (int r = 0; r < reps; ++r) {
+    plain.push_back(time_decode(m, steps, threads, false));
+    traced.push_back(time_decode(m, steps, threads, true));
+  }
+  double p = median(plain), t = median(traced);
+  std::printf("no observer        %9.3f ms/token  %10.1f tokens/s\n", p, 1000.0 / p);
+  std::printf("trace, every hook  %9.3f ms/token  %10.1f tokens/s\n", t, 1000.0 / t);
+  std::printf("ratio traced/plain %9.3f\n", t / p);
+  return 0;
+}
+
+int cmd_inspect(const Args& a) {
+  only(a, {"model", "tokenizer"});
+  auto m = open_model(a);
+  const ds::Config& c = m.model->cfg;
+  std::printf("model      %s (%s)\n", m.name.c_str(), m.kind.c_str());
+  std::printf("arch       %s\n", c.describe().c_str());
+  std::printf("params     %lld\n", (long long)m.model->w.parameter_count());
+  std::printf("tokenizer  %s\n", m.tokenizer ? "yes" : "none found");
+  auto& w = const_cast<ds::Weights&>(m.model->w);
+  for (auto& t : w.tensors()) std::printf("  %-28s [%lld, %lld]\n", t.name.c_str(), (long long)t.rows, (long long)t.cols);
+  return 0;
+}
+
+int cmd_tokenize(const Args& a) {
+  only(a, {"model", "tokenizer"});
+  auto m = open_model(a);
+  if (!m.tokenizer) throw Error("no tokenizer: give --tokenizer FILE");
+  if (a.pos.size() != 1) throw Error("tokenize takes one TEXT argument");
+  auto ids = m.tokenizer->encode(a.pos[0], m.bos_prompt);
+  for (size_t i = 0; i < ids.size(); ++i) std::printf(i ? " %d" : "%d", ids[i]);
+  std::printf("\n");
+  return 0;
+}
+
+int cmd_random(const Args& a) {
+  only(a, {"out", "dim", "hidden", "layers", "heads", "kv-heads", "vocab", "seq-len", "seed"});
+  if (!a.has("out")) throw Error("--out FILE is required");
+  int dim = int(a.integer("dim", 768, 2, 1 << 16));
+  int heads = int(a.integer("heads", 12, 1, 1024));
+  ds::Config c = ds::llama2c_config(dim, int(a.integer("hidden", 2048, 1, 1 << 18)),
+                                    int(a.integer("layers", 12, 1, 1024)), heads,
+                                    int(a.integer("kv-heads", heads, 1, 1024)), int(a.integer("vocab", 32000, 3, 1 << 22)),
+                                    int(a.integer("seq-len", 1024, 1, 1 << 20)), true);
+  ds::Weights w = ds::Weights::random(c, uint64_t(a.integer("seed", 1, 0, 1LL << 62)), 0.02f);
+  ds::save_llama2c(a.str("out"), c, w);
+  std::printf("wrote %s: %s, %.1f M parameters\n", a.str("out").c_str(), c.describe().c_str(),
+              w.parameter_count() / 1e6);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    if (argc >= 2 && (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help"))) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    Args a = parse(argc, argv);
+    if (a.cmd == "generate") return cmd_generate(a);
+    if (a.cmd == "bench") return cmd_bench(a);
+    if (a.cmd == "inspect") return cmd_inspect(a);
+    if (a.cmd == "tokenize") return cmd_tokenize(a);
+    if (a.cmd == "random") return cmd_random(a);
+    throw Error("unknown command '" + a.cmd + "'; try decoderscope-cli --help");
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "decoderscope-cli: error: %s\n", e.what());
+    return 1;
+  }
+}

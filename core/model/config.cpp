@@ -1,0 +1,67 @@
+#include "model/config.h"
+
+#include <sstream>
+
+#include "util/error.h"
+
+namespace ds {
+
+const char* to_string(NormKind k) { return k == NormKind::LayerNorm ? "layernorm" : "rmsnorm"; }
+const char* to_string(NormPlace k) { return k == NormPlace::Pre ? "pre" : "post"; }
+const char* to_string(PosKind k) {
+  switch (k) {
+    case PosKind::None: return "none";
+    case PosKind::Learned: return "learned";
+    case PosKind::Sinusoidal: return "sinusoidal";
+    case PosKind::Rotary: return "rotary";
+  }
+  return "?";
+}
+const char* to_string(FFNKind k) {
+  switch (k) {
+    case FFNKind::GELU: return "gelu";
+    case FFNKind::GELUTanh: return "gelu_tanh";
+    case FFNKind::ReLU: return "relu";
+    case FFNKind::SwiGLU: return "swiglu";
+  }
+  return "?";
+}
+
+void Config::validate() const {
+  auto need = [](bool ok, const std::string& what) {
+    if (!ok) throw Error("invalid model configuration: " + what);
+  };
+  // Limits keep every product of sizes far from overflowing int64 and memory sane.
+  const int big = 1 << 20;
+  need(d_model > 0 && d_model <= big, "d_model must be in 1.." + std::to_string(big) + ", is " + std::to_string(d_model));
+  need(n_layers >= 0 && n_layers <= 4096, "n_layers must be in 0..4096, is " + std::to_string(n_layers));
+  need(n_heads > 0 && n_heads <= 4096, "n_heads must be in 1..4096, is " + std::to_string(n_heads));
+  need(n_kv_heads > 0 && n_kv_heads <= n_heads && n_heads % n_kv_heads == 0,
+       "n_kv_heads (" + std::to_string(n_kv_heads) + ") must divide n_heads (" + std::to_string(n_heads) + ")");
+  need(d_head > 0 && d_head <= big, "d_head must be positive, is " + std::to_string(d_head));
+  need(pos != PosKind::Rotary || d_head % 2 == 0, "rotary positions need an even d_head, is " + std::to_string(d_head));
+  need(pos != PosKind::Sinusoidal || d_model % 2 == 0, "sinusoidal positions need an even d_model");
+  need(d_ff > 0 && d_ff <= 16 * big, "d_ff must be positive, is " + std::to_string(d_ff));
+  need(vocab_size > 0 && vocab_size <= 16 * big, "vocab_size must be in 1..16777216, is " + std::to_string(vocab_size));
+  need(max_seq > 0 && max_seq <= big, "max_seq must be in 1..1048576, is " + std::to_string(max_seq));
+  need(!encoder_decoder || (n_enc_layers >= 0 && n_enc_layers <= 4096 && max_src > 0 && max_src <= big),
+       "encoder sizes out of range");
+  need(norm_eps >= 0 && norm_eps < 1, "norm_eps out of range");
+  need(rope_theta > 0, "rope_theta must be positive");
+  need(bos_id < vocab_size && eos_id < vocab_size && pad_id < vocab_size, "special token id outside the vocabulary");
+}
+
+std::string Config::describe() const {
+  std::ostringstream o;
+  o << (encoder_decoder ? "encoder-decoder" : "decoder-only") << ", d_model " << d_model << ", "
+    << n_layers << " layers";
+  if (encoder_decoder) o << " (+" << n_enc_layers << " encoder)";
+  o << ", " << n_heads << " heads";
+  if (n_kv_heads != n_heads) o << " (" << n_kv_heads << " kv heads)";
+  o << " of " << d_head << ", d_ff " << d_ff << ", vocab " << vocab_size << ", context " << max_seq << "; "
+    << to_string(norm) << " " << to_string(norm_place) << "-norm, " << to_string(pos) << " positions, "
+    << to_string(ffn) << ", " << (tied_head ? "tied" : "separate") << " head";
+  return o.str();
+}
+
+}  // namespace ds

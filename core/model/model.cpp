@@ -1,0 +1,548 @@
+#include "model/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "util/error.h"
+
+namespace ds {
+
+using CMap = Eigen::Map<const MatRM>;
+using MMap = Eigen::Map<MatRM>;
+using VMap = Eigen::Map<Eigen::VectorXf>;
+using CVMap = Eigen::Map<const Eigen::VectorXf>;
+
+namespace {
+
+void check_shape(const std::string& name, const MatRM& m, int64_t r, int64_t c) {
+  if (m.rows() != r || m.cols() != c)
+    throw Error("weight " + name + " has shape [" + std::to_string(m.rows()) + ", " + std::to_string(m.cols()) +
+                "], expected [" + std::to_string(r) + ", " + std::to_string(c) + "]");
+}
+void check_vec(const std::string& name, const Vec& v, int64_t n, bool optional) {
+  if (optional && v.size() == 0) return;
+  if (v.size() != n)
+    throw Error("weight " + name + " has " + std::to_string(v.size()) + " entries, expected " + std::to_string(n));
+}
+void check_linear(const std::string& name, const Linear& l, int out, int in) {
+  check_shape(name + ".W", l.W, out, in);
+  check_vec(name + ".b", l.b, out, true);
+}
+void check_norm(const std::string& name, const Norm& n, int d) {
+  check_vec(name + ".g", n.g, d, false);
+  check_vec(name + ".b", n.b, d, true);
+}
+void check_block(const Config& c, const std::string& p, const Block& b, bool cross) {
+  check_norm(p + ".ln1", b.ln1, c.d_model);
+  check_norm(p + ".ln3", b.ln3, c.d_model);
+  auto att = [&](const std::string& n, const Attention& a) {
+    check_linear(n + ".q", a.q, c.q_dim(), c.d_model);
+    check_linear(n + ".k", a.k, c.kv_dim(), c.d_model);
+    check_linear(n + ".v", a.v, c.kv_dim(), c.d_model);
+    check_linear(n + ".o", a.o, c.d_model, c.q_dim());
+  };
+  att(p + ".attn", b.attn);
+  if (cross) {
+    check_norm(p + ".ln2", b.ln2, c.d_model);
+    att(p + ".cross_attn", b.cross);
+  }
+  check_linear(p + ".mlp.up", b.ffn.up, c.d_ff, c.d_model);
+  if (c.ffn == FFNKind::SwiGLU) check_linear(p + ".mlp.gate", b.ffn.gate, c.d_ff, c.d_model);
+  check_linear(p + ".mlp.down", b.ffn.down, c.d_model, c.d_ff);
+}
+
+float gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
+float gelu_tanh(float x) {
+  return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
+}  // namespace
+
+Model::Model(Config c, Weights wt) : cfg(std::move(c)), w(std::move(wt)) {
+  cfg.validate();
+  check_shape("tok_embed", w.tok_embed, cfg.vocab_size, cfg.d_model);
+  if (cfg.pos == PosKind::Learned) check_shape("pos_embed", w.pos_embed, cfg.max_seq, cfg.d_model);
+  if (int(w.blocks.size()) != cfg.n_layers)
+    throw Error("model has " + std::to_string(w.blocks.size()) + " decoder blocks, config says " +
+                std::to_string(cfg.n_layers));
+  for (int l = 0; l < cfg.n_layers; ++l)
+    check_block(cfg, "blocks." + std::to_string(l), w.blocks[l], cfg.encoder_decoder);
+  if (cfg.final_norm) check_norm("ln_final", w.ln_final, cfg.d_model);
+  if (!cfg.tied_head) check_shape("lm_head", w.lm_head, cfg.vocab_size, cfg.d_model);
+  if (cfg.encoder_decoder) {
+    if (w.enc_tok_embed.size()) check_shape("encoder.tok_embed", w.enc_tok_embed, cfg.vocab_size, cfg.d_model);
+    if (cfg.pos == PosKind::Learned) check_shape("encoder.pos_embed", w.enc_pos_embed, cfg.max_src, cfg.d_model);
+    if (int(w.enc_blocks.size()) != cfg.n_enc_layers)
+      throw Error("model has " + std::to_string(w.enc_blocks.size()) + " encoder blocks, config says " +
+                  std::to_string(cfg.n_enc_layers));
+    for (int l = 0; l < cfg.n_enc_layers; ++l)
+      check_block(cfg, "encoder.blocks." + std::to_string(l), w.enc_blocks[l], false);
+    if (cfg.enc_final_norm) check_norm("encoder.ln_final", w.enc_ln_final, cfg.d_model);
+  }
+}
+
+// Scratch buffers, grown to the largest call seen; a one-token step after the first
+// one never allocates.
+struct Engine::Scratch {
+  int T = 0, S = 0;
+  std::vector<float> x, h, q, k, v, z, out, ff1, ff2, att, mask, pos, logits;
+  std::vector<float> enc_out;  // [src_len, d_model]
+  std::vector<float> rope_cos, rope_sin;  // [max(max_seq,max_src), d_head/2]
+  std::vector<float> sinus;               // [max(max_seq,max_src), d_model]
+};
+
+static void grow(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+Engine::Engine(std::shared_ptr<const Model> model) : model_(std::move(model)), hooks_(model_->cfg) {
+  const Config& c = model_->cfg;
+  k_cache_.assign(c.n_layers, MatRM());
+  v_cache_.assign(c.n_layers, MatRM());
+  for (int l = 0; l < c.n_layers; ++l) {
+    k_cache_[l].resize(c.max_seq, c.kv_dim());
+    v_cache_[l].resize(c.max_seq, c.kv_dim());
+  }
+  if (c.encoder_decoder) {
+    ck_.assign(c.n_layers, MatRM());
+    cv_.assign(c.n_layers, MatRM());
+  }
+  s_ = std::make_unique<Scratch>();
+  int npos = std::max(c.max_seq, c.encoder_decoder ? c.max_src : 0);
+  if (c.pos == PosKind::Rotary) {
+    int half = c.d_head / 2;
+    s_->rope_cos.resize(size_t(npos) * half);
+    s_->rope_sin.resize(size_t(npos) * half);
+    for (int p = 0; p < npos; ++p)
+      for (int i = 0; i < half; ++i) {
+        // The same float operations as llama2.c's run.c, so its outputs are reproduced.
+        float freq = 1.0f / std::pow(c.rope_theta, float(2 * i) / float(c.d_head));
+        float val = float(p) * freq;
+        s_->rope_cos[size_t(p) * half + i] = std::cos(val);
+        s_->rope_sin[size_t(p) * half + i] = std::sin(val);
+      }
+  }
+  if (c.pos == PosKind::Sinusoidal) {
+    s_->sinus.resize(size_t(npos) * c.d_model);
+    for (int p = 0; p < npos; ++p)
+      for (int i = 0; i < c.d_model / 2; ++i) {
+        double a = p / std::pow(10000.0, 2.0 * i / c.d_model);
+        s_->sinus[size_t(p) * c.d_model + 2 * i] = float(std::sin(a));
+        s_->sinus[size_t(p) * c.d_model + 2 * i + 1] = float(std::cos(a));
+      }
+  }
+}
+
+Engine::~Engine() = default;
+
+void Engine::set_threads(int n) {
+  threads_ = std::max(1, n);
+  Eigen::setNbThreads(threads_);
+}
+
+void Engine::ensure_scratch(int T, int S) {
+  const Config& c = model_->cfg;
+  Scratch& s = *s_;
+  size_t t = size_t(T);
+  grow(s.x, t * c.d_model);
+  grow(s.h, t * c.d_model);
+  grow(s.out, t * c.d_model);
+  grow(s.pos, t * c.d_model);
+  grow(s.q, t * c.q_dim());
+  grow(s.z, t * c.q_dim());
+  grow(s.k, size_t(std::max(T, S)) * c.kv_dim());
+  grow(s.v, size_t(std::max(T, S)) * c.kv_dim());
+  grow(s.ff1, t * c.d_ff);
+  grow(s.ff2, t * c.d_ff);
+  grow(s.att, size_t(c.n_heads) * t * S);
+  grow(s.mask, t * S);
+}
+
+void Engine::truncate(int p) {
+  if (p < 0 || p > pos_) throw Error("cannot truncate the cache to position " + std::to_string(p));
+  pos_ = p;
+}
+
+// y[out] = W x, split by output rows across threads.
+void Engine::matvec(const MatRM& W, const float* x, float* y) const {
+  const int out = int(W.rows()), in = int(W.cols()), nt = threads_;
+  CVMap xv(x, in);
+  if (nt > 1 && out >= 64) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int t = 0; t < nt; ++t) {
+      int r0 = int(int64_t(out) * t / nt), r1 = int(int64_t(out) * (t + 1) / nt);
+      VMap(y + r0, r1 - r0).noalias() = W.middleRows(r0, r1 - r0) * xv;
+    }
+  } else {
+    VMap(y, out).noalias() = W * xv;
+  }
+}
+
+// y[T, out] = x[T, in] W^T + b
+void Engine::linear(const Linear& l, int T, const float* x, float* y) const {
+  const int out = int(l.W.rows()), in = int(l.W.cols());
+  if (T == 1) {
+    matvec(l.W, x, y);
+    if (l.b.size()) VMap(y, out) += l.b;
+  } else {
+    MMap Y(y, T, out);
+    Y.noalias() = CMap(x, T, in) * l.W.transpose();
+    if (l.b.size()) Y.rowwise() += l.b.transpose();
+  }
+}
+
+void Engine::norm(const Norm& n, int T, const float* x, float* y) const {
+  const Config& c = model_->cfg;
+  const int d = c.d_model;
+  for (int t = 0; t < T; ++t) {
+    const float* xr = x + size_t(t) * d;
+    float* yr = y + size_t(t) * d;
+    if (c.norm == NormKind::RMSNorm) {
+      float ss = 0.0f;
+      for (int j = 0; j < d; ++j) ss += xr[j] * xr[j];
+      ss /= float(d);
+      ss += c.norm_eps;
+      ss = 1.0f / std::sqrt(ss);
+      for (int j = 0; j < d; ++j) yr[j] = n.g[j] * (ss * xr[j]);
+    } else {
+      double mean = 0, var = 0;
+      for (int j = 0; j < d; ++j) mean += xr[j];
+      mean /= d;
+      for (int j = 0; j < d; ++j) var += (xr[j] - mean) * (xr[j] - mean);
+      var /= d;
+      float inv = float(1.0 / std::sqrt(var + c.norm_eps));
+      float m = float(mean);
+      for (int j = 0; j < d; ++j) yr[j] = (xr[j] - m) * inv * n.g[j] + (n.b.size() ? n.b[j] : 0.0f);
+    }
+  }
+}
+
+void Engine::embed(Stack st, std::span<const int> ids, int pos0, float* x) {
+  const Config& c = model_->cfg;
+  const Weights& w = model_->w;
+  const int d = c.d_model, T = int(ids.size());
+  const MatRM& E = st == Stack::Encoder ? w.enc_embed() : w.tok_embed;
+  const float sc = c.scale_embed ? std::sqrt(float(d)) : 1.0f;
+  for (int t = 0; t < T; ++t) {
+    if (ids[t] < 0 || ids[t] >= c.vocab_size)
+      throw Error("token id " + std::to_string(ids[t]) + " is outside the vocabulary (size " +
+                  std::to_string(c.vocab_size) + ")");
+    VMap(x + size_t(t) * d, d) = E.row(ids[t]).transpose() * sc;
+  }
+  if (hooks_.active(st, -1, Point::Embed)) hooks_.fire(st, -1, Point::Embed, pos0, {x, 2, {T, d, 1}});
+  if (c.pos == PosKind::Learned || c.pos == PosKind::Sinusoidal) {
+    float* p = s_->pos.data();
+    for (int t = 0; t < T; ++t) {
+      if (c.pos == PosKind::Learned) {
+        const MatRM& P = st == Stack::Encoder ? w.enc_pos_embed : w.pos_embed;
+        VMap(p + size_t(t) * d, d) = P.row(pos0 + t).transpose();
+      } else {
+        std::copy_n(s_->sinus.data() + size_t(pos0 + t) * d, d, p + size_t(t) * d);
+      }
+    }
+    if (hooks_.active(st, -1, Point::PosEmbed)) hooks_.fire(st, -1, Point::PosEmbed, pos0, {p, 2, {T, d, 1}});
+    MMap(x, T, d) += CMap(p, T, d);
+  }
+}
+
+// Self-attention (decoder: causal over the cache; encoder: bidirectional with the
+// padding mask) or cross-attention (decoder queries over the cached encoder keys).
+void Engine::attention(Stack st, int layer, const Attention& a, int T, int pos0, const float* xin, float* out,
+                       bool cross) {
+  const Config& c = model_->cfg;
+  Scratch& s = *s_;
+  const int H = c.n_heads, dh = c.d_head, qd = c.q_dim(), kvd = c.kv_dim();
+  const int group = H / c.n_kv_heads;
+  const bool enc = st == Stack::Encoder;
+  const Point pScores = cross ? Point::CrossScores : Point::AttnScores;
+  const Point pMask = cross ? Point::CrossMask : Point::AttnMask;
+  const Point pPattern = cross ? Point::CrossPattern : Point::AttnPattern;
+  const Point pZ = cross ? Point::CrossZ : Point::AttnZ;
+
+  linear(a.q, T, xin, s.q.data());
+  const float* K;
+  const float* V;
+  int S;
+  if (cross) {
+    K = ck_[layer].data();
+    V = cv_[layer].data();
+    S = src_len_;
+  } else if (enc) {
+    linear(a.k, T, xin, s.k.data());
+    linear(a.v, T, xin, s.v.data());
+    K = s.k.data();
+    V = s.v.data();
+    S = T;
+  } else {
+    float* kc = k_cache_[layer].data() + size_t(pos0) * kvd;
+    float* vc = v_cache_[layer].data() + size_t(pos0) * kvd;
+    linear(a.k, T, xin, kc);
+    linear(a.v, T, xin, vc);
+    K = k_cache_[layer].data();
+    V = v_cache_[layer].data();
+    S = pos0 + T;
+  }
+  if (c.pos == PosKind::Rotary && !cross) {
+    const int half = dh / 2;
+    float* kk = enc ? s.k.data() : k_cache_[layer].data() + size_t(pos0) * kvd;
+    for (int t = 0; t < T; ++t) {
+      const float* cs = s.rope_cos.data() + size_t(pos0 + t) * half;
+      const float* sn = s.rope_sin.data() + size_t(pos0 + t) * half;
+      auto rot = [&](float* v, int width) {
+        for (int i = 0; i < width; i += 2) {
+          int j = (i % dh) / 2;
+          float v0 = v[i], v1 = v[i + 1];
+          v[i] = v0 * cs[j] - v1 * sn[j];
+          v[i + 1] = v0 * sn[j] + v1 * cs[j];
+        }
+      };
+      rot(s.q.data() + size_t(t) * qd, qd);
+      rot(kk + size_t(t) * kvd, kvd);
+    }
+  }
+
+  // Which keys a query row may read.
+  const int* src = src_ids_.data();
+  const int pad = c.pad_id;
+  auto allowed = [&](int t, int j) -> bool {
+    if (cross || enc) return !(pad >= 0 && src[j] == pad);
+    return j <= pos0 + t;
+  };
+  if (hooks_.active(st, layer, pMask)) {
+    float* m = s.mask.data();
+    for (int t = 0; t < T; ++t)
+      for (int j = 0; j < S; ++j) m[size_t(t) * S + j] = allowed(t, j) ? 1.0f : 0.0f;
+    hooks_.fire(st, layer, pMask, pos0, {m, 2, {T, S, 1}});
+  }
+
+  const float scale = 1.0f / std::sqrt(float(dh));
+  const float ninf = -std::numeric_limits<float>::infinity();
+  float* att = s.att.data();
+  // Scores for every head: [H, T, S], masked cells -inf.
+  auto scores = [&](int h) {
+    const int g = h / group;
+    for (int t = 0; t < T; ++t) {
+      const float* qv = s.q.data() + size_t(t) * qd + size_t(h) * dh;
+      float* row = att + (size_t(h) * T + t) * S;
+      for (int j = 0; j < S; ++j) {
+        if (!allowed(t, j)) {
+          row[j] = ninf;
+          continue;
+        }
+        const float* kv = K + size_t(j) * kvd + size_t(g) * dh;
+        float dot = 0.0f;
+        for (int i = 0; i < dh; ++i) dot += qv[i] * kv[i];
+        row[j] = dot * scale;
+      }
+    }
+  };
+  auto softmax = [&](int h) {
+    for (int t = 0; t < T; ++t) {
+      float* row = att + (size_t(h) * T + t) * S;
+      float mx = ninf;
+      for (int j = 0; j < S; ++j) mx = std::max(mx, row[j]);
+      if (mx == ninf) {  // every key masked: the row reads nothing
+        std::fill_n(row, S, 0.0f);
+        continue;
+      }
+      float sum = 0.0f;
+      for (int j = 0; j < S; ++j) {
+        row[j] = row[j] == ninf ? 0.0f : std::exp(row[j] - mx);
+        sum += row[j];
+      }
+      const float inv = 1.0f / sum;
+      for (int j = 0; j < S; ++j) row[j] *= inv;
+    }
+  };
+  auto mix = [&](int h) {
+    const int g = h / group;
+    for (int t = 0; t < T; ++t) {
+      const float* row = att + (size_t(h) * T + t) * S;
+      float* zr = s.z.data() + size_t(t) * qd + size_t(h) * dh;
+      std::fill_n(zr, dh, 0.0f);
+      for (int j = 0; j < S; ++j) {
+        const float p = row[j];
+        if (p == 0.0f) continue;
+        const float* vv = V + size_t(j) * kvd + size_t(g) * dh;
+        for (int i = 0; i < dh; ++i) zr[i] += p * vv[i];
+      }
+    }
+  };
+  const bool par = threads_ > 1 && int64_t(T) * S * H >= 4096;
+  const bool hs = hooks_.active(st, layer, pScores), hp = hooks_.active(st, layer, pPattern);
+  const int nt = threads_;
+  if (!hs && !hp) {
+#pragma omp parallel for num_threads(nt) schedule(static) if (par)
+    for (int h = 0; h < H; ++h) {
+      scores(h);
+      softmax(h);
+      mix(h);
+    }
+  } else {
+#pragma omp parallel for num_threads(nt) schedule(static) if (par)
+    for (int h = 0; h < H; ++h) scores(h);
+    if (hs) hooks_.fire(st, layer, pScores, pos0, {att, 3, {H, T, S}});
+#pragma omp parallel for num_threads(nt) schedule(static) if (par)
+    for (int h = 0; h < H; ++h) softmax(h);
+    if (hp) hooks_.fire(st, layer, pPattern, pos0, {att, 3, {H, T, S}});
+#pragma omp parallel for num_threads(nt) schedule(static) if (par)
+    for (int h = 0; h < H; ++h) mix(h);
+  }
+  if (hooks_.active(st, layer, pZ)) hooks_.fire(st, layer, pZ, pos0, {s.z.data(), 2, {T, qd, 1}});
+  linear(a.o, T, s.z.data(), out);
+}
+
+void Engine::ffn(Stack st, int layer, const FeedForward& f, int T, int pos0, const float* xin, float* out) {
+  const Config& c = model_->cfg;
+  Scratch& s = *s_;
+  const int F = c.d_ff;
+  const size_t n = size_t(T) * F;
+  float* a = s.ff1.data();
+  if (c.ffn == FFNKind::SwiGLU) {
+    linear(f.gate, T, xin, a);
+    linear(f.up, T, xin, s.ff2.data());
+  } else {
+    linear(f.up, T, xin, a);
+  }
+  if (hooks_.active(st, layer, Point::MlpPre)) hooks_.fire(st, layer, Point::MlpPre, pos0, {a, 2, {T, F, 1}});
+  switch (c.ffn) {
+    case FFNKind::GELU:
+      for (size_t i = 0; i < n; ++i) a[i] = gelu(a[i]);
+      break;
+    case FFNKind::GELUTanh:
+      for (size_t i = 0; i < n; ++i) a[i] = gelu_tanh(a[i]);
+      break;
+    case FFNKind::ReLU:
+      for (size_t i = 0; i < n; ++i) a[i] = std::max(a[i], 0.0f);
+      break;
+    case FFNKind::SwiGLU: {
+      const float* u = s.ff2.data();
+      for (size_t i = 0; i < n; ++i) {
+        float val = a[i];
+        val *= (1.0f / (1.0f + std::exp(-val)));
+        a[i] = val * u[i];
+      }
+      break;
+    }
+  }
+  if (hooks_.active(st, layer, Point::MlpPost)) hooks_.fire(st, layer, Point::MlpPost, pos0, {a, 2, {T, F, 1}});
+  linear(f.down, T, a, out);
+}
+
+void Engine::encode(std::span<const int> src) {
+  const Config& c = model_->cfg;
+  const Weights& w = model_->w;
+  if (!c.encoder_decoder) throw Error("this model has no encoder; --source is for encoder-decoder models");
+  const int S = int(src.size());
+  if (S == 0) throw Error("the source is empty");
+  if (S > c.max_src)
+    throw Error("the source has " + std::to_string(S) + " tokens, the encoder takes at most " +
+                std::to_string(c.max_src));
+  src_ids_.assign(src.begin(), src.end());
+  src_len_ = S;
+  ensure_scratch(S, S);
+  Scratch& s = *s_;
+  const int d = c.d_model;
+  float* x = s.x.data();
+  embed(Stack::Encoder, src, 0, x);
+  for (int l = 0; l < c.n_enc_layers; ++l) {
+    const Block& b = w.enc_blocks[l];
+    if (hooks_.active(Stack::Encoder, l, Point::ResidPre))
+      hooks_.fire(Stack::Encoder, l, Point::ResidPre, 0, {x, 2, {S, d, 1}});
+    const bool pre = c.norm_place == NormPlace::Pre;
+    if (pre) norm(b.ln1, S, x, s.h.data());
+    attention(Stack::Encoder, l, b.attn, S, 0, pre ? s.h.data() : x, s.out.data(), false);
+    MMap(x, S, d) += CMap(s.out.data(), S, d);
+    if (!pre) norm(b.ln1, S, x, x);
+    if (hooks_.active(Stack::Encoder, l, Point::ResidMid))
+      hooks_.fire(Stack::Encoder, l, Point::ResidMid, 0, {x, 2, {S, d, 1}});
+    if (pre) norm(b.ln3, S, x, s.h.data());
+    ffn(Stack::Encoder, l, b.ffn, S, 0, pre ? s.h.data() : x, s.out.data());
+    MMap(x, S, d) += CMap(s.out.data(), S, d);
+    if (!pre) norm(b.ln3, S, x, x);
+    if (hooks_.active(Stack::Encoder, l, Point::ResidPost))
+      hooks_.fire(Stack::Encoder, l, Point::ResidPost, 0, {x, 2, {S, d, 1}});
+  }
+  s.enc_out.resize(size_t(S) * d);
+  if (c.enc_final_norm) {
+    norm(w.enc_ln_final, S, x, s.enc_out.data());
+    if (hooks_.active(Stack::Encoder, -1, Point::LnFinal))
+      hooks_.fire(Stack::Encoder, -1, Point::LnFinal, 0, {s.enc_out.data(), 2, {S, d, 1}});
+  } else {
+    std::copy_n(x, size_t(S) * d, s.enc_out.data());
+  }
+  for (int l = 0; l < c.n_layers; ++l) {
+    ck_[l].resize(S, c.kv_dim());
+    cv_[l].resize(S, c.kv_dim());
+    linear(w.blocks[l].cross.k, S, s.enc_out.data(), ck_[l].data());
+    linear(w.blocks[l].cross.v, S, s.enc_out.data(), cv_[l].data());
+  }
+  pos_ = 0;
+}
+
+Eigen::Map<const MatRM> Engine::forward(std::span<const int> tokens, bool all_logits) {
+  const Config& c = model_->cfg;
+  const Weights& w = model_->w;
+  const int T = int(tokens.size());
+  if (T == 0) throw Error("forward needs at least one token");
+  if (pos_ + T > c.max_seq)
+    throw Error("the sequence would reach " + std::to_string(pos_ + T) + " positions; this model's context is " +
+                std::to_string(c.max_seq));
+  if (c.encoder_decoder && src_len_ == 0) throw Error("encoder-decoder model: encode a source first");
+  const int pos0 = pos_;
+  ensure_scratch(T, std::max(pos0 + T, src_len_));
+  Scratch& s = *s_;
+  const int d = c.d_model;
+  float* x = s.x.data();
+  embed(Stack::Decoder, tokens, pos0, x);
+  const bool pre = c.norm_place == NormPlace::Pre;
+  const Stack D = Stack::Decoder;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const Block& b = w.blocks[l];
+    if (hooks_.active(D, l, Point::ResidPre)) hooks_.fire(D, l, Point::ResidPre, pos0, {x, 2, {T, d, 1}});
+    if (pre) norm(b.ln1, T, x, s.h.data());
+    attention(D, l, b.attn, T, pos0, pre ? s.h.data() : x, s.out.data(), false);
+    MMap(x, T, d) += CMap(s.out.data(), T, d);
+    if (!pre) norm(b.ln1, T, x, x);
+    if (hooks_.active(D, l, Point::ResidMid)) hooks_.fire(D, l, Point::ResidMid, pos0, {x, 2, {T, d, 1}});
+    if (c.encoder_decoder) {
+      if (pre) norm(b.ln2, T, x, s.h.data());
+      attention(D, l, b.cross, T, pos0, pre ? s.h.data() : x, s.out.data(), true);
+      MMap(x, T, d) += CMap(s.out.data(), T, d);
+      if (!pre) norm(b.ln2, T, x, x);
+      if (hooks_.active(D, l, Point::ResidMidCross))
+        hooks_.fire(D, l, Point::ResidMidCross, pos0, {x, 2, {T, d, 1}});
+    }
+    if (pre) norm(b.ln3, T, x, s.h.data());
+    ffn(D, l, b.ffn, T, pos0, pre ? s.h.data() : x, s.out.data());
+    MMap(x, T, d) += CMap(s.out.data(), T, d);
+    if (!pre) norm(b.ln3, T, x, x);
+    if (hooks_.active(D, l, Point::ResidPost)) hooks_.fire(D, l, Point::ResidPost, pos0, {x, 2, {T, d, 1}});
+  }
+  float* fin = x;
+  if (c.final_norm) {
+    norm(w.ln_final, T, x, s.h.data());
+    fin = s.h.data();
+    if (hooks_.active(D, -1, Point::LnFinal)) hooks_.fire(D, -1, Point::LnFinal, pos0, {fin, 2, {T, d, 1}});
+  }
+  const int rows = all_logits ? T : 1;
+  const float* in = all_logits ? fin : fin + size_t(T - 1) * d;
+  grow(s.logits, size_t(rows) * c.vocab_size);
+  const MatRM& Wh = w.head();
+  if (rows == 1)
+    matvec(Wh, in, s.logits.data());
+  else
+    MMap(s.logits.data(), rows, c.vocab_size).noalias() = CMap(in, rows, d) * Wh.transpose();
+  if (hooks_.active(D, -1, Point::Logits))
+    hooks_.fire(D, -1, Point::Logits, all_logits ? pos0 : pos0 + T - 1, {s.logits.data(), 2, {rows, c.vocab_size, 1}});
+  pos_ += T;
+  return Eigen::Map<const MatRM>(s.logits.data(), rows, c.vocab_size);
+}
+
+MatRM Engine::forward_full(std::span<const int> tokens) {
+  pos_ = 0;
+  return MatRM(forward(tokens, true));
+}
+
+}  // namespace ds

@@ -1,0 +1,138 @@
+#include "model/weights.h"
+
+#include <cmath>
+#include <random>
+
+#include "util/error.h"
+
+namespace ds {
+
+namespace {
+
+Linear make_linear(int out, int in, bool bias) {
+  Linear l;
+  l.W = MatRM::Zero(out, in);
+  if (bias) l.b = Vec::Zero(out);
+  return l;
+}
+
+Norm make_norm(const Config& c) {
+  Norm n;
+  n.g = Vec::Ones(c.d_model);
+  if (c.norm == NormKind::LayerNorm && c.norm_bias) n.b = Vec::Zero(c.d_model);
+  return n;
+}
+
+Block make_block(const Config& c, bool cross) {
+  Block b;
+  b.ln1 = make_norm(c);
+  if (cross) b.ln2 = make_norm(c);
+  b.ln3 = make_norm(c);
+  auto attn = [&](Attention& a) {
+    a.q = make_linear(c.q_dim(), c.d_model, c.attn_bias);
+    a.k = make_linear(c.kv_dim(), c.d_model, c.attn_bias);
+    a.v = make_linear(c.kv_dim(), c.d_model, c.attn_bias);
+    a.o = make_linear(c.d_model, c.q_dim(), c.attn_bias);
+  };
+  attn(b.attn);
+  if (cross) attn(b.cross);
+  b.ffn.up = make_linear(c.d_ff, c.d_model, c.ffn_bias);
+  if (c.ffn == FFNKind::SwiGLU) b.ffn.gate = make_linear(c.d_ff, c.d_model, c.ffn_bias);
+  b.ffn.down = make_linear(c.d_model, c.d_ff, c.ffn_bias);
+  return b;
+}
+
+void add(std::vector<Weights::TensorRef>& out, const std::string& name, MatRM& m) {
+  if (m.size()) out.push_back({name, m.data(), m.rows(), m.cols()});
+}
+void add(std::vector<Weights::TensorRef>& out, const std::string& name, Vec& v) {
+  if (v.size()) out.push_back({name, v.data(), v.size(), 1});
+}
+void add_norm(std::vector<Weights::TensorRef>& out, const std::string& name, Norm& n) {
+  add(out, name + ".g", n.g);
+  add(out, name + ".b", n.b);
+}
+void add_linear(std::vector<Weights::TensorRef>& out, const std::string& name, Linear& l) {
+  add(out, name + ".W", l.W);
+  add(out, name + ".b", l.b);
+}
+void add_block(std::vector<Weights::TensorRef>& out, const std::string& p, Block& b) {
+  add_norm(out, p + ".ln1", b.ln1);
+  add_norm(out, p + ".ln2", b.ln2);
+  add_norm(out, p + ".ln3", b.ln3);
+  for (auto [name, a] : {std::pair<const char*, Attention*>{"attn", &b.attn}, {"cross_attn", &b.cross}}) {
+    add_linear(out, p + "." + name + ".q", a->q);
+    add_linear(out, p + "." + name + ".k", a->k);
+    add_linear(out, p + "." + name + ".v", a->v);
+    add_linear(out, p + "." + name + ".o", a->o);
+  }
+  add_linear(out, p + ".mlp.up", b.ffn.up);
+  add_linear(out, p + ".mlp.gate", b.ffn.gate);
+  add_linear(out, p + ".mlp.down", b.ffn.down);
+}
+
+}  // namespace
+
+Weights Weights::zeros(const Config& c) {
+  c.validate();
+  Weights w;
+  w.tok_embed = MatRM::Zero(c.vocab_size, c.d_model);
+  if (c.pos == PosKind::Learned) w.pos_embed = MatRM::Zero(c.max_seq, c.d_model);
+  for (int l = 0; l < c.n_layers; ++l) w.blocks.push_back(make_block(c, c.encoder_decoder));
+  if (c.final_norm) w.ln_final = make_norm(c);
+  if (!c.tied_head) w.lm_head = MatRM::Zero(c.vocab_size, c.d_model);
+  if (c.encoder_decoder) {
+    if (c.pos == PosKind::Learned) w.enc_pos_embed = MatRM::Zero(c.max_src, c.d_model);
+    for (int l = 0; l < c.n_enc_layers; ++l) w.enc_blocks.push_back(make_block(c, false));
+    if (c.enc_final_norm) w.enc_ln_final = make_norm(c);
+  }
+  return w;
+}
+
+Weights Weights::random(const Config& c, uint64_t seed, float scale) {
+  Weights w = zeros(c);
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto& t : w.tensors()) {
+    bool is_norm_gain = t.name.size() > 2 && t.name.compare(t.name.size() - 2, 2, ".g") == 0;
+    for (int64_t i = 0; i < t.rows * t.cols; ++i) {
+      float r = nd(gen);
+      t.data[i] = is_norm_gain ? 1.0f + 0.1f * r : scale * r;
+    }
+  }
+  return w;
+}
+
+std::vector<Weights::TensorRef> Weights::tensors() {
+  std::vector<TensorRef> out;
+  add(out, "tok_embed", tok_embed);
+  add(out, "pos_embed", pos_embed);
+  for (size_t l = 0; l < blocks.size(); ++l) add_block(out, "blocks." + std::to_string(l), blocks[l]);
+  add_norm(out, "ln_final", ln_final);
+  add(out, "lm_head", lm_head);
+  add(out, "encoder.tok_embed", enc_tok_embed);
+  add(out, "encoder.pos_embed", enc_pos_embed);
+  for (size_t l = 0; l < enc_blocks.size(); ++l)
+    add_block(out, "encoder.blocks." + std::to_string(l), enc_blocks[l]);
+  add_norm(out, "encoder.ln_final", enc_ln_final);
+  return out;
+}
+
+int64_t Weights::parameter_count() const {
+  int64_t n = 0;
+  for (auto& t : const_cast<Weights*>(this)->tensors()) n += t.rows * t.cols;
+  return n;
+}
+
+void Weights::check_finite() const {
+  for (auto& t : const_cast<Weights*>(this)->tensors()) {
+    for (int64_t i = 0; i < t.rows * t.cols; ++i) {
+      if (!std::isfinite(t.data[i])) {
+        throw Error("weight tensor " + t.name + " holds a " + (std::isnan(t.data[i]) ? "NaN" : "infinite") +
+                    " value at flat index " + std::to_string(i));
+      }
+    }
+  }
+}
+
+}  // namespace ds

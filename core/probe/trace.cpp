@@ -1,0 +1,334 @@
+#include "probe/trace.h"
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "util/error.h"
+
+namespace ds {
+
+using nlohmann::json;
+
+int64_t Tensor::size() const {
+  int64_t n = shape.empty() ? 0 : 1;
+  for (int s : shape) n *= s;
+  return n;
+}
+
+void Trace::clear() {
+  source.clear();
+  source_text.clear();
+  encoder.clear();
+  steps.clear();
+}
+
+std::vector<int> Trace::tokens() const {
+  std::vector<int> out;
+  for (auto& s : steps) out.insert(out.end(), s.input.begin(), s.input.end());
+  return out;
+}
+
+int Trace::positions(int step) const {
+  if (step < 0 || step >= int(steps.size())) return 0;
+  return steps[step].pos0 + int(steps[step].input.size());
+}
+
+MatRM Trace::attention(int layer, int head, int step, bool cross, bool scores) const {
+  if (step < 0 || step >= int(steps.size()))
+    throw Error("trace has no step " + std::to_string(step) + " (it has " + std::to_string(steps.size()) + ")");
+  const std::string name = "blocks." + std::to_string(layer) + (cross ? ".cross_attn." : ".attn.") +
+                           (scores ? "scores" : "pattern");
+  const int Q = positions(step);
+  const int S = cross ? int(source.size()) : Q;
+  const float fill = scores ? -std::numeric_limits<float>::infinity() : 0.0f;
+  MatRM m = MatRM::Constant(Q, S, fill);
+  bool found = false;
+  for (int i = 0; i <= step; ++i) {
+    auto it = steps[i].tensors.find(name);
+    if (it == steps[i].tensors.end()) continue;
+    const Tensor& t = it->second;
+    if (t.shape.size() != 3 || head < 0 || head >= t.shape[0]) throw Error("trace tensor " + name + " has the wrong shape");
+    const int T = t.shape[1], St = t.shape[2];
+    for (int r = 0; r < T; ++r) {
+      int q = steps[i].pos0 + r;
+      if (q >= Q) break;
+      for (int j = 0; j < St && j < S; ++j) m(q, j) = t.data[(size_t(head) * T + r) * St + j];
+    }
+    found = true;
+  }
+  if (!found) throw Error("the trace did not record " + name);
+  return m;
+}
+
+MatRM Trace::encoder_attention(int layer, int head, bool scores) const {
+  const std::string name = "encoder.blocks." + std::to_string(layer) + ".attn." + (scores ? "scores" : "pattern");
+  auto it = encoder.find(name);
+  if (it == encoder.end()) throw Error("the trace did not record " + name);
+  const Tensor& t = it->second;
+  if (t.shape.size() != 3 || head < 0 || head >= t.shape[0]) throw Error("trace tensor " + name + " has the wrong shape");
+  const int T = t.shape[1], S = t.shape[2];
+  MatRM m(T, S);
+  for (int r = 0; r < T; ++r)
+    for (int j = 0; j < S; ++j) m(r, j) = t.data[(size_t(head) * T + r) * S + j];
+  return m;
+}
+
+// ---- JSON
+
+namespace {
+
+json config_json(const Config& c) {
+  return json{{"d_model", c.d_model},
+              {"n_layers", c.n_layers},
+              {"n_enc_layers", c.n_enc_layers},
+              {"n_heads", c.n_heads},
+              {"n_kv_heads", c.n_kv_heads},
+              {"d_head", c.d_head},
+              {"d_ff", c.d_ff},
+              {"vocab_size", c.vocab_size},
+              {"max_seq", c.max_seq},
+              {"max_src", c.max_src},
+              {"norm", to_string(c.norm)},
+              {"norm_place", to_string(c.norm_place)},
+              {"pos", to_string(c.pos)},
+              {"ffn", to_string(c.ffn)},
+              {"encoder_decoder", c.encoder_decoder},
+              {"tied_head", c.tied_head},
+              {"bos_id", c.bos_id},
+              {"eos_id", c.eos_id},
+              {"pad_id", c.pad_id}};
+}
+
+template <class E>
+E parse_enum(const json& j, const char* key, std::initializer_list<E> all, const char* (*name)(E)) {
+  std::string s = j.at(key).get<std::string>();
+  for (E e : all)
+    if (s == name(e)) return e;
+  throw Error(std::string("unknown value '") + s + "' for " + key);
+}
+
+Config config_from(const json& j) {
+  Config c;
+  c.d_model = j.at("d_model").get<int>();
+  c.n_layers = j.at("n_layers").get<int>();
+  c.n_enc_layers = j.value("n_enc_layers", 0);
+  c.n_heads = j.at("n_heads").get<int>();
+  c.n_kv_heads = j.value("n_kv_heads", c.n_heads);
+  c.d_head = j.at("d_head").get<int>();
+  c.d_ff = j.at("d_ff").get<int>();
+  c.vocab_size = j.at("vocab_size").get<int>();
+  c.max_seq = j.at("max_seq").get<int>();
+  c.max_src = j.value("max_src", c.max_src);
+  c.norm = parse_enum<NormKind>(j, "norm", {NormKind::LayerNorm, NormKind::RMSNorm}, to_string);
+  c.norm_place = parse_enum<NormPlace>(j, "norm_place", {NormPlace::Pre, NormPlace::Post}, to_string);
+  c.pos = parse_enum<PosKind>(j, "pos", {PosKind::None, PosKind::Learned, PosKind::Sinusoidal, PosKind::Rotary},
+                              to_string);
+  c.ffn = parse_enum<FFNKind>(j, "ffn", {FFNKind::GELU, FFNKind::GELUTanh, FFNKind::ReLU, FFNKind::SwiGLU},
+                              to_string);
+  c.encoder_decoder = j.value("encoder_decoder", false);
+  c.tied_head = j.value("tied_head", true);
+  c.bos_id = j.value("bos_id", -1);
+  c.eos_id = j.value("eos_id", -1);
+  c.pad_id = j.value("pad_id", -1);
+  return c;
+}
+
+// Non-finite floats (masked scores are -inf) are written as strings.
+json float_json(float f) {
+  if (std::isfinite(f)) return f;
+  if (std::isnan(f)) return "nan";
+  return f > 0 ? "inf" : "-inf";
+}
+float json_float(const json& j) {
+  if (j.is_number()) return j.get<float>();
+  if (j.is_string()) {
+    auto s = j.get<std::string>();
+    if (s == "-inf") return -std::numeric_limits<float>::infinity();
+    if (s == "inf") return std::numeric_limits<float>::infinity();
+    if (s == "nan") return std::numeric_limits<float>::quiet_NaN();
+  }
+  throw Error("expected a number, found " + j.dump());
+}
+
+json tensor_json(const Tensor& t) {
+  json d = json::array();
+  for (float f : t.data) d.push_back(float_json(f));
+  return json{{"shape", t.shape}, {"data", std::move(d)}};
+}
+Tensor json_tensor(const json& j, const std::string& name) {
+  Tensor t;
+  t.shape = j.at("shape").get<std::vector<int>>();
+  if (t.shape.empty() || t.shape.size() > 3) throw Error("tensor " + name + ": shape must have 1 to 3 dimensions");
+  for (int s : t.shape)
+    if (s <= 0 || s > (1 << 24)) throw Error("tensor " + name + ": dimension out of range");
+  const json& d = j.at("data");
+  if (!d.is_array() || int64_t(d.size()) != t.size())
+    throw Error("tensor " + name + ": data has " + std::to_string(d.size()) + " values, the shape needs " +
+                std::to_string(t.size()));
+  t.data.reserve(d.size());
+  for (auto& v : d) t.data.push_back(json_float(v));
+  return t;
+}
+
+json tensors_json(const std::map<std::string, Tensor>& m) {
+  json o = json::object();
+  for (auto& [k, v] : m) o[k] = tensor_json(v);
+  return o;
+}
+std::map<std::string, Tensor> json_tensors(const json& j) {
+  std::map<std::string, Tensor> m;
+  for (auto& [k, v] : j.items()) m[k] = json_tensor(v, k);
+  return m;
+}
+
+}  // namespace
+
+void Trace::write_json(std::ostream& os) const {
+  json j;
+  j["format"] = "decoderscope-trace";
+  j["version"] = 1;
+  j["model"] = {{"name", model_name}, {"config", config_json(config)}};
+  j["source"] = source;
+  j["source_text"] = source_text;
+  j["encoder"] = tensors_json(encoder);
+  json st = json::array();
+  for (auto& s : steps) {
+    json o{{"pos0", s.pos0}, {"input", s.input}, {"input_text", s.input_text}, {"tensors", tensors_json(s.tensors)}};
+    if (s.sample) {
+      const SampleRecord& r = *s.sample;
+      json cands = json::array();
+      for (auto& c : r.candidates)
+        cands.push_back({{"id", c.id},
+                         {"text", c.text},
+                         {"p_raw", c.p_raw},
+                         {"p_temp", c.p_temp},
+                         {"p_topk", c.p_topk},
+                         {"p_final", c.p_final},
+                         {"removed", c.removed == 0 ? "" : c.removed == 1 ? "top_k" : "top_p"}});
+      o["sample"] = {{"temperature", r.config.temperature},
+                     {"top_k", r.config.top_k},
+                     {"top_p", r.config.top_p},
+                     {"seed", r.config.seed},
+                     {"greedy", r.greedy},
+                     {"u", r.u},
+                     {"token", r.token},
+                     {"rank", r.rank},
+                     {"n_kept", r.n_kept},
+                     {"candidates", std::move(cands)}};
+    }
+    st.push_back(std::move(o));
+  }
+  j["steps"] = std::move(st);
+  // Invalid UTF-8 in token text (a piece that is part of a character) is replaced.
+  os << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+}
+
+void Trace::save(const std::string& path) const {
+  std::ofstream f(path);
+  if (!f) throw Error("cannot write trace file " + path);
+  write_json(f);
+  if (!f) throw Error("error while writing trace file " + path);
+}
+
+Trace Trace::read_json(std::istream& is) {
+  json j;
+  try {
+    j = json::parse(is);
+  } catch (const json::exception& e) {
+    throw Error(std::string("trace is not valid JSON: ") + e.what());
+  }
+  try {
+    if (j.value("format", "") != "decoderscope-trace") throw Error("not a decoderscope trace (missing \"format\")");
+    Trace t;
+    t.model_name = j.at("model").value("name", "");
+    t.config = config_from(j.at("model").at("config"));
+    t.source = j.value("source", std::vector<int>{});
+    t.source_text = j.value("source_text", std::vector<std::string>{});
+    if (j.contains("encoder")) t.encoder = json_tensors(j.at("encoder"));
+    for (auto& o : j.at("steps")) {
+      TraceStep s;
+      s.pos0 = o.at("pos0").get<int>();
+      s.input = o.at("input").get<std::vector<int>>();
+      s.input_text = o.value("input_text", std::vector<std::string>{});
+      s.tensors = json_tensors(o.at("tensors"));
+      if (o.contains("sample")) {
+        const json& r = o.at("sample");
+        SampleRecord rec;
+        rec.config.temperature = r.at("temperature").get<float>();
+        rec.config.top_k = r.at("top_k").get<int>();
+        rec.config.top_p = r.at("top_p").get<float>();
+        rec.config.seed = r.at("seed").get<uint64_t>();
+        rec.greedy = r.at("greedy").get<bool>();
+        rec.u = r.at("u").get<double>();
+        rec.token = r.at("token").get<int>();
+        rec.rank = r.at("rank").get<int>();
+        rec.n_kept = r.at("n_kept").get<int>();
+        for (auto& c : r.at("candidates")) {
+          Candidate cd;
+          cd.id = c.at("id").get<int>();
+          cd.text = c.value("text", "");
+          cd.p_raw = c.at("p_raw").get<float>();
+          cd.p_temp = c.at("p_temp").get<float>();
+          cd.p_topk = c.at("p_topk").get<float>();
+          cd.p_final = c.at("p_final").get<float>();
+          std::string rm = c.value("removed", "");
+          cd.removed = rm.empty() ? 0 : rm == "top_k" ? 1 : 2;
+          rec.candidates.push_back(std::move(cd));
+        }
+        s.sample = std::move(rec);
+      }
+      t.steps.push_back(std::move(s));
+    }
+    return t;
+  } catch (const json::exception& e) {
+    throw Error(std::string("malformed trace: ") + e.what());
+  }
+}
+
+Trace Trace::load(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw Error("cannot open trace file " + path);
+  try {
+    return read_json(f);
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
+}
+
+// ---- recorder
+
+TraceRecorder::TraceRecorder(Hooks& hooks, const Config& cfg, Trace& trace, const std::vector<std::string>& patterns)
+    : hooks_(hooks), trace_(trace) {
+  n_layers_ = std::max(cfg.n_layers, cfg.n_enc_layers);
+  names_.resize(size_t(2) * (n_layers_ + 1) * int(Point::Count));
+  for (int s = 0; s < 2; ++s)
+    for (int l = -1; l < n_layers_; ++l)
+      for (int p = 0; p < int(Point::Count); ++p)
+        names_[(size_t(s) * (n_layers_ + 1) + (l + 1)) * int(Point::Count) + p] =
+            Hooks::name(Stack(s), l, Point(p));
+  for (auto& pat : patterns) {
+    handles_.push_back(hooks_.subscribe(pat, [this](HookEvent& ev) {
+      const std::string& nm =
+          names_[(size_t(ev.stack) * (n_layers_ + 1) + (ev.layer + 1)) * int(Point::Count) + int(ev.point)];
+      std::map<std::string, Tensor>* dst = nullptr;
+      if (ev.stack == Stack::Encoder) {
+        dst = &trace_.encoder;
+      } else {
+        if (trace_.steps.empty()) trace_.steps.emplace_back();
+        dst = &trace_.steps.back().tensors;
+      }
+      Tensor& t = (*dst)[nm];
+      t.shape.assign(ev.t.shape, ev.t.shape + ev.t.rank);
+      t.data.assign(ev.t.data, ev.t.data + ev.t.size());
+    }));
+  }
+}
+
+TraceRecorder::~TraceRecorder() {
+  for (int h : handles_) hooks_.unsubscribe(h);
+}
+
+}  // namespace ds

@@ -1,0 +1,67 @@
+#pragma once
+// A generation session: prompt -> step() -> tokens, with everything the observers
+// saw recorded in a Trace. Owns its engine (model, KV cache), sampler and trace.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "probe/trace.h"
+#include "sample/sampler.h"
+#include "text/tokenizer.h"
+
+namespace ds {
+
+struct SessionOptions {
+  SamplerConfig sampler;
+  // Positions in all, prompt included (llama2.c run.c's -n); 0 or more than the
+  // model's context means the whole context.
+  int steps = 0;
+  // Generation ends after drawing one of these (the drawn token is not fed again).
+  std::vector<int> stop_ids;
+  // Hook patterns the trace records; empty records nothing but the samples.
+  std::vector<std::string> record;
+  int candidates = 20;  // rows of the candidate table kept per step
+  int threads = 1;
+};
+
+class Session {
+ public:
+  Session(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer, SessionOptions opt);
+  ~Session();
+
+  // Encodes the source (encoder-decoder) and queues the prompt; nothing runs yet.
+  // Throws ds::Error for an empty prompt, a prompt longer than the steps, or ids
+  // outside the vocabulary.
+  void start(const std::vector<int>& prompt, const std::vector<int>& source = {});
+  // Runs one step: the whole prompt the first time, then the last drawn token, and
+  // draws the next token. Returns it, or -1 when the session is done.
+  int step();
+  bool done() const;
+
+  const std::vector<int>& prompt() const { return prompt_; }
+  const std::vector<int>& generated() const { return generated_; }
+  bool stopped_on_token() const { return stopped_; }
+  int steps_limit() const { return steps_; }
+  Engine& engine() { return engine_; }
+  Sampler& sampler() { return sampler_; }
+  const Trace& trace() const { return trace_; }
+  const SampleResult& last_sample() const { return last_; }
+
+ private:
+  std::string text_of(int id) const;
+
+  std::shared_ptr<const Tokenizer> tok_;
+  SessionOptions opt_;
+  Engine engine_;
+  Sampler sampler_;
+  Trace trace_;
+  std::unique_ptr<TraceRecorder> recorder_;
+  SampleResult last_;
+  std::vector<int> prompt_, generated_;
+  int steps_ = 0;
+  bool started_ = false, stopped_ = false;
+};
+
+}  // namespace ds

@@ -170,10 +170,10 @@ int cmd_generate(const Args& a) {
   o.threads = int(a.integer("threads", 1, 1, 256));
   if (a.has("trace")) o.record = {"**"};
   const bool print_ids = a.has("ids") || !m.tokenizer;
-  if (!a.has("ids") && !m.tokenizer)
-    std::fprintf(stderr, "note: no tokenizer found (--tokenizer FILE); printing token ids\n");
   ds::Session s(m.model, m.tokenizer, o);
   s.start(prompt_of(a, m), source_of(a, m));
+  if (!a.has("ids") && !m.tokenizer)
+    std::fprintf(stderr, "note: no tokenizer found (--tokenizer FILE); printing token ids\n");
   std::vector<int> seq = s.prompt();
   if (!print_ids)
     for (size_t i = 1; i < seq.size(); ++i) std::fputs(m.tokenizer->decode(seq[i - 1], seq[i]).c_str(), stdout);

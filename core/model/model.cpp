@@ -92,6 +92,18 @@ struct Engine::Scratch {
   std::vector<float> sinus;               // [max(max_seq,max_src), d_model]
 };
 
+// Runs f(0..n-1), across nt threads when par. A serial loop never enters OpenMP,
+// whose serialized regions allocate.
+template <class F>
+static void parallel_for(int n, int nt, bool par, F&& f) {
+  if (!par || nt <= 1) {
+    for (int i = 0; i < n; ++i) f(i);
+    return;
+  }
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int i = 0; i < n; ++i) f(i);
+}
+
 static void grow(std::vector<float>& v, size_t n) {
   if (v.size() < n) v.resize(n);
 }
@@ -151,12 +163,15 @@ void Engine::ensure_scratch(int T, int S) {
   grow(s.pos, t * c.d_model);
   grow(s.q, t * c.q_dim());
   grow(s.z, t * c.q_dim());
-  grow(s.k, size_t(std::max(T, S)) * c.kv_dim());
-  grow(s.v, size_t(std::max(T, S)) * c.kv_dim());
+  grow(s.k, t * c.kv_dim());  // encoder keys and values (T == S there)
+  grow(s.v, t * c.kv_dim());
   grow(s.ff1, t * c.d_ff);
   grow(s.ff2, t * c.d_ff);
-  grow(s.att, size_t(c.n_heads) * t * S);
-  grow(s.mask, t * S);
+  // Attention rows are sized for the longest key range this engine can see, so the
+  // growing cache never reallocates them during decoding.
+  const size_t smax = size_t(std::max({S, c.max_seq, src_len_}));
+  grow(s.att, size_t(c.n_heads) * t * smax);
+  grow(s.mask, t * smax);
 }
 
 void Engine::truncate(int p) {
@@ -169,11 +184,10 @@ void Engine::matvec(const MatRM& W, const float* x, float* y) const {
   const int out = int(W.rows()), in = int(W.cols()), nt = threads_;
   CVMap xv(x, in);
   if (nt > 1 && out >= 64) {
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int t = 0; t < nt; ++t) {
+    parallel_for(nt, nt, true, [&](int t) {
       int r0 = int(int64_t(out) * t / nt), r1 = int(int64_t(out) * (t + 1) / nt);
       VMap(y + r0, r1 - r0).noalias() = W.middleRows(r0, r1 - r0) * xv;
-    }
+    });
   } else {
     VMap(y, out).noalias() = W * xv;
   }
@@ -373,21 +387,17 @@ void Engine::attention(Stack st, int layer, const Attention& a, int T, int pos0,
   const bool hs = hooks_.active(st, layer, pScores), hp = hooks_.active(st, layer, pPattern);
   const int nt = threads_;
   if (!hs && !hp) {
-#pragma omp parallel for num_threads(nt) schedule(static) if (par)
-    for (int h = 0; h < H; ++h) {
+    parallel_for(H, nt, par, [&](int h) {
       scores(h);
       softmax(h);
       mix(h);
-    }
+    });
   } else {
-#pragma omp parallel for num_threads(nt) schedule(static) if (par)
-    for (int h = 0; h < H; ++h) scores(h);
+    parallel_for(H, nt, par, scores);
     if (hs) hooks_.fire(st, layer, pScores, pos0, {att, 3, {H, T, S}});
-#pragma omp parallel for num_threads(nt) schedule(static) if (par)
-    for (int h = 0; h < H; ++h) softmax(h);
+    parallel_for(H, nt, par, softmax);
     if (hp) hooks_.fire(st, layer, pPattern, pos0, {att, 3, {H, T, S}});
-#pragma omp parallel for num_threads(nt) schedule(static) if (par)
-    for (int h = 0; h < H; ++h) mix(h);
+    parallel_for(H, nt, par, mix);
   }
   if (hooks_.active(st, layer, pZ)) hooks_.fire(st, layer, pZ, pos0, {s.z.data(), 2, {T, qd, 1}});
   linear(a.o, T, s.z.data(), out);

@@ -1,0 +1,351 @@
+#include "sample/sampler.h"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <string>
+
+#include "util/error.h"
+
+namespace ds {
+
+namespace {
+
+template <typename T>
+std::string str(T v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+// Fills w[i] = exp((x_i - xmax) / T) and returns their sum. Tokens equal to the maximum
+// get exactly 1 (so +inf logits share the mass, and an all -inf row is uniform); tokens
+// infinitely below the maximum get exp(-inf) = 0. T may be +inf: 1/T is then replaced by
+// the smallest normal double, which keeps -inf * (1/T) = -inf (not NaN) and gives
+// exp(~0) = 1 for every finite logit.
+double weights(const float* x, int n, float xmax, double T, double* w) {
+  const double m = xmax;
+  const double inv_t = std::isinf(T) ? std::numeric_limits<double>::min() : 1.0 / T;
+  double sum = 0.0;
+  for (int i = 0; i < n; ++i) {
+    const double wi = x[i] == xmax ? 1.0 : std::exp((static_cast<double>(x[i]) - m) * inv_t);
+    w[i] = wi;
+    sum += wi;
+  }
+  return sum;
+}
+
+// p[i] = w[i] / sum as float.
+void normalise(const double* w, int n, double sum, float* p) {
+  const double inv = 1.0 / sum;
+  for (int i = 0; i < n; ++i) p[i] = static_cast<float>(w[i] * inv);
+}
+
+// Strict total order: higher probability first, then lower id.
+struct ByProbDesc {
+  const float* p;
+  bool operator()(int a, int b) const { return p[a] > p[b] || (p[a] == p[b] && a < b); }
+};
+
+// Packed sort key: ascending key = descending p, then ascending id. The bits of a
+// float p >= 0 order like its value, so their complement orders the other way.
+inline uint64_t pack(const float* p, int id) {
+  return (static_cast<uint64_t>(~std::bit_cast<uint32_t>(p[id])) << 32) | static_cast<uint32_t>(id);
+}
+inline int unpack(uint64_t k) { return static_cast<int>(k & 0xFFFFFFFFu); }
+
+template <typename V>
+void size_to(V& v, int n) {
+  if (v.capacity() < static_cast<size_t>(n)) v.reserve(static_cast<size_t>(n));
+  v.resize(static_cast<size_t>(n));
+}
+
+}  // namespace
+
+void validate(const SamplerConfig& c) {
+  if (!(c.temperature >= 0.0f))  // also rejects NaN
+    throw Error("sampler: temperature must be >= 0 (got " + str(c.temperature) + ")");
+  if (c.top_k < 0) throw Error("sampler: top_k must be >= 0, 0 = off (got " + str(c.top_k) + ")");
+  if (!(c.top_p > 0.0f && c.top_p <= 1.0f))  // also rejects NaN
+    throw Error("sampler: top_p must be in (0, 1], 1 = off (got " + str(c.top_p) + ")");
+}
+
+int argmax(const float* x, int n) {
+  if (x == nullptr || n <= 0) throw Error("argmax: empty input");
+  int best = 0;
+  float best_v = x[0];
+  for (int i = 1; i < n; ++i) {
+    if (x[i] > best_v) {
+      best_v = x[i];
+      best = i;
+    }
+  }
+  return best;
+}
+
+Sampler::Sampler(SamplerConfig c) : cfg_(c), rng_(c.seed) { validate(c); }
+
+void Sampler::set_config(SamplerConfig c) {
+  validate(c);
+  if (c.seed != cfg_.seed) rng_ = Rng(c.seed);
+  cfg_ = c;
+}
+
+void Sampler::reseed(uint64_t seed) {
+  cfg_.seed = seed;
+  rng_ = Rng(seed);
+}
+
+int Sampler::sample(const float* logits, int vocab, SampleResult& out) {
+  if (logits == nullptr || vocab <= 0)
+    throw Error("sampler: empty logits (vocab = " + str(vocab) + ")");
+
+  // Maximum and NaN check in one pass.
+  float xmax = -std::numeric_limits<float>::infinity();
+  bool nan = false;
+  for (int i = 0; i < vocab; ++i) {
+    const float v = logits[i];
+    nan |= std::isnan(v);
+    xmax = v > xmax ? v : xmax;
+  }
+  if (nan) throw Error("logits contain NaN");
+
+  size_to(out.p_raw, vocab);
+  size_to(out.p_temp, vocab);
+  size_to(out.p_topk, vocab);
+  size_to(out.p_final, vocab);
+  size_to(out.removed, vocab);
+  // Scratch: sized once per vocabulary, so later calls do not allocate.
+  const size_t V = static_cast<size_t>(vocab);
+  if (out.order.capacity() < V) out.order.reserve(V);
+  size_to(w_, vocab);
+  size_to(idx_, vocab);
+  size_to(sel_, vocab);
+  if (keys_.capacity() < V) keys_.reserve(V);
+  if (keys2_.capacity() < V) keys2_.reserve(V);
+
+  float* p_raw = out.p_raw.data();
+  float* p_temp = out.p_temp.data();
+  float* p_topk = out.p_topk.data();
+  float* p_final = out.p_final.data();
+  uint8_t* removed = out.removed.data();
+  double* w = w_.data();
+  std::fill(removed, removed + vocab, kKept);
+
+  // p_raw.
+  const double sum_raw = weights(logits, vocab, xmax, 1.0, w);
+  normalise(w, vocab, sum_raw, p_raw);
+
+  // Greedy: argmax, one-hot everywhere downstream, no draw.
+  if (cfg_.temperature == 0.0f) {
+    const int tok = argmax(logits, vocab);
+    std::fill(p_temp, p_temp + vocab, 0.0f);
+    p_temp[tok] = 1.0f;
+    std::copy(p_temp, p_temp + vocab, p_topk);
+    std::copy(p_temp, p_temp + vocab, p_final);
+    out.order.resize(static_cast<size_t>(vocab));
+    out.order[0] = tok;
+    for (int i = 0, j = 1; i < vocab; ++i)
+      if (i != tok) out.order[static_cast<size_t>(j++)] = i;
+    out.n_kept = vocab;
+    out.greedy = true;
+    out.u = -1.0;
+    out.token = tok;
+    return tok;
+  }
+
+  // p_temp (w keeps the temperature weights from here on).
+  const double T = cfg_.temperature;
+  if (T == 1.0) {
+    std::copy(p_raw, p_raw + vocab, p_temp);
+  } else {
+    const double sum = weights(logits, vocab, xmax, T, w);
+    normalise(w, vocab, sum, p_temp);
+  }
+
+  const bool use_k = cfg_.top_k > 0 && cfg_.top_k < vocab;
+  const bool use_p = cfg_.top_p < 1.0f;
+
+  // top-k: exactly the k best by p_temp (ties: lower id) survive.
+  const int* cand = nullptr;  // top-p candidates cand[0..n_cand); nullptr = every id
+  int n_cand = vocab;
+  if (use_k) {
+    const int k = cfg_.top_k;
+    int* idx = idx_.data();
+    select_best(nullptr, vocab, k, p_temp, idx);
+    std::fill(removed, removed + vocab, kRemovedTopK);
+    double sum_k = 0.0;
+    for (int i = 0; i < k; ++i) {
+      removed[idx[i]] = kKept;
+      sum_k += w[idx[i]];
+    }
+    std::fill(p_topk, p_topk + vocab, 0.0f);
+    const double inv = 1.0 / sum_k;
+    for (int i = 0; i < k; ++i) p_topk[idx[i]] = static_cast<float>(w[idx[i]] * inv);
+    cand = idx;
+    n_cand = k;
+  } else {
+    std::copy(p_temp, p_temp + vocab, p_topk);
+  }
+
+  if (use_p) {
+    // top-p: rank the candidates by p_topk (ties: lower id) and keep the shortest
+    // prefix whose cumulative p_topk reaches top_p. Peaked rows usually stop inside a
+    // first chunk of the best 64; otherwise every candidate is ranked.
+    const double p = cfg_.top_p;
+    const ByProbDesc by_topk{p_topk};
+    auto prefix = [&](const int* ranked, int n) {  // length of the kept prefix, or -1
+      double cum = 0.0;
+      for (int i = 0; i < n; ++i) {
+        cum += static_cast<double>(p_topk[ranked[i]]);
+        if (cum >= p) return i + 1;
+      }
+      return -1;
+    };
+    constexpr int kChunk = 64;
+    int* ranked = sel_.data();
+    int keep = -1;
+    if (n_cand >= 8 * kChunk) {
+      select_best(cand, n_cand, kChunk, p_topk, ranked);
+      std::sort(ranked, ranked + kChunk, by_topk);
+      keep = prefix(ranked, kChunk);
+    }
+    if (keep < 0) {
+      if (cand == nullptr) {
+        for (int i = 0; i < vocab; ++i) ranked[i] = i;
+      } else {
+        std::copy(cand, cand + n_cand, ranked);
+      }
+      rank(ranked, n_cand, p_topk);
+      keep = prefix(ranked, n_cand);
+      if (keep < 0) keep = n_cand;  // rounding kept the total below top_p: keep all
+    }
+    for (int i = 0; i < vocab; ++i)
+      if (removed[i] == kKept) removed[i] = kRemovedTopP;
+    double sum_p = 0.0;
+    for (int i = 0; i < keep; ++i) {
+      removed[ranked[i]] = kKept;
+      sum_p += w[ranked[i]];
+    }
+    std::fill(p_final, p_final + vocab, 0.0f);
+    const double inv = 1.0 / sum_p;
+    for (int i = 0; i < keep; ++i) p_final[ranked[i]] = static_cast<float>(w[ranked[i]] * inv);
+    // ranked[0..keep) is in p_topk order; renormalising from the double weights can
+    // only reorder neighbours that tie in one of the two roundings, so an insertion
+    // sort by p_final finishes the order in near-linear time.
+    const ByProbDesc by_final{p_final};
+    for (int i = 1; i < keep; ++i) {
+      const int v = ranked[i];
+      int j = i;
+      for (; j > 0 && by_final(v, ranked[j - 1]); --j) ranked[j] = ranked[j - 1];
+      ranked[j] = v;
+    }
+    out.order.assign(ranked, ranked + keep);
+  } else {
+    std::copy(p_topk, p_topk + vocab, p_final);
+    if (use_k) {
+      out.order.assign(cand, cand + n_cand);
+    } else {
+      out.order.resize(V);
+      for (int i = 0; i < vocab; ++i) out.order[static_cast<size_t>(i)] = i;
+    }
+    rank(out.order.data(), static_cast<int>(out.order.size()), p_final);
+  }
+  out.n_kept = static_cast<int>(out.order.size());
+
+  // The draw.
+  const double u = rng_.uniform();
+  int tok = -1;
+  int last_pos = -1;
+  double cum = 0.0;
+  for (const int id : out.order) {
+    const double q = p_final[id];
+    if (q > 0.0) last_pos = id;
+    cum += q;
+    if (cum > u) {
+      tok = id;
+      break;
+    }
+  }
+  if (tok < 0) tok = last_pos >= 0 ? last_pos : out.order.front();
+
+  out.greedy = false;
+  out.u = u;
+  out.token = tok;
+  return tok;
+}
+
+// Writes the best m of ids[0..n) (ids == nullptr: the ids 0..n-1) by p descending,
+// ties lower id first, to dst[0..m) in no particular order; 0 < m < n. Small m scan
+// once with a max-heap of the m best packed keys (most ids fail the first comparison);
+// large m use nth_element on the packed keys.
+void Sampler::select_best(const int* ids, int n, int m, const float* p, int* dst) {
+  auto id_at = [ids](int i) { return ids != nullptr ? ids[i] : i; };
+  if (static_cast<int64_t>(m) * 8 <= n) {
+    keys2_.resize(static_cast<size_t>(m));
+    uint64_t* h = keys2_.data();
+    for (int i = 0; i < m; ++i) h[i] = pack(p, id_at(i));
+    std::make_heap(h, h + m);
+    for (int i = m; i < n; ++i) {
+      const uint64_t k = pack(p, id_at(i));
+      if (k < h[0]) {
+        std::pop_heap(h, h + m);
+        h[m - 1] = k;
+        std::push_heap(h, h + m);
+      }
+    }
+    for (int i = 0; i < m; ++i) dst[i] = unpack(h[i]);
+  } else {
+    keys_.resize(static_cast<size_t>(n));
+    uint64_t* k = keys_.data();
+    for (int i = 0; i < n; ++i) k[i] = pack(p, id_at(i));
+    std::nth_element(k, k + m, k + n);
+    for (int i = 0; i < m; ++i) dst[i] = unpack(k[i]);
+  }
+}
+
+// Sorts ids[0..n) by p descending, ties lower id first. Small sets use std::sort;
+// large ones (e.g. the whole vocabulary with no filter) an LSD radix sort on the
+// packed keys. Digits shared by every key (e.g. the high bytes of small ids) are
+// skipped, and so are all id digits when the ids come in ascending order (the sort
+// is stable).
+void Sampler::rank(int* ids, int n, const float* p) {
+  constexpr int kRadixMin = 1024;
+  if (n < kRadixMin) {
+    std::sort(ids, ids + n, ByProbDesc{p});
+    return;
+  }
+  keys_.resize(static_cast<size_t>(n));
+  keys2_.resize(static_cast<size_t>(n));
+  uint64_t* src = keys_.data();
+  uint64_t* dst = keys2_.data();
+  const int d0 = std::is_sorted(ids, ids + n) ? 4 : 0;
+  std::array<std::array<int, 256>, 8> hist{};
+  for (int i = 0; i < n; ++i) {
+    const uint64_t k = pack(p, ids[i]);
+    src[i] = k;
+    for (int d = d0; d < 8; ++d) ++hist[static_cast<size_t>(d)][(k >> (8 * d)) & 0xFFu];
+  }
+  for (int d = d0; d < 8; ++d) {
+    auto& h = hist[static_cast<size_t>(d)];
+    const int shift = 8 * d;
+    if (h[(src[0] >> shift) & 0xFFu] == n) continue;  // constant digit: order unchanged
+    int pos = 0;
+    for (int& c : h) {
+      const int cnt = c;
+      c = pos;
+      pos += cnt;
+    }
+    for (int i = 0; i < n; ++i) {
+      const uint64_t k = src[i];
+      dst[h[(k >> shift) & 0xFFu]++] = k;
+    }
+    std::swap(src, dst);
+  }
+  for (int i = 0; i < n; ++i) ids[i] = unpack(src[i]);
+}
+
+}  // namespace ds

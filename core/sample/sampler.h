@@ -1,0 +1,93 @@
+#pragma once
+// The sampler turns one row of logits into the next token, and records every stage
+// of the decision so that it can be shown: softmax, temperature, top-k, top-p and the
+// uniform number that picked the token.
+//
+// Pipeline of one step (vocab V):
+//   p_raw   = softmax(logits)
+//   p_temp  = softmax(logits / T)                    (T == 0: one-hot on argmax, greedy)
+//   p_topk  = p_temp restricted to the k most probable tokens, renormalised
+//   p_final = p_topk restricted to the smallest most-probable prefix whose mass
+//             reaches top_p, renormalised
+//   order   = the kept tokens sorted by p_final descending (ties: lower id first)
+//   token   = the first token in order whose cumulative p_final exceeds u = uniform()
+// Ties in top-k and top-p are broken by lower id first, so the result is a pure
+// function of (logits, config, RNG state).
+#include <cstdint>
+#include <vector>
+
+#include "sample/rng.h"
+
+namespace ds {
+
+struct SamplerConfig {
+  float temperature = 1.0f;  // >= 0; 0 = greedy (argmax)
+  int top_k = 0;             // >= 0; 0 (or >= vocab) = off
+  float top_p = 1.0f;        // in (0, 1]; 1 = off
+  uint64_t seed = 0;
+};
+
+// The candidate table of one step; every vector has vocab entries.
+struct SampleResult {
+  std::vector<float> p_raw;      // softmax(logits)
+  std::vector<float> p_temp;     // softmax(logits / T); for T == 0: one-hot on the argmax
+  std::vector<float> p_topk;     // after top-k, renormalised (== p_temp when off)
+  std::vector<float> p_final;    // after top-p on p_topk, renormalised: the distribution drawn from
+  std::vector<uint8_t> removed;  // 0 kept, 1 removed by top-k, 2 removed by top-p
+  std::vector<int> order;        // kept ids sorted by p_final descending (ties: lower id first)
+  int token = -1;
+  bool greedy = false;  // T == 0: argmax, no random draw
+  double u = -1;        // the uniform number drawn, in [0,1); -1 when greedy
+  int n_kept = 0;       // == order.size()
+};
+
+// Values of SampleResult::removed.
+inline constexpr uint8_t kKept = 0;
+inline constexpr uint8_t kRemovedTopK = 1;
+inline constexpr uint8_t kRemovedTopP = 2;
+
+// Throws ds::Error naming the option if c is invalid (temperature < 0 or NaN, top_k < 0,
+// top_p outside (0, 1]).
+void validate(const SamplerConfig& c);
+
+class Sampler {
+ public:
+  explicit Sampler(SamplerConfig c = {});
+
+  const SamplerConfig& config() const { return cfg_; }
+  // Validates c; keeps the RNG state unless c.seed differs from the current seed.
+  void set_config(SamplerConfig c);
+  // Restarts the RNG from seed (and records it in the config).
+  void reseed(uint64_t seed);
+
+  // Fills out (reusing its buffers: no heap allocation once they are sized for this
+  // vocab) and returns the sampled token. Throws ds::Error on empty or NaN logits.
+  // Greedy (T == 0): token = argmax(logits), p_temp = p_topk = p_final = one-hot,
+  // nothing removed, order = the argmax then the other ids ascending, no RNG draw.
+  // The draw walks order accumulating p_final; if rounding leaves the sum below u,
+  // the last kept token with nonzero p_final is taken.
+  // +inf logits share the mass equally; -inf logits get probability 0.
+  int sample(const float* logits, int vocab, SampleResult& out);
+
+  Rng& rng() { return rng_; }
+  const Rng& rng() const { return rng_; }
+
+ private:
+  // Sorts ids[0..n) by p descending, ties lower id first.
+  void rank(int* ids, int n, const float* p);
+  // Writes the best m of ids[0..n) (nullptr: 0..n-1) by p to dst[0..m), unordered.
+  void select_best(const int* ids, int n, int m, const float* p, int* dst);
+
+  SamplerConfig cfg_;
+  Rng rng_;
+  std::vector<double> w_;         // unnormalised weights exp((x - max) / T)
+  std::vector<int> idx_;                // ids kept by top-k
+  std::vector<int> sel_;                // top-p candidates, ranked
+  std::vector<uint64_t> keys_, keys2_;  // packed sort keys (selection, radix sort)
+};
+
+// First index of the maximum of x[0..n) (llama2.c's run.c rule: strictly greater
+// replaces). Throws ds::Error if n <= 0.
+int argmax(const float* x, int n);
+
+}  // namespace ds

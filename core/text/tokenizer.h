@@ -1,0 +1,22 @@
+#pragma once
+// Tokenizers turn text into ids and ids back into text pieces.
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ds {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual int vocab_size() const = 0;
+  // Text to ids; with bos, the model's begin-of-sequence id comes first.
+  virtual std::vector<int> encode(std::string_view text, bool bos) const = 0;
+  // The raw vocabulary entry of id (for labels), e.g. " dream" or "<0x0A>".
+  virtual std::string piece(int id) const = 0;
+  // The bytes printed when id follows prev in generated text (may be part of a
+  // UTF-8 character, or empty).
+  virtual std::string decode(int prev, int id) const = 0;
+};
+
+}  // namespace ds

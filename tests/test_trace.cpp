@@ -1,0 +1,192 @@
+// The Trace: what a session records can be rebuilt into the full attention
+// matrices the full-sequence forward computes, and survives a JSON round trip.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "model/model.h"
+#include "probe/trace.h"
+#include "session/session.h"
+#include "util/error.h"
+
+using namespace ds;
+
+namespace {
+
+Config small(bool encdec) {
+  Config c;
+  c.d_model = 24;
+  c.n_layers = 2;
+  c.n_heads = 3;
+  c.n_kv_heads = 3;
+  c.d_head = 8;
+  c.d_ff = 48;
+  c.vocab_size = 30;
+  c.max_seq = 40;
+  c.max_src = 12;
+  c.encoder_decoder = encdec;
+  c.n_enc_layers = encdec ? 2 : 0;
+  c.pad_id = encdec ? 0 : -1;
+  c.bos_id = 1;
+  return c;
+}
+
+// The full-sequence patterns of every layer, head-major: [layer][H, T, T].
+std::vector<std::vector<float>> full_patterns(std::shared_ptr<const Model> m, const std::vector<int>& toks,
+                                              const std::vector<int>& src, const char* what) {
+  Engine e(m);
+  std::vector<std::vector<float>> out(m->cfg.n_layers);
+  e.hooks().subscribe(std::string("blocks.*.") + what, [&](HookEvent& ev) {
+    out[ev.layer].assign(ev.t.data, ev.t.data + ev.t.size());
+  });
+  if (!src.empty()) e.encode(src);
+  e.forward_full(toks);
+  return out;
+}
+
+}  // namespace
+
+TEST(Trace, RebuildsAttentionMatricesOfTheFullForward) {
+  for (bool encdec : {false, true}) {
+    SCOPED_TRACE(encdec ? "encoder-decoder" : "decoder-only");
+    Config c = small(encdec);
+    auto m = std::make_shared<const Model>(c, Weights::random(c, 5));
+    SessionOptions o;
+    o.sampler.temperature = 0.8f;
+    o.sampler.seed = 3;
+    o.steps = 20;
+    o.record = {"blocks.*.attn.pattern", "blocks.*.attn.scores", "**.cross_attn.pattern"};
+    if (!encdec) o.record.pop_back();
+    Session s(m, nullptr, o);
+    std::vector<int> src = {5, 6, 7, 8, 0, 0};
+    s.start({1, 4, 9}, encdec ? src : std::vector<int>{});
+    while (!s.done()) s.step();
+    const Trace& t = s.trace();
+    ASSERT_EQ(t.positions(int(t.steps.size()) - 1), 20);
+    std::vector<int> toks = t.tokens();
+    ASSERT_EQ(toks.size(), 20u);
+    auto pat = full_patterns(m, toks, encdec ? src : std::vector<int>{}, "attn.pattern");
+    const int T = 20, H = c.n_heads;
+    for (int l = 0; l < c.n_layers; ++l)
+      for (int h = 0; h < H; ++h) {
+        MatRM a = t.attention(l, h, int(t.steps.size()) - 1);
+        ASSERT_EQ(a.rows(), T);
+        ASSERT_EQ(a.cols(), T);
+        for (int i = 0; i < T; ++i)
+          for (int j = 0; j < T; ++j) EXPECT_NEAR(a(i, j), pat[l][(size_t(h) * T + i) * T + j], 1e-5);
+        // An earlier step shows only the rows computed so far.
+        MatRM early = t.attention(l, h, 2);
+        EXPECT_EQ(early.rows(), t.positions(2));
+        MatRM sc = t.attention(l, h, int(t.steps.size()) - 1, false, true);
+        EXPECT_TRUE(std::isinf(sc(0, 1)) && sc(0, 1) < 0);  // a masked score
+      }
+    if (encdec) {
+      auto cp = full_patterns(m, toks, src, "cross_attn.pattern");
+      MatRM a = t.attention(1, 2, int(t.steps.size()) - 1, true);
+      ASSERT_EQ(a.cols(), int(src.size()));
+      for (int i = 0; i < T; ++i)
+        for (int j = 0; j < int(src.size()); ++j)
+          EXPECT_NEAR(a(i, j), cp[1][(size_t(2) * T + i) * src.size() + j], 1e-5);
+    }
+  }
+}
+
+TEST(Trace, JsonRoundTripKeepsEverything) {
+  Config c = small(true);
+  auto m = std::make_shared<const Model>(c, Weights::random(c, 9));
+  SessionOptions o;
+  o.sampler = {0.7f, 10, 0.9f, 4};
+  o.steps = 8;
+  o.record = {"**"};
+  Session s(m, nullptr, o);
+  s.start({1, 2}, {3, 4, 5, 0});
+  while (!s.done()) s.step();
+  Trace t = s.trace();
+  t.model_name = "tiny \"quoted\" name";
+  std::stringstream ss;
+  t.write_json(ss);
+  Trace r = Trace::read_json(ss);
+  EXPECT_EQ(r.model_name, t.model_name);
+  EXPECT_EQ(r.config.d_model, c.d_model);
+  EXPECT_EQ(r.source, t.source);
+  ASSERT_EQ(r.steps.size(), t.steps.size());
+  EXPECT_EQ(r.encoder.size(), t.encoder.size());
+  for (size_t i = 0; i < t.steps.size(); ++i) {
+    EXPECT_EQ(r.steps[i].input, t.steps[i].input);
+    ASSERT_EQ(r.steps[i].tensors.size(), t.steps[i].tensors.size());
+    for (auto& [name, ten] : t.steps[i].tensors) {
+      const Tensor& o2 = r.steps[i].tensors.at(name);
+      ASSERT_EQ(o2.shape, ten.shape) << name;
+      for (size_t k = 0; k < ten.data.size(); ++k) {
+        if (std::isinf(ten.data[k]))
+          EXPECT_EQ(o2.data[k], ten.data[k]);
+        else
+          EXPECT_FLOAT_EQ(o2.data[k], ten.data[k]) << name;
+      }
+    }
+    ASSERT_TRUE(r.steps[i].sample.has_value());
+    EXPECT_EQ(r.steps[i].sample->token, t.steps[i].sample->token);
+    EXPECT_EQ(r.steps[i].sample->candidates.size(), t.steps[i].sample->candidates.size());
+  }
+  EXPECT_EQ(r.attention(0, 1, 3), t.attention(0, 1, 3));
+}
+
+TEST(Trace, MalformedJsonIsAClearError) {
+  const char* bad[] = {"", "{", "[]", "{\"format\": \"other\"}",
+                       "{\"format\":\"decoderscope-trace\",\"model\":{\"config\":{}},\"steps\":[]}",
+                       "{\"format\":\"decoderscope-trace\",\"model\":{\"config\":{\"d_model\":2,\"n_layers\":1,"
+                       "\"n_heads\":1,\"d_head\":2,\"d_ff\":2,\"vocab_size\":2,\"max_seq\":2,\"norm\":\"layernorm\","
+                       "\"norm_place\":\"pre\",\"pos\":\"learned\",\"ffn\":\"gelu\"}},\"steps\":[{\"pos0\":0,"
+                       "\"input\":[1],\"tensors\":{\"x\":{\"shape\":[2,2],\"data\":[1,2,3]}}}]}"};
+  for (auto* b : bad) {
+    std::stringstream ss(b);
+    EXPECT_THROW(Trace::read_json(ss), Error) << b;
+  }
+}
+
+TEST(Session, CandidateTableDescribesTheDraw) {
+  Config c = small(false);
+  auto m = std::make_shared<const Model>(c, Weights::random(c, 2, 0.3f));
+  SessionOptions o;
+  o.sampler = {1.3f, 8, 0.8f, 21};
+  o.steps = 30;
+  o.candidates = 30;
+  Session s(m, nullptr, o);
+  s.start({1});
+  while (!s.done()) {
+    int tok = s.step();
+    const SampleRecord& r = *s.trace().steps.back().sample;
+    EXPECT_EQ(r.token, tok);
+    int kept = 0;
+    bool found = false;
+    for (auto& cd : r.candidates) {
+      kept += cd.removed == 0;
+      if (cd.id == tok) {
+        found = true;
+        EXPECT_EQ(cd.removed, 0);
+        EXPECT_GT(cd.p_final, 0.0f);
+      }
+      if (cd.removed) {
+        EXPECT_EQ(cd.p_final, 0.0f);
+      }
+    }
+    EXPECT_TRUE(found);
+    EXPECT_EQ(kept, r.n_kept);  // the table holds the whole vocabulary here
+    EXPECT_LE(r.n_kept, 8);
+    EXPECT_GE(r.u, 0.0);
+    EXPECT_LT(r.u, 1.0);
+  }
+}
+
+TEST(Session, RejectsBadPrompts) {
+  Config c = small(false);
+  auto m = std::make_shared<const Model>(c, Weights::random(c, 2));
+  SessionOptions o;
+  o.steps = 4;
+  Session s(m, nullptr, o);
+  EXPECT_THROW(s.start({}), Error);
+  EXPECT_THROW(s.start({1, 2, 3, 4, 5}), Error);
+  EXPECT_THROW(s.start({1, 99}), Error);
+  EXPECT_THROW(s.start({1}, {2, 3}), Error);
+}

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -30,6 +31,9 @@ struct Variant {
   ds::Config cfg;
   uint64_t seed;
 };
+
+// gtest prints a parameter on failure: print the variant's name, not its bytes.
+void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
 
 ds::Config base_config() {
   ds::Config c;
@@ -310,6 +314,27 @@ TEST_P(EngineTest, MatchesReference) {
     EXPECT_GT(max_abs_diff(full2, full), 1e-5);
     EXPECT_LE(rel_err(full2, ref::ref_logits(v.cfg, model->w, toks, src2)), 1e-4);
   }
+}
+
+TEST_P(EngineTest, ThreadsMatchSerial) {
+  const Variant& v = GetParam();
+  auto model = make_model(v);
+  const auto src = make_source(v.cfg);
+  const auto toks = random_tokens(v.cfg, 64, 8);
+  ds::Engine serial(model), threaded(model);
+  threaded.set_threads(2);
+  EXPECT_EQ(threaded.threads(), 2);
+  prepare(serial, src);
+  prepare(threaded, src);
+  const ds::MatRM a = serial.forward_full(toks);
+  const ds::MatRM b = threaded.forward_full(toks);
+  EXPECT_LE(max_abs_diff(b, a), 1e-5);
+  threaded.reset();
+  for (int i = 0; i < 64; ++i) {
+    ds::MatRM row = threaded.forward(std::span<const int>(&toks[size_t(i)], 1));
+    ASSERT_LE(max_abs_diff(row, ds::MatRM(a.row(i))), 1e-4) << "position " << i;
+  }
+  threaded.set_threads(1);  // Eigen's thread count is global: leave it as found
 }
 
 TEST_P(EngineTest, Causality) {

@@ -211,7 +211,7 @@ struct NoAllocCase {
   ds::Config cfg;
 };
 
-std::vector<NoAllocCase> cases() {
+[[maybe_unused]] std::vector<NoAllocCase> cases() {
   ds::Config base;
   base.d_model = 32;
   base.n_layers = 2;

@@ -559,7 +559,9 @@ TEST(Sampler, InvalidConfigsThrow) {
       {{1.0f, -1, 1.0f, 0}, "top_k"},       {{1.0f, 0, 0.0f, 0}, "top_p"},
       {{1.0f, 0, -0.5f, 0}, "top_p"},       {{1.0f, 0, 1.01f, 0}, "top_p"},
       {{1.0f, 0, nan, 0}, "top_p"}};
-  for (const auto& [c, name] : bad) {
+  for (const auto& item : bad) {
+    const SamplerConfig c = item.first;
+    const std::string& name = item.second;
     expect_error([&] { Sampler s(c); }, name);
     Sampler s;
     expect_error([&] { s.set_config(c); }, name);

@@ -12,9 +12,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
+#include <cerrno>
 #include <cmath>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <new>
@@ -43,7 +44,7 @@ namespace {
 std::atomic<bool> g_counting{false};
 std::atomic<long> g_allocs{0};
 #ifdef DS_TEST_BACKTRACE
-// Call stacks of the first few counted allocations, printed when the test fails.
+// Call stacks of the first kStacks counted allocations, printed when the test fails.
 constexpr int kStacks = 128, kDepth = 16;
 void* g_stack[kStacks][kDepth];
 int g_stack_len[kStacks];
@@ -93,7 +94,6 @@ void warm_backtrace() {
 }  // namespace
 
 #if defined(__GLIBC__)
-#include <cerrno>
 extern "C" {
 void* __libc_malloc(size_t);
 void __libc_free(void*);

@@ -190,3 +190,32 @@ TEST(Session, RejectsBadPrompts) {
   EXPECT_THROW(s.start({1, 99}), Error);
   EXPECT_THROW(s.start({1}, {2, 3}), Error);
 }
+
+TEST(Session, RewindRedoesTheSameStepsAndForksWithNewSettings) {
+  Config c = small(false);
+  auto m = std::make_shared<const Model>(c, Weights::random(c, 4, 0.3f));
+  SessionOptions o;
+  o.sampler = {1.0f, 0, 1.0f, 17};
+  o.steps = 24;
+  o.record = {"blocks.*.attn.pattern"};
+  Session s(m, nullptr, o);
+  s.start({1, 3});
+  while (!s.done()) s.step();
+  const std::vector<int> first = s.generated();
+  const MatRM att = s.trace().attention(1, 0, int(s.trace().steps.size()) - 1);
+  for (int k : {5, 0, 12}) {
+    s.rewind(k);
+    EXPECT_EQ(s.steps_done(), k);
+    while (!s.done()) s.step();
+    EXPECT_EQ(s.generated(), first) << "rewind to " << k;
+    EXPECT_EQ(s.trace().attention(1, 0, int(s.trace().steps.size()) - 1), att);
+  }
+  // A fork with another seed from step 6 keeps steps 0..5 and (almost surely) differs later.
+  s.rewind(6);
+  s.set_sampler({1.0f, 0, 1.0f, 99});
+  while (!s.done()) s.step();
+  std::vector<int> fork = s.generated();
+  EXPECT_TRUE(std::equal(first.begin(), first.begin() + 6, fork.begin()));
+  EXPECT_NE(fork, first);
+  EXPECT_THROW(s.rewind(1000), Error);
+}

@@ -50,6 +50,7 @@ void Session::start(const std::vector<int>& prompt, const std::vector<int>& sour
   }
   prompt_ = prompt;
   generated_.clear();
+  rng_before_.clear();
   started_ = true;
   stopped_ = false;
 }
@@ -57,6 +58,18 @@ void Session::start(const std::vector<int>& prompt, const std::vector<int>& sour
 bool Session::done() const {
   if (!started_ || stopped_) return true;
   return engine_.pos() >= steps_;
+}
+
+void Session::rewind(int k) {
+  if (!started_ || k < 0 || k > int(generated_.size()))
+    throw Error("cannot rewind to step " + std::to_string(k) + " of " + std::to_string(generated_.size()));
+  if (k == int(generated_.size())) return;
+  engine_.truncate(trace_.steps[k].pos0);
+  trace_.steps.resize(k);
+  generated_.resize(k);
+  sampler_.rng() = rng_before_[k];
+  rng_before_.erase(rng_before_.begin() + k, rng_before_.end());
+  stopped_ = false;
 }
 
 int Session::step() {
@@ -73,6 +86,7 @@ int Session::step() {
 
   auto logits = engine_.forward(feed);
   const int V = engine_.config().vocab_size;
+  rng_before_.push_back(sampler_.rng());
   int token = sampler_.sample(logits.data(), V, last_);
   generated_.push_back(token);
 

@@ -39,6 +39,13 @@ class Session {
   // draws the next token. Returns it, or -1 when the session is done.
   int step();
   bool done() const;
+  // Forgets steps >= k (their tokens, trace and cached keys) and restores the
+  // sampler's random state to what it was before step k, so the next step() redoes
+  // step k: the same draw with the same settings, another with new ones.
+  void rewind(int k);
+  // Sampling settings for the steps to come (the RNG restarts only if the seed changes).
+  void set_sampler(const SamplerConfig& c) { sampler_.set_config(c); }
+  int steps_done() const { return int(generated_.size()); }
 
   const std::vector<int>& prompt() const { return prompt_; }
   const std::vector<int>& generated() const { return generated_; }
@@ -60,6 +67,7 @@ class Session {
   std::unique_ptr<TraceRecorder> recorder_;
   SampleResult last_;
   std::vector<int> prompt_, generated_;
+  std::vector<Rng> rng_before_;  // the sampler's state before each step
   int steps_ = 0;
   bool started_ = false, stopped_ = false;
 };

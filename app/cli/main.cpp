@@ -4,15 +4,21 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "io/llama2c.h"
 #include "io/loader.h"
 #include "session/session.h"
+#include "train_cmds.h"
+#include "text/gpt2_tokenizer.h"
 #include "util/error.h"
 
 namespace {
@@ -28,7 +34,8 @@ usage:
                             [--ids] [--trace FILE.json] [--threads N]
   decoderscope-cli bench    --model PATH [--steps N] [--threads N] [--reps R]
   decoderscope-cli inspect  --model PATH
-  decoderscope-cli tokenize --model PATH [--tokenizer FILE] TEXT
+  decoderscope-cli tokenize --model PATH [--tokenizer FILE] (TEXT | --jsonl)
+  decoderscope-cli tokenize --tokenizer DIR (TEXT | --jsonl)
   decoderscope-cli random   --out FILE [--dim D] [--hidden H] [--layers L] [--heads N]
                             [--kv-heads K] [--vocab V] [--seq-len S] [--seed S]
 
@@ -37,7 +44,17 @@ generate: --steps counts positions in all, prompt included (llama2.c's -n; defau
   A llama2.c model with no prompt starts from BOS (id 1). Defaults: temperature 1,
   top-p 0.9, top-k off, seed 0; temperature 0 is greedy.
 bench: decode speed with no observer and with a trace recording every hook point.
+tokenize: prints the ids of TEXT on one line. --tokenizer DIR alone: a GPT-2 tokenizer
+  folder (vocab.json + merges.txt, or tokenizer.json). --jsonl: reads {"text": ...} lines
+  on standard input and writes {"text": ..., "ids": [...]} lines.
 random: writes a llama2.c checkpoint with random weights (for benchmarks).
+
+  decoderscope-cli train --task dates|adder --out DIR [--seed S] [--steps N] [--threads N]
+  decoderscope-cli eval  --model DIR --task dates|adder [--samples N] [--seed S] [--attention] [--show-wrong]
+  decoderscope-cli batch --model DIR    (one input per line on stdin, the greedy output per line)
+train: trains a built-in model from scratch, or resumes from DIR/checkpoint.bin (saved every
+  100 steps and on Ctrl-C), and writes DIR/config.json + model.safetensors. The adder writes
+  the sum reversed, least-significant digit first: 123+45= gives 861.
 )";
 
 struct Args {
@@ -70,7 +87,7 @@ struct Args {
   }
 };
 
-const char* kFlags[] = {"ids", "help"};
+const char* kFlags[] = {"ids", "help", "jsonl"};
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -266,14 +283,69 @@ int cmd_inspect(const Args& a) {
   return 0;
 }
 
+// tokenize --model PATH [--tokenizer FILE] | --tokenizer DIR, then TEXT or --jsonl.
 int cmd_tokenize(const Args& a) {
-  only(a, {"model", "tokenizer"});
-  auto m = open_model(a);
-  if (!m.tokenizer) throw Error("no tokenizer: give --tokenizer FILE");
-  if (a.pos.size() != 1) throw Error("tokenize takes one TEXT argument");
-  auto ids = m.tokenizer->encode(a.pos[0], m.bos_prompt);
-  for (size_t i = 0; i < ids.size(); ++i) std::printf(i ? " %d" : "%d", ids[i]);
-  std::printf("\n");
+  only(a, {"model", "tokenizer", "jsonl"});
+  std::shared_ptr<const ds::Tokenizer> tok;
+  bool bos = false;
+  if (a.has("model")) {
+    auto m = open_model(a);
+    if (!m.tokenizer) throw Error("no tokenizer: give --tokenizer FILE");
+    tok = m.tokenizer;
+    bos = m.bos_prompt;
+  } else if (a.has("tokenizer")) {
+    // Without a model only GPT-2 tokenizers: a llama2.c tokenizer.bin does not say its
+    // vocabulary size.
+    const std::string path = a.str("tokenizer");
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) {
+      tok = ds::load_gpt2_tokenizer_dir(path);
+    } else if (std::filesystem::is_regular_file(path, ec) && path.size() >= 5 &&
+               path.compare(path.size() - 5, 5, ".json") == 0) {
+      tok = std::make_shared<ds::GPT2Tokenizer>(ds::GPT2Tokenizer::from_tokenizer_json(path));
+    } else if (std::filesystem::exists(path, ec)) {
+      throw Error("--tokenizer " + path +
+                  " without --model must be a folder with vocab.json + merges.txt or tokenizer.json (or a "
+                  "tokenizer.json file); a llama2.c tokenizer.bin needs the model's vocabulary size: give --model "
+                  "PATH too");
+    } else {
+      throw Error("--tokenizer " + path + ": no such file or folder");
+    }
+  } else {
+    throw Error("tokenize needs --model PATH or --tokenizer DIR");
+  }
+  auto print_ids = [](const std::vector<int>& ids) {
+    for (size_t i = 0; i < ids.size(); ++i) std::printf(i ? " %d" : "%d", ids[i]);
+    std::printf("\n");
+  };
+  if (!a.has("jsonl")) {
+    if (a.pos.size() != 1) throw Error("tokenize takes one TEXT argument (or --jsonl)");
+    print_ids(tok->encode(a.pos[0], bos));
+    return 0;
+  }
+  // One JSON object {"text": ...} a line on stdin; {"text": ..., "ids": [...]} a line out.
+  if (!a.pos.empty()) throw Error("tokenize --jsonl reads standard input and takes no TEXT argument");
+  std::string line;
+  for (long line_no = 1; std::getline(std::cin, line); ++line_no) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json in;
+    try {
+      in = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      std::string why = e.what();  // "[json.exception...] parse error at line 1, column C: why"
+      if (auto c = why.find("column "); c != std::string::npos && why.find(": ", c) != std::string::npos)
+        why = "at " + why.substr(c, why.find(": ", c) - c) + ": " + why.substr(why.find(": ", c) + 2);
+      throw Error("standard input line " + std::to_string(line_no) + ": invalid JSON " + why);
+    }
+    if (!in.is_object() || !in.contains("text") || !in["text"].is_string())
+      throw Error("standard input line " + std::to_string(line_no) + ": expected an object with a string \"text\"");
+    nlohmann::ordered_json out;
+    out["text"] = in["text"];
+    out["ids"] = tok->encode(in["text"].get_ref<const std::string&>(), bos);
+    const std::string s = out.dump() + "\n";
+    std::fwrite(s.data(), 1, s.size(), stdout);
+  }
+  if (std::cin.bad()) throw Error("error reading standard input");
   return 0;
 }
 
@@ -301,6 +373,10 @@ int main(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       return 0;
     }
+    // train, eval and batch parse their own options (app/cli/train_cmds.cpp).
+    if (argc >= 2 && !std::strcmp(argv[1], "train")) return cmd_train(argc, argv);
+    if (argc >= 2 && !std::strcmp(argv[1], "eval")) return cmd_eval(argc, argv);
+    if (argc >= 2 && !std::strcmp(argv[1], "batch")) return cmd_batch(argc, argv);
     Args a = parse(argc, argv);
     if (a.cmd == "generate") return cmd_generate(a);
     if (a.cmd == "bench") return cmd_bench(a);

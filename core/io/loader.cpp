@@ -1,8 +1,12 @@
 #include "io/loader.h"
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "io/llama2c.h"
+#include "io/model_folder.h"
+#include "text/char_tokenizer.h"
+#include "text/gpt2_tokenizer.h"
 #include "text/llama_tokenizer.h"
 #include "util/error.h"
 
@@ -10,11 +14,11 @@ namespace fs = std::filesystem;
 
 namespace ds {
 
-LoadedModel load_model(const std::string& path, const std::string& tokenizer_path) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) throw Error(path + ": no such file or folder");
-  if (fs::is_directory(path, ec))
-    throw Error(path + ": is a folder; this version opens llama2.c checkpoints (.bin files)");
+namespace {
+
+constexpr const char* kBuiltin = "builtin:";
+
+LoadedModel load_llama2c_model(const std::string& path, const std::string& tokenizer_path) {
   LoadedModel out;
   Llama2cModel m = load_llama2c(path);
   out.kind = "llama2c";
@@ -22,6 +26,7 @@ LoadedModel load_model(const std::string& path, const std::string& tokenizer_pat
   out.stop_ids = {1};  // llama2.c's run.c stops when it draws BOS
   out.bos_prompt = true;
   std::string tp = tokenizer_path;
+  std::error_code ec;
   if (tp.empty()) {
     fs::path beside = fs::path(path).parent_path() / "tokenizer.bin";
     if (fs::exists(beside, ec)) tp = beside.string();
@@ -30,6 +35,83 @@ LoadedModel load_model(const std::string& path, const std::string& tokenizer_pat
     out.tokenizer = std::make_shared<LlamaTokenizer>(LlamaTokenizer::load(tp, m.cfg.vocab_size));
   out.model = std::make_shared<const Model>(std::move(m.cfg), std::move(m.w));
   return out;
+}
+
+LoadedModel load_folder_model(const std::string& dir, const std::string& tokenizer_path, const std::string& name) {
+  FolderModel f = load_model_folder(dir);
+  LoadedModel out;
+  out.kind = f.format;
+  out.name = name;
+  out.training = f.training;
+  if (f.cfg.eos_id >= 0) out.stop_ids = {f.cfg.eos_id};
+  if (f.tokenizer_kind == "chars") {
+    if (!tokenizer_path.empty())
+      throw Error(dir + " carries its own character vocabulary; no separate tokenizer can be given");
+    out.tokenizer = std::make_shared<const CharTokenizer>(f.chars_vocab, f.cfg.bos_id);
+    out.bos_prompt = f.cfg.bos_id >= 0;
+  } else {
+    out.tokenizer = load_gpt2_tokenizer_dir(tokenizer_path.empty() ? dir : tokenizer_path);
+    out.bos_prompt = false;  // GPT-2's prompt is the text alone
+  }
+  if (out.tokenizer->vocab_size() > f.cfg.vocab_size)
+    throw Error(dir + ": the tokenizer has " + std::to_string(out.tokenizer->vocab_size()) +
+                " tokens but the model only " + std::to_string(f.cfg.vocab_size));
+  out.model = std::make_shared<const Model>(std::move(f.cfg), std::move(f.w));
+  return out;
+}
+
+std::string executable_dir() {
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string() : exe.parent_path().string();
+}
+
+}  // namespace
+
+std::string resolve_builtin(const std::string& name) {
+  bool ok = !name.empty() && name.size() <= 128 && name[0] != '.';
+  for (char c : name)
+    ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+                c == '.');
+  if (!ok) throw Error("builtin:" + name + ": a built-in model name is letters, digits, '_', '-' and '.'");
+  std::vector<fs::path> roots;
+  if (const char* env = std::getenv("DECODERSCOPE_ASSETS"); env && *env) roots.emplace_back(env);
+  if (std::string exe = executable_dir(); !exe.empty()) {
+    roots.push_back(fs::path(exe) / ".." / "assets");
+    roots.push_back(fs::path(exe) / ".." / "share" / "decoderscope" / "assets");
+  }
+  roots.push_back(fs::path(DS_SOURCE_DIR) / "assets");
+  std::string searched;
+  for (const fs::path& r : roots) {
+    const fs::path p = (r / "models" / name).lexically_normal();
+    std::error_code ec;
+    if (fs::is_directory(p, ec)) return p.string();
+    searched += (searched.empty() ? "" : ", ") + p.string();
+  }
+  throw Error("builtin:" + name + ": no such built-in model; looked in " + searched +
+              " (set DECODERSCOPE_ASSETS to the assets folder)");
+}
+
+LoadedModel load_model(const std::string& path, const std::string& tokenizer_path) {
+  if (path.rfind(kBuiltin, 0) == 0) {
+    const std::string name = path.substr(std::string(kBuiltin).size());
+    return load_folder_model(resolve_builtin(name), tokenizer_path, name);
+  }
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw Error(path + ": no such file or folder");
+  if (fs::is_directory(path, ec)) {
+    std::string name = fs::path(path).filename().string();
+    if (name.empty()) name = fs::path(path).parent_path().filename().string();  // "dir/"
+    return load_folder_model(path, tokenizer_path, name);
+  }
+  return load_llama2c_model(path, tokenizer_path);
+}
+
+std::vector<int> encode_prompt(const LoadedModel& m, std::string_view text) {
+  if (!m.tokenizer) throw Error(m.name + ": no tokenizer was found for this model");
+  std::vector<int> ids = m.tokenizer->encode(text, m.bos_prompt);
+  if (ids.empty() && m.model && m.model->cfg.eos_id >= 0) ids.push_back(m.model->cfg.eos_id);
+  return ids;
 }
 
 }  // namespace ds

@@ -2,6 +2,7 @@
 // Opens any model the engine knows from a path, with its tokenizer.
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/model.h"
@@ -12,14 +13,32 @@ namespace ds {
 struct LoadedModel {
   std::shared_ptr<const Model> model;
   std::shared_ptr<const Tokenizer> tokenizer;  // null when none was found
-  std::string kind;                            // "llama2c"
+  std::string kind;                            // "llama2c", "gpt2" or "decoderscope"
   std::string name;                            // file or folder name, for titles
   std::vector<int> stop_ids;                   // tokens that end generation
   bool bos_prompt = false;                     // the tokenizer's encode starts with BOS
+  std::string training;                        // decoderscope folders: the "training" JSON, or ""
 };
 
-// path: a llama2.c .bin checkpoint. tokenizer_path: a tokenizer file; when empty,
-// a tokenizer.bin beside the model is used if present. Throws ds::Error.
+// path:
+//  * a llama2.c .bin checkpoint; tokenizer_path: a tokenizer.bin, or when empty the
+//    tokenizer.bin beside the model if present;
+//  * a model folder (see io/model_folder.h): a Hugging Face GPT-2 folder (GPT-2 BPE
+//    tokenizer from the folder, or from the folder tokenizer_path when given) or
+//    decoderscope's own (its tokenizer);
+//  * "builtin:NAME": the folder assets/models/NAME, looked up under
+//    $DECODERSCOPE_ASSETS, then <executable dir>/../assets and
+//    <executable dir>/../share/decoderscope/assets, then the source tree's assets.
+// Throws ds::Error.
 LoadedModel load_model(const std::string& path, const std::string& tokenizer_path = "");
+
+// The folder "builtin:NAME" refers to; throws ds::Error listing the places searched.
+std::string resolve_builtin(const std::string& name);
+
+// The prompt ids this model expects for text: the tokenizer's encode (with BOS when
+// bos_prompt). A text that encodes to nothing becomes [eos_id] for models whose
+// prompts carry no BOS (GPT-2 starts from <|endoftext|>). Throws ds::Error when the
+// model has no tokenizer.
+std::vector<int> encode_prompt(const LoadedModel& m, std::string_view text);
 
 }  // namespace ds

@@ -1,0 +1,295 @@
+// decoderscope-cli train | eval | batch: training the built-in models, measuring them
+// through the normal loader and engine (what ships), and running one input per line.
+//
+//   train --task dates|adder --out DIR [--seed S] [--steps N] [--threads N]
+//   eval  --model DIR --task dates|adder --samples N [--seed S] [--attention]
+//   batch --model DIR [--threads N]
+#include "train_cmds.h"
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "io/loader.h"
+#include "io/model_folder.h"
+#include "model/model.h"
+#include "train/tasks.h"
+#include "train/train.h"
+#include "util/error.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using ds::Error;
+using ds::train::Task;
+
+struct Opts {
+  std::string cmd;
+  std::map<std::string, std::string> kv;
+  bool has(const std::string& k) const { return kv.count(k) != 0; }
+  std::string str(const std::string& k, const std::string& def = "") const {
+    auto it = kv.find(k);
+    return it == kv.end() ? def : it->second;
+  }
+  long long integer(const std::string& k, long long def, long long lo, long long hi) const {
+    if (!has(k)) return def;
+    const std::string& s = kv.at(k);
+    char* end = nullptr;
+    long long v = std::strtoll(s.c_str(), &end, 10);
+    if (s.empty() || *end || v < lo || v > hi)
+      throw Error("--" + k + " must be an integer in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got '" +
+                  s + "'");
+    return v;
+  }
+};
+
+Opts parse(int argc, char** argv, std::initializer_list<const char*> known, std::initializer_list<const char*> flags) {
+  Opts o;
+  o.cmd = argc > 1 ? argv[1] : "";
+  for (int i = 2; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s.rfind("--", 0) != 0 || s.size() <= 2) throw Error(o.cmd + ": unexpected argument '" + s + "'");
+    std::string k = s.substr(2), v;
+    bool is_flag = false;
+    for (auto* f : flags) is_flag |= k == f;
+    if (auto eq = k.find('='); eq != std::string::npos) {
+      v = k.substr(eq + 1);
+      k = k.substr(0, eq);
+    } else if (!is_flag) {
+      if (i + 1 >= argc) throw Error("option --" + k + " needs a value");
+      v = argv[++i];
+    }
+    bool ok = is_flag;
+    for (auto* n : known) ok |= k == n;
+    if (!ok) throw Error("unknown option --" + k + " for " + o.cmd);
+    o.kv[k] = v;
+  }
+  return o;
+}
+
+std::atomic<bool> g_stop{false};
+extern "C" void on_sigint(int) { g_stop.store(true); }
+
+std::string duration(double s) {
+  int t = int(s + 0.5);
+  char b[32];
+  if (t >= 3600)
+    std::snprintf(b, sizeof b, "%dh%02dm%02ds", t / 3600, t / 60 % 60, t % 60);
+  else
+    std::snprintf(b, sizeof b, "%dm%02ds", t / 60, t % 60);
+  return b;
+}
+
+// Greedy output of one input through a loaded model: the generated ids (</s> and
+// anything after it dropped). Throws ds::Error for bad input.
+std::vector<int> run_one(ds::Engine& e, const ds::LoadedModel& m, const std::string& input) {
+  const ds::Config& c = m.model->cfg;
+  if (!m.tokenizer) throw Error("the model has no tokenizer");
+  if (input.empty()) throw Error("empty input");
+  std::vector<int> ids = m.tokenizer->encode(input, false);
+  std::vector<int> src, prompt;
+  if (c.encoder_decoder) {
+    if (int(ids.size()) > c.max_src)
+      throw Error("input of " + std::to_string(ids.size()) + " characters; this model reads at most " +
+                  std::to_string(c.max_src));
+    src = ids;
+    prompt = {c.bos_id};
+  } else {
+    prompt.reserve(ids.size() + 1);
+    if (c.bos_id >= 0) prompt.push_back(c.bos_id);
+    for (int id : ids) prompt.push_back(id);
+    if (int(prompt.size()) >= c.max_seq)
+      throw Error("input of " + std::to_string(ids.size()) + " characters leaves no room to answer in this model's " +
+                  std::to_string(c.max_seq) + " positions");
+  }
+  int eos = c.eos_id >= 0 ? c.eos_id : (m.stop_ids.empty() ? -1 : m.stop_ids[0]);
+  auto out = ds::train::greedy_decode(e, src, prompt, eos, c.max_seq);
+  if (!out.empty() && out.back() == eos) out.pop_back();
+  return out;
+}
+
+std::string text_of(const ds::LoadedModel& m, const std::vector<int>& ids) {
+  std::string s;
+  int prev = -1;
+  for (int id : ids) {
+    s += m.tokenizer->decode(prev, id);
+    prev = id;
+  }
+  return s;
+}
+
+std::string command_line(const std::string& task, const std::string& out, uint64_t seed, int steps) {
+  return "decoderscope-cli train --task " + task + " --out " + out + " --seed " + std::to_string(seed) +
+         " --steps " + std::to_string(steps);
+}
+
+}  // namespace
+
+int cmd_train(int argc, char** argv) {
+  Opts o = parse(argc, argv, {"task", "out", "seed", "steps", "threads"}, {});
+  if (!o.has("task")) throw Error("train: --task dates|adder is required");
+  if (!o.has("out")) throw Error("train: --out DIR is required");
+  ds::train::TrainSpec spec = ds::train::default_spec(o.str("task"));
+  spec.seed = uint64_t(o.integer("seed", 1, 0, (1LL << 53)));
+  spec.steps = int(o.integer("steps", spec.steps, 1, 10000000));
+  const int threads = int(o.integer("threads", 2, 1, 256));
+  const std::string out = o.str("out");
+  const Task task = Task::make(spec.task);
+
+  std::printf("training %s (%s): %s\n", spec.task.c_str(), task.answer_note().c_str(),
+              ds::train::make_config(spec, task).describe().c_str());
+  std::printf("seed %llu, %d steps of %d sequences, %d thread(s); checkpoint %s every %d steps (Ctrl-C saves it)\n",
+              (unsigned long long)spec.seed, spec.steps, spec.batch, threads,
+              ds::train::checkpoint_path(out).c_str(), spec.checkpoint_every);
+  std::fflush(stdout);
+  g_stop = false;
+  auto old = std::signal(SIGINT, on_sigint);
+  ds::train::TrainResult r;
+  try {
+    r = ds::train::run_training(
+        spec, out, threads,
+        [&](const ds::train::TrainProgress& p) {
+          std::printf("step %6d/%d  loss %.4f", p.step, p.steps, p.loss);
+          if (p.val_acc >= 0) std::printf("  val exact %6.2f%%", 100 * p.val_acc);
+          std::printf("  elapsed %s  left %s\n", duration(p.elapsed).c_str(), duration(p.left).c_str());
+          std::fflush(stdout);
+        },
+        &g_stop);
+  } catch (...) {
+    std::signal(SIGINT, old);
+    throw;
+  }
+  // Ctrl-C from here on (final evaluation, writing the folder) is ignored: the
+  // trained state is complete and the folder is written in a few seconds.
+  struct Restore {
+    void (*old)(int);
+    ~Restore() { std::signal(SIGINT, old); }
+  } restore{old};
+  if (r.resumed) std::printf("(resumed from %s)\n", ds::train::checkpoint_path(out).c_str());
+  if (r.interrupted) {
+    std::printf("interrupted at step %d; state saved to %s; run the same command again to resume\n", r.step,
+                ds::train::checkpoint_path(out).c_str());
+    return 130;
+  }
+  // Final figure on 2,000 fresh samples (another stream than the validation set).
+  auto model = std::make_shared<const ds::Model>(r.cfg, r.weights);
+  auto fresh = ds::train::fresh_samples(task, spec.seed + 1000003, 2000);
+  double acc = ds::train::exact_match(model, task, fresh);
+  nlohmann::json training = {
+      {"task", spec.task},
+      {"seed", spec.seed},
+      {"steps", r.step},
+      {"answer", task.answer_note()},
+      {"validation_exact_match", r.val_acc},
+      {"validation_samples", spec.val_samples},
+      {"fresh_exact_match", acc},
+      {"fresh_samples", 2000},
+      {"train_seconds", r.elapsed},
+      {"final_loss", r.last_loss},
+      {"spec", nlohmann::json::parse(ds::train::spec_to_json(spec))},
+      {"command", command_line(spec.task, out, spec.seed, spec.steps)},
+  };
+  if (task.kind() == ds::train::TaskKind::Adder) training["answer_reversed"] = true;
+  nlohmann::json tok = {{"kind", "chars"}, {"vocab", task.vocab()}};
+  ds::save_model_folder(out, r.cfg, r.weights, tok, {{"training", training}}, "F32");
+  std::error_code ec;
+  fs::remove(ds::train::checkpoint_path(out), ec);
+  std::printf("validation exact match %.2f%% (%d samples), fresh %.2f%% (2000 samples); %s\n", 100 * r.val_acc,
+              spec.val_samples, 100 * acc, duration(r.elapsed).c_str());
+  std::printf("wrote %s (config.json, model.safetensors)\n", out.c_str());
+  return 0;
+}
+
+int cmd_eval(int argc, char** argv) {
+  Opts o = parse(argc, argv, {"model", "task", "samples", "seed"}, {"attention", "show-wrong"});
+  if (!o.has("model")) throw Error("eval: --model DIR is required");
+  if (!o.has("task")) throw Error("eval: --task dates|adder is required");
+  const Task task = Task::make(o.str("task"));
+  const int n = int(o.integer("samples", 2000, 1, 10000000));
+  const uint64_t seed = uint64_t(o.integer("seed", 12345, 0, (1LL << 53)));
+  ds::LoadedModel m = ds::load_model(o.str("model"));
+  if (!m.tokenizer) throw Error(o.str("model") + ": the model has no tokenizer");
+  if (m.model->cfg.encoder_decoder != task.encoder_decoder())
+    throw Error(o.str("model") + " is " + (m.model->cfg.encoder_decoder ? "an encoder-decoder" : "a decoder-only") +
+                " model; task " + task.name() + " needs the other kind");
+  ds::Engine e(m.model);
+  auto samples = ds::train::fresh_samples(task, seed, n);
+  int ok = 0;
+  std::map<int, std::pair<int, int>> per_format;  // format -> (ok, total)
+  int shown = 0;
+  for (auto& s : samples) {
+    std::string got;
+    try {
+      got = text_of(m, run_one(e, m, s.input));
+    } catch (const Error& err) {
+      got = std::string("<error: ") + err.what() + ">";
+    }
+    bool good = got == s.answer;
+    ok += good;
+    per_format[s.format].first += good;
+    per_format[s.format].second += 1;
+    if (!good && o.has("show-wrong") && shown++ < 20)
+      std::printf("  wrong: %-32s -> %s (want %s)\n", s.input.c_str(), got.c_str(), s.answer.c_str());
+  }
+  std::printf("%s on %s: exact match %.2f%% (%d/%d fresh samples, seed %llu)\n", m.name.c_str(), task.name().c_str(),
+              100.0 * ok / n, ok, n, (unsigned long long)seed);
+  if (task.kind() == ds::train::TaskKind::Dates) {
+    for (auto& [f, c] : per_format)
+      std::printf("  %-28s %6.2f%% (%d/%d)\n", ds::train::date_format_name(f), 100.0 * c.first / c.second, c.first,
+                  c.second);
+  }
+  if (o.has("attention")) {
+    if (task.kind() != ds::train::TaskKind::Dates) throw Error("--attention is for the dates task");
+    std::vector<std::vector<int>> srcs, years;
+    for (auto& s : samples) {
+      srcs.push_back(m.tokenizer->encode(s.input, false));
+      // The year is the only run of four digits in the source.
+      std::vector<int> yp;
+      for (size_t i = 0; i + 4 <= s.input.size(); ++i) {
+        bool four = true;
+        for (size_t k = 0; k < 4; ++k) four &= std::isdigit(static_cast<unsigned char>(s.input[i + k])) != 0;
+        if (four) {
+          for (int k = 0; k < 4; ++k) yp.push_back(int(i) + k);
+          break;
+        }
+      }
+      years.push_back(yp);
+    }
+    const ds::Config& c = m.model->cfg;
+    auto r = ds::train::year_attention(m.model, srcs, years, c.bos_id, c.eos_id);
+    std::printf("cross-attention on the source year while writing the four year digits (head average, argmax):\n");
+    for (size_t l = 0; l < r.per_digit.size(); ++l)
+      std::printf("  layer %zu: %6.2f%% of year digits, all four in %6.2f%% of samples\n", l, 100 * r.per_digit[l],
+                  100 * r.all_four[l]);
+  }
+  return 0;
+}
+
+int cmd_batch(int argc, char** argv) {
+  Opts o = parse(argc, argv, {"model", "tokenizer"}, {});
+  if (!o.has("model")) throw Error("batch: --model DIR is required");
+  ds::LoadedModel m = ds::load_model(o.str("model"), o.str("tokenizer"));
+  if (!m.tokenizer) throw Error(o.str("model") + ": the model has no tokenizer");
+  ds::Engine e(m.model);
+  std::string line;
+  int n = 0;
+  while (std::getline(std::cin, line)) {
+    ++n;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    try {
+      std::printf("%s\n", text_of(m, run_one(e, m, line)).c_str());
+    } catch (const std::exception& err) {
+      std::printf("error: line %d: %s\n", n, err.what());
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}

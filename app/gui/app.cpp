@@ -1,0 +1,831 @@
+// The window: menu, text boxes, stepping controls, token strip, the views' tabs and the
+// status line; the worker's events are folded into the window's copy of the trace here.
+#include "app.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "imgui_stdlib.h"
+#include "models.h"
+#include "util/error.h"
+
+namespace dsgui {
+
+const char* kViewHelp[kViewCount] = {
+    "Each row is a token reading earlier tokens: the brighter a cell, the more that token looks at the one in "
+    "its column. Hatched cells are masked: a token may not look at tokens that come after it.",
+    "Every attention head of every layer at once, as small maps: click one to open it, right-click to switch it "
+    "off and see how the next-token probabilities change.",
+    "In an encoder-decoder model each output token reads the source text through cross-attention: rows are output "
+    "tokens, columns are source tokens, and the source below is tinted by how much the selected token reads it.",
+    "The residual stream is the running sum each layer adds to: these are its lengths (norms) before attention, "
+    "after attention and after the feed-forward layer, per layer and position.",
+    "The model's probabilities for the next token, before and after temperature, top-k and top-p, and the random "
+    "number that picked the token that came out.",
+    "What the model would predict if it stopped after each layer: each layer's residual stream read through the "
+    "final norm and the output head.",
+    "Fork the generation at a step and try other settings, another seed or a head switched off, then compare the "
+    "two continuations side by side.",
+};
+
+App::App() {
+  sampler.temperature = 1.0f;
+  sampler.top_p = 0.9f;
+  sampler.top_k = 0;
+  sampler.seed = 0;
+}
+
+int App::selected_position() const {
+  if (cursor < 0 || cursor >= int(trace.steps.size())) return -1;
+  int n = trace.positions(cursor);
+  if (sel_pos >= 0 && sel_pos < n) return sel_pos;
+  return n - 1;
+}
+
+RenderTarget& App::target(const std::string& name) {
+  auto& p = targets[name];
+  if (!p) p = std::make_unique<RenderTarget>();
+  return *p;
+}
+
+std::vector<std::string> App::position_labels(int n) const {
+  std::vector<std::string> out;
+  auto toks = tokens();
+  for (int i = 0; i < n; ++i)
+    out.push_back(i < int(toks.size()) ? shorten(visible(toks[i].text), 10) : std::to_string(i));
+  return out;
+}
+
+std::vector<std::string> App::source_labels() const {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < trace.source.size(); ++i)
+    out.push_back(shorten(visible(i < trace.source_text.size() ? trace.source_text[i] : "#"), 10));
+  return out;
+}
+
+void App::say(const std::string& s) {
+  status = s;
+  status_time = ImGui::GetTime();
+}
+
+void App::fail(const std::string& s) {
+  error = s;
+  if (!scripted) std::fprintf(stderr, "decoderscope: %s\n", s.c_str());
+}
+
+// ---- actions
+
+void App::load_model(const std::string& spec, const std::string& tokenizer) {
+  worker.cancel();
+  playing = false;
+  Command c;
+  c.kind = Command::Load;
+  c.a = spec;
+  c.b = tokenizer;
+  worker.post(c);
+  send_sampler();
+  loading = true;
+  loading_since = ImGui::GetTime();
+  loading_what = spec;
+  error.clear();
+}
+
+void App::start() {
+  if (!model) {
+    fail("no model is loaded: pick one in the Model box");
+    return;
+  }
+  worker.cancel();
+  playing = false;
+  replay = false;
+  send_heads();
+  Command c;
+  c.kind = Command::Start;
+  c.a = prompt;
+  c.b = source;
+  worker.post(c);
+  error.clear();
+}
+
+void App::step_forward() {
+  if (cursor + 1 < int(trace.steps.size())) {
+    ++cursor;
+    sel_pos = -1;
+    return;
+  }
+  if (replay || !model || done || worker.busy()) return;
+  Command c;
+  c.kind = Command::Step;
+  c.n = 1;
+  worker.post(c);
+  steps_wanted = 1;
+}
+
+void App::step_back() {
+  if (cursor > 0) {
+    --cursor;
+    sel_pos = -1;
+  }
+}
+
+void App::run_to_end() {
+  cursor = int(trace.steps.size()) - 1;
+  if (replay || !model || done) return;
+  Command c;
+  c.kind = Command::Step;
+  c.n = -1;
+  worker.post(c);
+  steps_wanted = -1;
+}
+
+void App::reset() {
+  playing = false;
+  if (replay) {
+    cursor = trace.steps.empty() ? -1 : 0;
+    return;
+  }
+  rewind_engine(0);
+}
+
+void App::toggle_play() {
+  playing = !playing;
+  if (!playing) worker.cancel();
+  next_play = 0;
+}
+
+void App::rewind_engine(int keep) {
+  if (replay) return;
+  worker.cancel();
+  Command c;
+  c.kind = Command::Rewind;
+  c.n = keep;
+  worker.post(c);
+  cursor = std::min(cursor, keep - 1);
+  sel_pos = -1;
+}
+
+void App::redraw_step(int s) {
+  if (replay || s < 0 || s >= int(trace.steps.size())) return;
+  before = trace.steps[s].sample;
+  before_step = s;
+  before_label = "before re-drawing";
+  send_sampler();
+  rewind_engine(s);
+  Command c;
+  c.kind = Command::Step;
+  c.n = 1;
+  worker.post(c);
+  steps_wanted = 1;
+}
+
+void App::rerun_with_heads(int s) {
+  if (replay || s < 0 || s >= int(trace.steps.size())) return;
+  before = trace.steps[s].sample;
+  before_step = s;
+  before_label = heads_off.empty() ? "before switching the heads back on" : "with every head on";
+  send_heads();
+  rewind_engine(s);
+  Command c;
+  c.kind = Command::Step;
+  c.n = 1;
+  worker.post(c);
+  steps_wanted = 1;
+}
+
+void App::send_sampler() {
+  try {
+    ds::validate(sampler);
+  } catch (const ds::Error& e) {
+    fail(e.what());
+    return;
+  }
+  Command c;
+  c.kind = Command::Sampler;
+  c.sampler = sampler;
+  worker.post(c);
+}
+
+void App::send_heads() {
+  Command c;
+  c.kind = Command::Heads;
+  c.heads = heads_off;
+  worker.post(c);
+}
+
+void App::fork_here() {
+  if (replay || cursor < 0) return;
+  Branch b;
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "T %.2f, top-k %d, top-p %.2f, seed %llu%s", sampler.temperature, sampler.top_k,
+                sampler.top_p, (unsigned long long)sampler.seed,
+                heads_off.empty() ? "" : (", " + std::to_string(heads_off.size()) + " heads off").c_str());
+  b.label = buf;
+  b.trace = trace;
+  b.fork_step = cursor;
+  branches.push_back(std::move(b));
+  branch_shown = int(branches.size()) - 1;
+  const int at = cursor;
+  rewind_engine(at);
+  say("forked at step " + std::to_string(at + 1) + ": change the seed, the temperature or a head, then press Step");
+}
+
+bool App::open_trace(const std::string& path) {
+  try {
+    ds::Trace t = ds::Trace::load(path);
+    // The window's own addition to the file: the logit lens of every position.
+    std::map<int, LensResult> lens_by_pos;
+    try {
+      std::ifstream f(path);
+      nlohmann::json j = nlohmann::json::parse(f);
+      if (j.contains("gui_logit_lens"))
+        for (auto& p : j.at("gui_logit_lens")) {
+          LensResult r;
+          r.pos = p.at("pos").get<int>();
+          for (auto& row : p.at("rows")) {
+            LensRow lr;
+            lr.label = row.at("label").get<std::string>();
+            lr.ids = row.at("ids").get<std::vector<int>>();
+            lr.texts = row.at("texts").get<std::vector<std::string>>();
+            lr.probs = row.at("probs").get<std::vector<float>>();
+            r.rows.push_back(std::move(lr));
+          }
+          lens_by_pos[r.pos] = std::move(r);
+        }
+    } catch (const std::exception&) {
+      lens_by_pos.clear();  // a trace without a readable lens still replays
+    }
+    worker.cancel();
+    playing = false;
+    trace = std::move(t);
+    replay_lens = std::move(lens_by_pos);
+    ++version;
+    replay = true;
+    done = true;
+    cursor = int(trace.steps.size()) - 1;
+    sel_pos = -1;
+    layer = std::clamp(layer, 0, std::max(0, trace.config.n_layers - 1));
+    head = std::clamp(head, -1, trace.config.n_heads - 1);
+    say("opened " + path + ": " + std::to_string(trace.steps.size()) + " steps (replay, nothing is recomputed)");
+    error.clear();
+    return true;
+  } catch (const std::exception& e) {
+    fail(e.what());
+    return false;
+  }
+}
+
+bool App::save_trace(const std::string& path) {
+  if (trace.steps.empty()) {
+    fail("there is nothing to save yet: take a step first");
+    return false;
+  }
+  auto t = std::make_shared<ds::Trace>(trace);
+  if (model && t->model_name.empty()) t->model_name = model->name;
+  Command c;
+  c.kind = Command::SaveTrace;
+  c.a = path;
+  c.trace = std::move(t);
+  worker.post(std::move(c));
+  return true;
+}
+
+// ---- events
+
+void App::handle_events() {
+  for (Event& e : worker.poll()) {
+    switch (e.kind) {
+      case Event::Loading:
+        loading = true;
+        loading_what = e.msg;
+        break;
+      case Event::Loaded: {
+        loading = false;
+        model = e.info;
+        replay = false;
+        trace = ds::Trace{};
+        trace.config = model->cfg;
+        trace.model_name = model->name;
+        ++version;
+        cursor = -1;
+        sel_pos = -1;
+        done = false;
+        heads_off.clear();
+        branches.clear();
+        started = false;
+        before.reset();
+        layer = std::min(layer, model->cfg.n_layers - 1);
+        head = std::min(head, model->cfg.n_heads - 1);
+        cross_layer = std::min(cross_layer, model->cfg.n_layers - 1);
+        cross_head = std::min(cross_head, model->cfg.n_heads - 1);
+        if (!keep_text) {
+          prompt = model->prompt;
+          source = model->source;
+        }
+        keep_text = false;
+        char buf[64];
+        std::snprintf(buf, sizeof buf, " in %.1f s", model->load_seconds);
+        say("loaded " + model->name + (scripted ? "" : buf));
+        start();
+        break;
+      }
+      case Event::Started:
+        trace = ds::Trace{};
+        trace.config = model ? model->cfg : trace.config;
+        trace.model_name = model ? model->name : "";
+        trace.source = std::move(e.source);
+        trace.source_text = std::move(e.source_text);
+        trace.encoder = std::move(e.encoder);
+        ++version;
+        cursor = -1;
+        sel_pos = -1;
+        done = false;
+        started = true;
+        break;
+      case Event::Step: {
+        if (e.index < int(trace.steps.size())) trace.steps.resize(e.index);
+        bool follow = cursor >= int(trace.steps.size()) - 1;
+        trace.steps.push_back(*e.step);
+        ++version;
+        if (follow) {
+          cursor = int(trace.steps.size()) - 1;
+          sel_pos = -1;
+        }
+        done = e.done;
+        last_step_seconds = e.seconds;
+        if (steps_wanted > 0) --steps_wanted;
+        break;
+      }
+      case Event::Truncate:
+        if (e.index < int(trace.steps.size())) trace.steps.resize(e.index);
+        ++version;
+        cursor = std::min(cursor, int(trace.steps.size()) - 1);
+        done = false;
+        break;
+      case Event::Lens:
+        if (e.lens.version == lens_key) {
+          lens = std::move(e.lens);
+          lens_pending = false;
+        }
+        break;
+      case Event::Saved:
+        say("saved the trace to " + e.msg);
+        break;
+      case Event::Error:
+        loading = false;
+        steps_wanted = 0;
+        playing = false;
+        lens_pending = false;
+        fail(e.msg);
+        break;
+      case Event::Idle:
+        steps_wanted = 0;
+        break;
+    }
+  }
+}
+
+void App::tick(double now) {
+  if (!playing) return;
+  if (now < next_play) return;
+  if (cursor + 1 < int(trace.steps.size())) {
+    ++cursor;
+    sel_pos = -1;
+  } else if (done || replay) {
+    playing = false;
+    return;
+  } else if (!worker.busy()) {
+    step_forward();
+  } else {
+    return;  // wait for the step in progress
+  }
+  next_play = now + 1.0 / std::max(0.1f, speed);
+}
+
+void App::shortcuts() {
+  ImGuiIO& io = ImGui::GetIO();
+  if (io.KeyCtrl) {
+    bool plus = ImGui::IsKeyPressed(GLFW_KEY_EQUAL) || ImGui::IsKeyPressed(GLFW_KEY_KP_ADD);
+    bool minus = ImGui::IsKeyPressed(GLFW_KEY_MINUS) || ImGui::IsKeyPressed(GLFW_KEY_KP_SUBTRACT);
+    if (plus) ui_scale = std::min(3.0f, ui_scale * 1.15f), font_dirty = true;
+    if (minus) ui_scale = std::max(0.6f, ui_scale / 1.15f), font_dirty = true;
+    if (ImGui::IsKeyPressed(GLFW_KEY_0)) ui_scale = 1.0f, font_dirty = true;
+    if (ImGui::IsKeyPressed(GLFW_KEY_Q)) quit = true;
+    return;
+  }
+  if (ImGui::IsKeyPressed(GLFW_KEY_F12, false)) screenshot_request = png_path;
+  if (io.WantTextInput) return;
+  if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_RightArrow))) step_forward();
+  if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_LeftArrow))) step_back();
+  if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Space), false)) toggle_play();
+  if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Home), false)) cursor = trace.steps.empty() ? -1 : 0;
+  if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_End), false)) run_to_end();
+}
+
+// ---- the window
+
+void App::menu_bar() {
+  if (!ImGui::BeginMenuBar()) return;
+  bool open_trace_popup = false, save_trace_popup = false, png_popup = false, open_model_popup = false;
+  if (ImGui::BeginMenu("File")) {
+    if (ImGui::MenuItem("Open model file or folder...")) open_model_popup = true;
+    if (ImGui::MenuItem("Open a saved trace (replay)...")) open_trace_popup = true;
+    if (ImGui::MenuItem("Save the trace as JSON...", nullptr, false, !trace.steps.empty())) save_trace_popup = true;
+    if (ImGui::MenuItem("Save a picture (PNG)...")) png_popup = true;
+    ImGui::Separator();
+    if (ImGui::MenuItem("Quit", "Ctrl+Q")) quit = true;
+    ImGui::EndMenu();
+  }
+  if (ImGui::BeginMenu("View")) {
+    for (int v = 0; v < kViewCount; ++v)
+      if (ImGui::MenuItem(kViewTitles[v], nullptr, view == v)) view = v, view_request = true;
+    ImGui::Separator();
+    if (ImGui::MenuItem("Dark theme", nullptr, !light)) light = false, font_dirty = true;
+    if (ImGui::MenuItem("Light theme", nullptr, light)) light = true, font_dirty = true;
+    if (ImGui::MenuItem("Bigger", "Ctrl +")) ui_scale = std::min(3.0f, ui_scale * 1.15f), font_dirty = true;
+    if (ImGui::MenuItem("Smaller", "Ctrl -")) ui_scale = std::max(0.6f, ui_scale / 1.15f), font_dirty = true;
+    if (ImGui::MenuItem("Normal size", "Ctrl 0")) ui_scale = 1.0f, font_dirty = true;
+    ImGui::MenuItem("Explain on hover (tooltips)", nullptr, &tooltips);
+    ImGui::MenuItem("Explain each view (caption)", nullptr, &captions);
+    ImGui::EndMenu();
+  }
+  if (ImGui::BeginMenu("Help")) {
+    ImGui::TextUnformatted("Right arrow: step   Left arrow: step back (no recompute)");
+    ImGui::TextUnformatted("Space: play / pause   Home: first step   End: run to the end");
+    ImGui::TextUnformatted("Ctrl + / Ctrl -: bigger / smaller (projector)   F12: save the window as PNG");
+    ImGui::TextUnformatted("Click a token to select the position every view follows.");
+    ImGui::EndMenu();
+  }
+  ImGui::EndMenuBar();
+  if (open_trace_popup) ImGui::OpenPopup("Open trace");
+  if (save_trace_popup) ImGui::OpenPopup("Save trace");
+  if (png_popup) ImGui::OpenPopup("Save PNG");
+  if (open_model_popup) open_model_request = true;
+  const float w = ImGui::GetFontSize() * 30;
+  if (ImGui::BeginPopupModal("Open trace", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
+    ImGui::TextUnformatted("A trace saved before (File > Save, or decoderscope-cli generate --trace).");
+    ImGui::TextUnformatted("Every view works on it without a model; nothing is recomputed.");
+    ImGui::SetNextItemWidth(w);
+    ImGui::InputText("file", &trace_path);
+    if (ImGui::Button("Open")) {
+      if (open_trace(trace_path)) ImGui::CloseCurrentPopup();
+    }
+    ImGui::SameLine();
+    if (ImGui::Button("Cancel")) ImGui::CloseCurrentPopup();
+    ImGui::EndPopup();
+  }
+  if (ImGui::BeginPopupModal("Save trace", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
+    ImGui::SetNextItemWidth(w);
+    ImGui::InputText("file", &trace_path);
+    if (ImGui::Button("Save")) {
+      if (save_trace(trace_path)) ImGui::CloseCurrentPopup();
+    }
+    ImGui::SameLine();
+    if (ImGui::Button("Cancel")) ImGui::CloseCurrentPopup();
+    ImGui::EndPopup();
+  }
+  if (ImGui::BeginPopupModal("Save PNG", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
+    ImGui::SetNextItemWidth(w);
+    ImGui::InputText("file", &png_path);
+    if (ImGui::Button("The whole window")) {
+      screenshot_request = png_path;
+      ImGui::CloseCurrentPopup();
+    }
+    ImGui::SameLine();
+    if (ImGui::Button("The current heatmap")) {
+      heatmap_png_request = png_path;
+      ImGui::CloseCurrentPopup();
+    }
+    ImGui::SameLine();
+    if (ImGui::Button("Cancel")) ImGui::CloseCurrentPopup();
+    ImGui::EndPopup();
+  }
+}
+
+void App::toolbar() {
+  const float font = ImGui::GetFontSize();
+  // Row 1: model and text.
+  ImGui::AlignTextToFramePadding();
+  ImGui::TextUnformatted("Model");
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(font * 16);
+  static std::vector<ModelChoice> choices = model_choices();
+  std::string current = replay ? "(replaying a saved trace)" : model ? model->name : loading ? "(loading)" : "(none)";
+  if (ImGui::BeginCombo("##model", current.c_str())) {
+    for (auto& c : choices) {
+      if (ImGui::Selectable(c.label.c_str(), model && model->spec == c.spec)) load_model(c.spec, "");
+      tooltip(*this, c.help.c_str());
+    }
+    ImGui::Separator();
+    if (ImGui::Selectable("Open file or folder...")) open_model_request = true;
+    ImGui::EndCombo();
+  }
+  tooltip(*this, "Which transformer writes the text. Built-in and random models load at once; big ones take a while.");
+  const bool encdec = model && model->cfg.encoder_decoder;
+  ImGui::SameLine();
+  float avail = ImGui::GetContentRegionAvail().x;
+  float box = std::max(font * 6, (avail - font * 14) / (encdec ? 2.0f : 1.0f));
+  if (encdec) {
+    ImGui::TextUnformatted("Source");
+    ImGui::SameLine();
+    ImGui::SetNextItemWidth(box - font * 3);
+    ImGui::InputText("##source", &source);
+    tooltip(*this, "The text the encoder reads (for example a sentence to translate).");
+    ImGui::SameLine();
+    ImGui::TextUnformatted("Target starts");
+    ImGui::SameLine();
+    ImGui::SetNextItemWidth(box - font * 6);
+    ImGui::InputText("##prefix", &prompt);
+    tooltip(*this, "The first words of the output, if any; the decoder continues from here.");
+  } else {
+    ImGui::TextUnformatted("Prompt");
+    ImGui::SameLine();
+    ImGui::SetNextItemWidth(box);
+    ImGui::InputText("##prompt", &prompt);
+    tooltip(*this, "The text the model continues. Press Start, then Step (Right arrow).");
+  }
+  ImGui::SameLine();
+  ImGui::BeginDisabled(!model || loading);
+  if (ImGui::Button("Start")) start();
+  ImGui::EndDisabled();
+  tooltip(*this, "Cut the text into tokens and get ready to generate from it.");
+
+  // Row 2: stepping.
+  const int n = int(trace.steps.size());
+  const bool busy = worker.busy();
+  if (ImGui::Button("Reset")) reset();
+  tooltip(*this, "Forget the generated tokens and go back to the prompt.");
+  ImGui::SameLine();
+  ImGui::BeginDisabled(cursor <= 0);
+  if (ImGui::Button("< Back")) step_back();
+  ImGui::EndDisabled();
+  tooltip(*this, "Look at the previous step again (Left arrow). Nothing is recomputed.");
+  ImGui::SameLine();
+  ImGui::BeginDisabled(cursor + 1 >= n && (done || replay || busy || !model));
+  if (ImGui::Button("Step >")) step_forward();
+  ImGui::EndDisabled();
+  tooltip(*this, "Write one more token (Right arrow).");
+  ImGui::SameLine();
+  if (ImGui::Button(playing ? "Pause" : "Play", ImVec2(font * 4, 0))) toggle_play();
+  tooltip(*this, "Step again and again at the chosen speed (Space).");
+  flow(font * 7);
+  ImGui::SetNextItemWidth(font * 7);
+  ImGui::SliderFloat("##speed", &speed, 0.25f, 20.0f, "%.2g steps/s", ImGuiSliderFlags_Logarithmic);
+  tooltip(*this, "How fast Play goes.");
+  flow(font * 6);
+  ImGui::BeginDisabled(done || replay || !model);
+  if (ImGui::Button("Run to end")) run_to_end();
+  ImGui::EndDisabled();
+  tooltip(*this, "Keep writing until the model stops or its context is full.");
+  flow(font * 14);
+  int shown = cursor + 1;
+  ImGui::SetNextItemWidth(std::max(font * 8, ImGui::GetContentRegionAvail().x - font * 10));
+  ImGui::BeginDisabled(n == 0);
+  if (ImGui::SliderInt("##timeline", &shown, n > 0 ? 1 : 0, std::max(n, 1), n ? "step %d" : "no steps yet")) {
+    cursor = std::clamp(shown - 1, n > 0 ? 0 : -1, n - 1);
+    sel_pos = -1;
+  }
+  ImGui::EndDisabled();
+  tooltip(*this, "The timeline: drag to look at any step taken so far.");
+  ImGui::SameLine();
+  ImGui::Text("of %d%s", n, done ? " (end)" : "");
+}
+
+void App::token_strip() {
+  const float font = ImGui::GetFontSize();
+  const ImGuiStyle& style = ImGui::GetStyle();
+  const bool encdec = trace.config.encoder_decoder;
+  const float line = ImGui::GetFrameHeight() + style.ItemSpacing.y;
+  // As tall as its chips need (measured last frame), between one and three lines.
+  const float lines = std::clamp(strip_lines, encdec ? 2.0f : 1.0f, encdec ? 4.0f : 3.0f);
+  const float h = line * lines + style.WindowPadding.y * 2 - style.ItemSpacing.y + 2;
+  ImGui::BeginChild("tokens", ImVec2(0, h), true);
+  auto chip_row = [&](const char* title, int count, auto&& draw_chip) {
+    ImGui::AlignTextToFramePadding();
+    ImGui::TextDisabled("%s", title);
+    ImGui::SameLine();
+    float x0 = ImGui::GetCursorPosX(), right = ImGui::GetContentRegionMax().x;
+    for (int i = 0; i < count; ++i) {
+      float w = draw_chip(i, true);
+      float x = ImGui::GetCursorPosX();
+      if (i > 0) {
+        ImGui::SameLine(0, style.ItemSpacing.x * 0.5f);
+        if (ImGui::GetCursorPosX() + w > right) {
+          ImGui::NewLine();
+          ImGui::SetCursorPosX(x0);
+        }
+      }
+      (void)x;
+      draw_chip(i, false);
+    }
+  };
+  if (encdec) {
+    auto src = source_labels();
+    chip_row("source", int(src.size()), [&](int i, bool measure) -> float {
+      std::string s = visible(i < int(trace.source_text.size()) ? trace.source_text[i] : "?");
+      float w = ImGui::CalcTextSize(s.c_str()).x + style.FramePadding.x * 2;
+      if (measure) return w;
+      ImGui::PushID(10000 + i);
+      ImGui::PushStyleColor(ImGuiCol_Button, ImVec4(0.35f, 0.30f, 0.15f, 1));
+      ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(1, 1, 1, 1));
+      ImGui::Button(s.c_str());
+      ImGui::PopStyleColor(2);
+      if (ImGui::IsItemHovered()) {
+        ImGui::BeginTooltip();
+        ImGui::Text("source position %d, token id %d", i, i < int(trace.source.size()) ? trace.source[i] : -1);
+        ImGui::Text("text: \"%s\"", s.c_str());
+        ImGui::EndTooltip();
+      }
+      ImGui::PopID();
+      return w;
+    });
+  }
+  auto toks = tokens();
+  const int sel = selected_position();
+  int cur0 = -1, cur1 = -1;
+  if (cursor >= 0 && cursor < int(trace.steps.size())) {
+    cur0 = trace.steps[cursor].pos0;
+    cur1 = cur0 + int(trace.steps[cursor].input.size()) - 1;
+  }
+  if (toks.empty()) {
+    ImGui::AlignTextToFramePadding();
+    ImGui::TextDisabled(encdec ? "target" : "tokens");
+    ImGui::SameLine();
+    ImGui::TextDisabled(loading ? "loading the model..." : "press Step (Right arrow) to run the prompt through the model");
+  } else {
+    chip_row(encdec ? "target" : "tokens", int(toks.size()), [&](int i, bool measure) -> float {
+      const TokenInfo& t = toks[i];
+      std::string s = visible(t.text);
+      float w = ImGui::CalcTextSize(s.c_str()).x + style.FramePadding.x * 2;
+      if (measure) return w;
+      ImVec4 col = t.prompt ? ImVec4(0.20f, 0.33f, 0.55f, 1) : ImVec4(0.18f, 0.45f, 0.25f, 1);
+      if (!t.fed) col = ImVec4(0.55f, 0.35f, 0.08f, 1);
+      if (t.pos == sel) col = ImVec4(0.85f, 0.55f, 0.05f, 1);
+      ImGui::PushID(i);
+      ImGui::PushStyleColor(ImGuiCol_Button, col);
+      ImGui::PushStyleColor(ImGuiCol_ButtonHovered, ImVec4(col.x + 0.15f, col.y + 0.15f, col.z + 0.15f, 1));
+      ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(1, 1, 1, 1));
+      if (ImGui::Button(s.c_str()) && t.fed) sel_pos = t.pos;
+      ImGui::PopStyleColor(3);
+      ImVec2 a = ImGui::GetItemRectMin(), b = ImGui::GetItemRectMax();
+      if (t.pos >= cur0 && t.pos <= cur1)
+        ImGui::GetWindowDrawList()->AddLine(ImVec2(a.x, b.y + 1), ImVec2(b.x, b.y + 1), IM_COL32(255, 170, 40, 255), 2);
+      if (ImGui::IsItemHovered()) {
+        ImGui::BeginTooltip();
+        ImGui::Text("position %d, token id %d", t.pos, t.id);
+        ImGui::Text("text: \"%s\"", s.c_str());
+        if (t.prompt) ImGui::TextUnformatted("part of the prompt");
+        if (t.drawn_at >= 0) {
+          ImGui::Text("drawn at step %d with probability %.4f (model alone: %.4f)", t.drawn_at + 1, t.p, t.p_raw);
+          ImGui::Text("rank %d among all tokens", t.rank + 1);
+        }
+        if (!t.fed) ImGui::TextUnformatted("just drawn: the next step runs it through the model");
+        else ImGui::TextUnformatted("click: every view follows this position");
+        ImGui::EndTooltip();
+      }
+      ImGui::PopID();
+      return w;
+    });
+    if (scrolled_version != version) {
+      ImGui::SetScrollHereY(1.0f);
+      scrolled_version = version;
+    }
+  }
+  strip_lines = (ImGui::GetCursorPosY() - style.WindowPadding.y + 1) / line;
+  ImGui::EndChild();
+  (void)font;
+}
+
+void App::status_bar() {
+  const float font = ImGui::GetFontSize();
+  ImGui::Separator();
+  if (!error.empty()) {
+    ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(1.0f, 0.35f, 0.3f, 1));
+    ImGui::TextUnformatted(shorten(error, 140).c_str());
+    ImGui::PopStyleColor();
+    ImGui::SameLine();
+    if (ImGui::SmallButton("ok")) error.clear();
+    return;
+  }
+  std::string act = worker.activity();
+  if (loading) {
+    double t = ImGui::GetTime() - loading_since;
+    ImVec2 p = ImGui::GetCursorScreenPos();
+    float w = font * 8, h = font * 0.8f;
+    ImDrawList* dl = ImGui::GetWindowDrawList();
+    dl->AddRectFilled(p, ImVec2(p.x + w, p.y + h), ImGui::GetColorU32(ImGuiCol_FrameBg));
+    float f = float(std::fmod(t, 1.5) / 1.5);
+    dl->AddRectFilled(ImVec2(p.x + w * std::max(0.0f, f - 0.25f), p.y), ImVec2(p.x + w * f, p.y + h),
+                      ImGui::GetColorU32(ImGuiCol_PlotHistogram));
+    ImGui::Dummy(ImVec2(w, h));
+    ImGui::SameLine();
+    ImGui::Text("loading %s ... %.1f s", loading_what.c_str(), t);
+    return;
+  }
+  if (replay) {
+    ImGui::Text("replaying %s (%d layers x %d heads): nothing is recomputed",
+                trace.model_name.empty() ? "a saved trace" : trace.model_name.c_str(), trace.config.n_layers,
+                trace.config.n_heads);
+  } else if (model) {
+    const ds::Config& c = model->cfg;
+    ImGui::Text("%s: %s, %d layers x %d heads, d_model %d, vocab %d, %.2fM parameters", model->name.c_str(),
+                c.encoder_decoder ? "encoder-decoder" : "decoder-only", c.n_layers, c.n_heads, c.d_model,
+                c.vocab_size, double(model->params) / 1e6);
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", c.describe().c_str());
+  }
+  if (!act.empty()) {
+    ImGui::SameLine();
+    const char* spin = "|/-\\";
+    ImGui::TextColored(ImVec4(1, 0.75f, 0.3f, 1), "  %c %s", spin[int(ImGui::GetTime() * 8) % 4], act.c_str());
+  } else if (last_step_seconds > 0 && !scripted) {
+    ImGui::SameLine();
+    ImGui::TextDisabled("  last step %.1f ms", last_step_seconds * 1000);
+  }
+  if (!heads_off.empty()) {
+    ImGui::SameLine();
+    ImGui::TextColored(ImVec4(1, 0.4f, 0.4f, 1), "  %d head%s switched off", int(heads_off.size()),
+                       heads_off.size() == 1 ? "" : "s");
+  }
+  if (!status.empty() && (scripted || ImGui::GetTime() - status_time < 8)) {  // scripted: no clock in pictures
+    ImGui::SameLine();
+    ImGui::TextDisabled("  %s", status.c_str());
+  }
+}
+
+void App::frame() {
+  placements.clear();
+  last_heatmap.clear();
+  const ImGuiViewport* vp = ImGui::GetMainViewport();
+  ImGui::SetNextWindowPos(vp->Pos);
+  ImGui::SetNextWindowSize(vp->Size);
+  ImGui::PushStyleVar(ImGuiStyleVar_WindowRounding, 0);
+  ImGui::Begin("decoderscope", nullptr,
+               ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoResize |
+                   ImGuiWindowFlags_MenuBar | ImGuiWindowFlags_NoSavedSettings |
+                   ImGuiWindowFlags_NoBringToFrontOnFocus);
+  ImGui::PopStyleVar();
+  if (!scripted) shortcuts();
+  menu_bar();
+  if (open_model_request) {
+    ImGui::OpenPopup("Open model##tb");
+    open_model_request = false;
+  }
+  if (ImGui::BeginPopupModal("Open model##tb", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
+    ImGui::TextUnformatted("A llama2.c checkpoint (.bin) or a GPT-2 folder (config.json + model.safetensors).");
+    ImGui::SetNextItemWidth(ImGui::GetFontSize() * 30);
+    ImGui::InputText("model", &model_path);
+    ImGui::SetNextItemWidth(ImGui::GetFontSize() * 30);
+    ImGui::InputText("tokenizer (optional)", &tokenizer_path);
+    if (ImGui::Button("Open")) {
+      load_model(model_path, tokenizer_path);
+      ImGui::CloseCurrentPopup();
+    }
+    ImGui::SameLine();
+    if (ImGui::Button("Cancel")) ImGui::CloseCurrentPopup();
+    ImGui::EndPopup();
+  }
+  toolbar();
+  token_strip();
+  if (loading) {
+    ImGui::TextColored(ImVec4(1, 0.75f, 0.3f, 1), "Loading %s ... %.1f s (the window stays usable)",
+                       loading_what.c_str(), ImGui::GetTime() - loading_since);
+  }
+
+  const float status_h = ImGui::GetFrameHeightWithSpacing() + ImGui::GetStyle().ItemSpacing.y;
+  // A view asked for (by a panel last frame, the menu or a script) is selected now;
+  // a panel may ask again during this frame, for the next.
+  const bool req = view_request;
+  view_request = false;
+  if (ImGui::BeginTabBar("views")) {
+    for (int v = 0; v < kViewCount; ++v) {
+      ImGuiTabItemFlags f = (req && view == v) ? ImGuiTabItemFlags_SetSelected : 0;
+      bool open = ImGui::BeginTabItem(kViewTitles[v], nullptr, f);
+      tooltip(*this, kViewHelp[v]);
+      if (open) {
+        if (!req && !view_request) view = v;
+        ImGui::BeginChild("view", ImVec2(0, -status_h), false, ImGuiWindowFlags_HorizontalScrollbar);
+        view_rect = ImVec4(ImGui::GetWindowPos().x, ImGui::GetWindowPos().y, ImGui::GetWindowSize().x,
+                           ImGui::GetWindowSize().y);
+        switch (v) {
+          case kAttention: panel_attention(*this); break;
+          case kHeads: panel_heads(*this); break;
+          case kCross: panel_cross(*this); break;
+          case kResidual: panel_residual(*this); break;
+          case kNext: panel_next(*this); break;
+          case kLens: panel_lens(*this); break;
+          case kBranches: panel_branches(*this); break;
+        }
+        ImGui::EndChild();
+        ImGui::EndTabItem();
+      }
+    }
+    ImGui::EndTabBar();
+  }
+  status_bar();
+  ImGui::End();
+}
+
+}  // namespace dsgui

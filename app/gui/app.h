@@ -1,0 +1,234 @@
+#pragma once
+// The window's state and its panels. Like imgui_demo.cpp: each panel is a function,
+// the state it needs sits in App next to the others, and no framework sits on top.
+#include <array>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "heatmap.h"
+#include "imgui.h"
+#include "probe/trace.h"
+#include "trace_view.h"
+#include "worker.h"
+
+namespace dsgui {
+
+enum View { kAttention, kHeads, kCross, kResidual, kNext, kLens, kBranches, kViewCount };
+inline const char* kViewIds[] = {"attention", "heads", "cross", "residual", "next", "lens", "branches"};
+inline const char* kViewTitles[] = {"Attention", "All heads", "Cross-attention", "Residual stream",
+                                    "Next token", "Logit lens", "Branches"};
+// One sentence per view, for its tooltip and its caption.
+extern const char* kViewHelp[kViewCount];
+
+// Where a heatmap landed on screen, for the scripted test's checker.
+struct HeatmapPlacement {
+  std::string name;   // "attention", "cross", ...
+  float x = 0, y = 0; // top-left of the cells, window pixels from the top-left
+  float cell_w = 0, cell_h = 0;
+  int rows = 0, cols = 0;
+  bool causal = false;   // self-attention of a decoder: keys after the query are masked
+  std::vector<uint8_t> mask;  // what the window drew as masked (1 allowed)
+};
+
+// A continuation kept when the class forks: its trace and how it was made.
+struct Branch {
+  std::string label;
+  ds::Trace trace;
+  int fork_step = 0;  // the step the other branch regenerates
+};
+
+class App {
+ public:
+  App();
+
+  // ---- set up by main
+  bool scripted = false;        // a scripted run: no mouse, no ini file
+  int fb_w = 1280, fb_h = 800;  // framebuffer size this frame
+
+  // ---- engine
+  Worker worker;
+  std::shared_ptr<const ModelInfo> model;  // null when no model is loaded
+  bool loading = false;
+  double loading_since = 0;
+  std::string loading_what;
+  bool replay = false;  // showing a trace opened from a file
+  bool done = false;    // the session takes no more steps
+  int steps_wanted = 0; // steps asked of the worker and not yet arrived
+  double last_step_seconds = 0;
+
+  // ---- the window's copy of the trace
+  ds::Trace trace;
+  uint64_t version = 1;  // bumped whenever trace changes
+  int cursor = -1;       // the step being looked at
+  int sel_pos = -1;      // selected query position, -1: the last row of the cursor's step
+  int selected_position() const;
+
+  // ---- text boxes
+  std::string prompt, source;
+  std::string model_path, tokenizer_path, trace_path = "trace.json";
+  std::string png_path = "decoderscope.png";
+
+  // ---- view settings
+  int view = kAttention;
+  bool view_request = false;  // select `view` in the tab bar this frame
+  int layer = 0, head = 0;    // head -1: mean of the layer's heads
+  bool show_scores = false, mask_only = false, log_scale = false;
+  int cmap = kViridis;
+  int resid_kind = 2;
+  int cross_layer = 0, cross_head = -1;
+  bool cross_encoder = false;  // show the encoder's self-attention instead
+  bool light = false;
+  float ui_scale = 1.0f;
+  bool font_dirty = true;
+  bool tooltips = true;
+  bool captions = true;  // the one-sentence explanation above each view
+
+  // ---- playing
+  bool playing = false;
+  float speed = 2.0f;  // steps a second
+  double next_play = 0;
+
+  // ---- sampling and interventions
+  ds::SamplerConfig sampler;
+  std::vector<std::pair<int, int>> heads_off;  // (layer, head)
+  std::optional<ds::SampleRecord> before;      // the draw before a re-run, for comparison
+  int before_step = -1;
+  std::string before_label;
+
+  // ---- logit lens
+  LensResult lens;
+  std::map<int, LensResult> replay_lens;  // by position, read from a saved trace
+  uint64_t lens_key = 0;
+  bool lens_pending = false;
+
+  // ---- branches
+  std::vector<Branch> branches;
+  int branch_shown = 0;
+
+  // ---- requests handled by main (between frames)
+  bool quit = false;
+  bool keep_text = false;  // keep the typed prompt and source when a model loads
+  bool open_model_request = false;
+  std::string screenshot_request;   // save the whole window to this PNG
+  std::string heatmap_png_request;  // save the last drawn heatmap to this PNG
+  uint64_t scrolled_version = 0;
+  float strip_lines = 1;
+
+  // ---- messages
+  std::string status, error;
+  double status_time = 0;
+
+  // ---- matrices, rebuilt only when their key changes
+  std::map<std::string, std::pair<std::string, Matrix>> matrix_cache;
+  template <class F>
+  const Matrix& cached(const std::string& slot, const std::string& key, F&& make) {
+    auto& e = matrix_cache[slot];
+    if (e.first != key) {
+      e.second = make();
+      e.first = key;
+    }
+    return e.second;
+  }
+  std::string heads_key;  // what the heads grid target shows
+  std::map<std::string, std::string> drawn_keys;  // heatmap target -> what it shows
+  bool started = false;  // the worker has a session with the current prompt
+
+  // ---- GPU
+  HeatmapRenderer heat;
+  std::map<std::string, std::unique_ptr<RenderTarget>> targets;
+  RenderTarget& target(const std::string& name);
+  std::string last_heatmap;  // name of the target drawn by the visible view (export)
+  std::vector<HeatmapPlacement> placements;  // filled every frame
+  ImVec4 view_rect;                          // x, y, w, h of the visible view's area
+
+  // ---- actions
+  void load_model(const std::string& spec, const std::string& tokenizer);
+  void start();
+  void step_forward();
+  void step_back();
+  void run_to_end();
+  void reset();
+  void toggle_play();
+  void rewind_engine(int keep);  // forget steps >= keep in the engine and here
+  void redraw_step(int s);       // draw step s again with the current settings
+  void rerun_with_heads(int s);  // step s again with heads_off applied
+  void send_sampler();
+  void send_heads();
+  void fork_here();
+  bool open_trace(const std::string& path);
+  bool save_trace(const std::string& path);
+  void say(const std::string& s);
+  void fail(const std::string& s);
+
+  // ---- per frame
+  void handle_events();
+  void tick(double now);  // playing
+  void frame();           // builds the whole window
+  void shortcuts();
+
+  // Token helpers shared by panels.
+  std::vector<TokenInfo> tokens() const { return tokens_as_of(trace, cursor); }
+  std::vector<std::string> position_labels(int n) const;
+  std::vector<std::string> source_labels() const;
+
+ private:
+  void menu_bar();
+  void toolbar();
+  void token_strip();
+  void status_bar();
+};
+
+// Panels (one file each).
+void panel_attention(App& app);
+void panel_heads(App& app);
+void panel_cross(App& app);
+void panel_residual(App& app);
+void panel_next(App& app);
+void panel_lens(App& app);
+void panel_branches(App& app);
+
+// ---- small widgets shared by the panels (widgets.cpp)
+struct HeatmapArgs {
+  const Matrix* m = nullptr;
+  const std::vector<std::string>* row_labels = nullptr;
+  const std::vector<std::string>* col_labels = nullptr;
+  const char* row_title = "";  // e.g. "query (reads)"
+  const char* col_title = "";  // e.g. "key (is read)"
+  HeatStyle style;
+  std::vector<int> current_rows;  // rows of the current step (outlined)
+  int selected_row = -1;
+  const char* value_name = "weight";
+  float max_cell = 40, min_cell = 3;
+  ImVec2 size;  // space for cells and labels
+  bool causal = false;
+  bool ignore_col_mask = false;
+  // When set, the cells are drawn again only when this key (what the matrix and its
+  // style are) or the size changes; the target keeps the last picture.
+  std::string cache_key;
+};
+struct HeatmapHit {
+  bool hovered = false, clicked = false;
+  int row = -1, col = -1;
+};
+HeatmapHit heatmap_widget(App& app, const char* name, const HeatmapArgs& a);
+// A colour bar for a style's range, with the hatched mask swatch.
+void legend(const HeatStyle& st, const char* value_name, bool show_mask);
+// The same, upright: to the right of a heatmap (height: of the colour bar).
+void legend_vertical(const HeatStyle& st, const char* value_name, bool show_mask, float height);
+void help_marker(const char* text);
+// Stays on the line when an item of width w still fits, else starts a new line.
+void flow(float w);
+void tooltip(App& app, const char* text);  // on the last item, when tooltips are on
+// Text rotated 90 degrees counter-clockwise, its baseline's start at pos (reads upward).
+void vertical_text(ImDrawList* dl, ImVec2 pos, ImU32 col, const char* text);
+// A horizontal bar of fraction f in [0,1] at the cursor, width w.
+void bar(float f, float w, ImU32 col, const char* overlay = nullptr, ImU32 bg = 0);
+void hatch_rect(ImDrawList* dl, ImVec2 a, ImVec2 b);
+ImU32 cmap_u32(int cmap, float t);
+void view_caption(App& app, int view);
+
+}  // namespace dsgui

@@ -1,0 +1,179 @@
+#include "models.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "char_tokenizer.h"
+#include "util/error.h"
+
+namespace fs = std::filesystem;
+
+namespace dsgui {
+
+namespace {
+
+std::string fixture_path() {
+#ifdef DS_SOURCE_DIR
+  fs::path p = fs::path(DS_SOURCE_DIR) / ".." / "shared" / "fixtures" / "aidreams260K" / "model.bin";
+  std::error_code ec;
+  if (fs::exists(p, ec)) return fs::weakly_canonical(p, ec).string();
+#endif
+  return "";
+}
+
+ds::LoadedModel random_model(const ds::Config& c, const std::string& name, uint64_t seed, float scale) {
+  c.validate();
+  ds::LoadedModel m;
+  m.model = std::make_shared<const ds::Model>(c, ds::Weights::random(c, seed, scale));
+  m.tokenizer = std::make_shared<CharTokenizer>(c.vocab_size);
+  m.kind = "random";
+  m.name = name;
+  m.bos_prompt = true;
+  if (c.eos_id >= 0) m.stop_ids = {c.eos_id};
+  return m;
+}
+
+}  // namespace
+
+std::vector<ModelChoice> model_choices() {
+  std::vector<ModelChoice> out;
+#ifdef DS_SOURCE_DIR
+  std::error_code ec;
+  fs::path dir = fs::path(DS_SOURCE_DIR) / "assets" / "models";
+  if (fs::is_directory(dir, ec)) {
+    std::vector<std::string> names;
+    for (auto& e : fs::directory_iterator(dir, ec))
+      if (e.is_directory()) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    for (auto& n : names)
+      out.push_back({"built-in: " + n, "builtin:" + n, "A small model trained by this project."});
+  }
+#endif
+  if (std::string f = fixture_path(); !f.empty())
+    out.push_back({"aidreams260K (llama2.c, trained)", f,
+                   "A real 260K-parameter model trained on children's stories (llama2.c)."});
+  out.push_back({"random decoder (tiny, characters)", "random:decoder",
+                 "An untrained decoder-only model with random weights: it writes nonsense, but every view works."});
+  out.push_back({"random encoder-decoder (characters)", "random:encdec",
+                 "An untrained encoder-decoder model: the decoder reads a source text through cross-attention."});
+  out.push_back({"random GPT-2-small size (slow)", "random:gpt2-small",
+                 "Random weights in the shape of GPT-2 small (124M parameters): shows how big models feel."});
+  return out;
+}
+
+std::string default_model_spec() {
+  // The built-in models once they exist, else the llama2.c fixture, else a random one.
+#ifdef DS_SOURCE_DIR
+  std::error_code ec;
+  for (auto& c : model_choices())
+    if (c.spec.rfind("builtin:", 0) == 0 &&
+        fs::exists(fs::path(DS_SOURCE_DIR) / "assets" / "models" / c.spec.substr(8) / "model.safetensors", ec))
+      return c.spec;
+#endif
+  std::string f = fixture_path();
+  return f.empty() ? "random:decoder" : f;
+}
+
+ds::LoadedModel open_model(const std::string& spec, const std::string& tokenizer) {
+  if (spec == "random:decoder") {
+    ds::Config c;
+    c.d_model = 64;
+    c.n_layers = 4;
+    c.n_heads = 4;
+    c.n_kv_heads = 4;
+    c.d_head = 16;
+    c.d_ff = 256;
+    c.vocab_size = 128;
+    c.max_seq = 96;
+    c.bos_id = CharTokenizer::kBos;
+    c.eos_id = -1;
+    return random_model(c, "random decoder", 7, 0.4f);
+  }
+  if (spec == "random:encdec") {
+    ds::Config c;
+    c.d_model = 64;
+    c.n_layers = 2;
+    c.n_enc_layers = 2;
+    c.n_heads = 4;
+    c.n_kv_heads = 4;
+    c.d_head = 16;
+    c.d_ff = 256;
+    c.vocab_size = 128;
+    c.max_seq = 64;
+    c.max_src = 64;
+    c.encoder_decoder = true;
+    c.norm_place = ds::NormPlace::Post;
+    c.pos = ds::PosKind::Sinusoidal;
+    c.ffn = ds::FFNKind::ReLU;
+    c.final_norm = false;
+    c.enc_final_norm = false;
+    c.tied_head = true;
+    c.bos_id = CharTokenizer::kBos;
+    c.eos_id = -1;
+    c.pad_id = CharTokenizer::kPad;
+    return random_model(c, "random encoder-decoder", 11, 0.5f);
+  }
+  if (spec == "random:gpt2-small") {
+    ds::Config c;
+    c.d_model = 768;
+    c.n_layers = 12;
+    c.n_heads = 12;
+    c.n_kv_heads = 12;
+    c.d_head = 64;
+    c.d_ff = 3072;
+    c.vocab_size = 50257;
+    c.max_seq = 1024;
+    c.norm = ds::NormKind::LayerNorm;
+    c.norm_place = ds::NormPlace::Pre;
+    c.pos = ds::PosKind::Learned;
+    c.ffn = ds::FFNKind::GELUTanh;
+    c.tied_head = true;
+    c.bos_id = CharTokenizer::kBos;
+    return random_model(c, "random GPT-2 small", 3, 0.02f);
+  }
+  if (spec.empty()) throw ds::Error("no model given");
+  std::string tok = tokenizer;
+  std::error_code ec;
+  if (tok.empty() && !fs::is_directory(spec, ec)) {
+    // llama2.c's tinystories models ship their tokenizer as tokNNN.bin beside the model.
+    fs::path dir = fs::path(spec).parent_path();
+    if (!fs::exists(dir / "tokenizer.bin", ec) && fs::is_directory(dir.empty() ? "." : dir, ec)) {
+      for (auto& e : fs::directory_iterator(dir.empty() ? fs::path(".") : dir, ec)) {
+        std::string n = e.path().filename().string();
+        if (n.size() > 7 && n.rfind("tok", 0) == 0 && n.compare(n.size() - 4, 4, ".bin") == 0) tok = e.path().string();
+      }
+    }
+  }
+  ds::LoadedModel m = ds::load_model(spec, tok);
+  if (m.name == "model.bin") m.name = fs::path(spec).parent_path().filename().string();
+  return m;
+}
+
+namespace {
+// The task a built-in model was trained on ("dates", "adder"), from its training record.
+std::string task_of(const ds::LoadedModel& m) {
+  if (m.training.empty()) return "";
+  try {
+    auto j = nlohmann::json::parse(m.training);
+    return j.value("task", "");
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+}  // namespace
+
+std::string default_prompt(const ds::LoadedModel& m) {
+  if (m.model->cfg.encoder_decoder) return "";
+  if (task_of(m) == "adder") return "123+45=";
+  if (m.kind == "random") return "hello world";
+  return "Once upon a time";
+}
+
+std::string default_source(const ds::LoadedModel& m) {
+  if (!m.model->cfg.encoder_decoder) return "";
+  if (task_of(m) == "dates") return "July 14, 1989";
+  return "the cat sat on the mat";
+}
+
+}  // namespace dsgui

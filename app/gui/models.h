@@ -1,0 +1,28 @@
+#pragma once
+// The models the window offers: the built-in ones, the shared llama2.c fixture, small
+// random models built in code (decoder-only and encoder-decoder, with a character
+// tokenizer) and anything load_model opens (llama2.c .bin files, GPT-2 folders).
+#include <string>
+#include <vector>
+
+#include "io/loader.h"
+
+namespace dsgui {
+
+struct ModelChoice {
+  std::string label;  // shown in the picker
+  std::string spec;   // what open_model takes
+  std::string help;   // one sentence for the tooltip
+};
+
+// Specs understood besides paths: "random:decoder", "random:encdec", "random:gpt2-small".
+std::vector<ModelChoice> model_choices();
+// The fixture aidreams260K if present, else "random:decoder".
+std::string default_model_spec();
+// Opens a spec or a path (throws ds::Error). tokenizer: a tokenizer file or "".
+ds::LoadedModel open_model(const std::string& spec, const std::string& tokenizer);
+// A prompt and a source that suit the model, for the text boxes.
+std::string default_prompt(const ds::LoadedModel& m);
+std::string default_source(const ds::LoadedModel& m);
+
+}  // namespace dsgui

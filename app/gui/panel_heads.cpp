@@ -1,0 +1,192 @@
+// Every head of every layer as a small heatmap; click to open one, right-click to
+// switch it off (an intervention) and re-run the step to see what changes.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "app.h"
+
+namespace dsgui {
+
+// Top candidates of two draws side by side: the model's probability before and after.
+void compare_draws(App& app, const ds::SampleRecord& before, const ds::SampleRecord& after, const char* before_label,
+                   const char* after_label);
+
+namespace {
+
+bool is_off(const App& app, int l, int h) {
+  return std::find(app.heads_off.begin(), app.heads_off.end(), std::make_pair(l, h)) != app.heads_off.end();
+}
+
+void toggle_off(App& app, int l, int h) {
+  auto it = std::find(app.heads_off.begin(), app.heads_off.end(), std::make_pair(l, h));
+  if (it == app.heads_off.end())
+    app.heads_off.push_back({l, h});
+  else
+    app.heads_off.erase(it);
+  std::sort(app.heads_off.begin(), app.heads_off.end());
+}
+
+}  // namespace
+
+void panel_heads(App& app) {
+  view_caption(app, kHeads);
+  const ds::Trace& t = app.trace;
+  if (t.steps.empty() || app.cursor < 0) {
+    ImGui::TextDisabled("No step yet: press Step (Right arrow) to run the prompt through the model.");
+    return;
+  }
+  const ds::Config& cfg = t.config;
+  const int L = cfg.n_layers, H = cfg.n_heads;
+  const float font = ImGui::GetFontSize();
+  const ImGuiStyle& style = ImGui::GetStyle();
+
+  // Controls.
+  int what = app.show_scores ? 1 : 0;
+  ImGui::RadioButton("weights", &what, 0);
+  tooltip(app, "After softmax: how much each token reads each earlier token.");
+  ImGui::SameLine();
+  ImGui::RadioButton("scores", &what, 1);
+  tooltip(app, "Before softmax: raw match scores, each map scaled to its own range.");
+  app.show_scores = what == 1;
+  flow(font * 6);
+  ImGui::SetNextItemWidth(font * 6);
+  ImGui::Combo("##cmap", &app.cmap, kColormapNames, 3);
+  flow(font * 14);
+  const bool can_rerun = !app.replay && app.model && !app.worker.busy();
+  ImGui::BeginDisabled(!can_rerun);
+  char rerun[96];
+  std::snprintf(rerun, sizeof rerun, "Re-run step %d with %d head%s off", app.cursor + 1, int(app.heads_off.size()),
+                app.heads_off.size() == 1 ? "" : "s");
+  if (ImGui::Button(rerun)) app.rerun_with_heads(app.cursor);
+  tooltip(app, "Compute this step again with the switched-off heads silenced (their output set to zero), and compare "
+               "the next-token probabilities. Later steps are dropped and use the same heads.");
+  flow(font * 6);
+  ImGui::BeginDisabled(app.heads_off.empty());
+  if (ImGui::Button("All heads on")) app.heads_off.clear();
+  ImGui::EndDisabled();
+  ImGui::EndDisabled();
+  ImGui::TextDisabled("click a map to open it; right-click to switch that head off or on");
+
+  // Layout: the grid on the left, the comparison on the right.
+  ImVec2 avail = ImGui::GetContentRegionAvail();
+  const bool compare = app.before && app.before_step == app.cursor && t.steps[app.cursor].sample;
+  const float side = compare ? std::min(avail.x * 0.38f, font * 24) : 0.0f;
+  const float lab_w = font * 3.2f, lab_h = font * 1.4f;
+  const float gap = std::max(2.0f, std::floor(font * 0.25f));
+  float tile = std::floor(std::min((avail.x - side - lab_w) / H - gap, (avail.y - lab_h) / L - gap));
+  tile = std::clamp(tile, 16.0f, 160.0f);
+  const int Q = t.positions(app.cursor);
+  const int S = Q;
+  const float tw = tile, th = tile;
+  const int gw = int(H * (tw + gap)), gh = int(L * (th + gap));
+
+  // Render the whole grid into one target, only when something changed.
+  char key[160];
+  std::snprintf(key, sizeof key, "%llu/%d/%d/%d/%d/%d/%d", (unsigned long long)app.version, app.cursor,
+                int(app.show_scores), app.cmap, gw, gh, int(app.light));
+  RenderTarget& rt = app.target("heads");
+  if (app.heads_key != key) {
+    app.heads_key = key;
+    rt.ensure(gw, gh);
+    rt.bind();
+    ImVec4 bg = ImGui::GetStyleColorVec4(ImGuiCol_WindowBg);
+    app.heat.clear(bg.x, bg.y, bg.z);
+    for (int l = 0; l < L; ++l)
+      for (int h = 0; h < H; ++h) {
+        Matrix m = attention_matrix(t, l, h, app.cursor, false, app.show_scores);
+        if (!m.ok()) continue;
+        HeatStyle st;
+        st.cmap = app.cmap;
+        st.vmin = app.show_scores ? m.vmin : 0.0f;
+        st.vmax = app.show_scores ? m.vmax : 1.0f;
+        int x = int(h * (tw + gap)), y_top = int(l * (th + gap));
+        app.heat.draw(m.rows, m.cols, m.v.data(), m.mask.data(), st, x, gh - y_top - int(th), int(tw), int(th));
+      }
+    RenderTarget::unbind(app.fb_w, app.fb_h);
+  }
+  (void)S;
+
+  ImGui::BeginGroup();
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const ImVec2 p0 = ImGui::GetCursorScreenPos();
+  const ImVec2 org(std::floor(p0.x + lab_w), std::floor(p0.y + lab_h));
+  const ImU32 tc = ImGui::GetColorU32(ImGuiCol_Text);
+  for (int h = 0; h < H; ++h) {
+    char b[16];
+    std::snprintf(b, sizeof b, H > 16 && tile < font * 2 ? "%d" : "head %d", h);
+    if (tile < ImGui::CalcTextSize(b).x) std::snprintf(b, sizeof b, "%d", h);
+    ImVec2 ts = ImGui::CalcTextSize(b);
+    dl->AddText(ImVec2(org.x + h * (tw + gap) + (tw - ts.x) * 0.5f, p0.y), tc, b);
+  }
+  for (int l = 0; l < L; ++l) {
+    char b[16];
+    std::snprintf(b, sizeof b, "L%d", l);
+    dl->AddText(ImVec2(p0.x, org.y + l * (th + gap) + (th - font) * 0.5f), tc, b);
+  }
+  ImGui::SetCursorScreenPos(org);
+  ImGui::Image((ImTextureID)(intptr_t)rt.texture(), ImVec2(float(gw), float(gh)), ImVec2(0, 1), ImVec2(1, 0));
+  const bool hovered = ImGui::IsItemHovered();
+  // Overlays: switched-off heads, the open head, the hovered head.
+  for (int l = 0; l < L; ++l)
+    for (int h = 0; h < H; ++h) {
+      ImVec2 a(org.x + h * (tw + gap), org.y + l * (th + gap)), b(a.x + tw, a.y + th);
+      if (is_off(app, l, h)) {
+        dl->AddRectFilled(a, b, IM_COL32(0, 0, 0, 150));
+        dl->AddLine(a, b, IM_COL32(255, 70, 60, 255), 3);
+        dl->AddLine(ImVec2(a.x, b.y), ImVec2(b.x, a.y), IM_COL32(255, 70, 60, 255), 3);
+        ImVec2 ts = ImGui::CalcTextSize("OFF");
+        if (tile > ts.x)
+          dl->AddText(ImVec2(a.x + (tw - ts.x) * 0.5f, a.y + (th - ts.y) * 0.5f), IM_COL32(255, 255, 255, 255), "OFF");
+      }
+      if (l == app.layer && h == app.head)
+        dl->AddRect(ImVec2(a.x - 2, a.y - 2), ImVec2(b.x + 2, b.y + 2), IM_COL32(255, 170, 40, 255), 0, 0, 2);
+    }
+  if (hovered) {
+    ImVec2 mp = ImGui::GetIO().MousePos;
+    int h = int((mp.x - org.x) / (tw + gap)), l = int((mp.y - org.y) / (th + gap));
+    if (l >= 0 && l < L && h >= 0 && h < H) {
+      ImVec2 a(org.x + h * (tw + gap), org.y + l * (th + gap));
+      dl->AddRect(a, ImVec2(a.x + tw, a.y + th), IM_COL32(255, 255, 255, 255), 0, 0, 2);
+      ImGui::BeginTooltip();
+      ImGui::Text("layer %d, head %d%s", l, h, is_off(app, l, h) ? " (switched off)" : "");
+      ImGui::TextDisabled("click: open it in the Attention view");
+      ImGui::TextDisabled("right-click: switch it %s", is_off(app, l, h) ? "back on" : "off");
+      ImGui::EndTooltip();
+      if (ImGui::IsMouseClicked(0)) {
+        app.layer = l;
+        app.head = h;
+        app.view = kAttention;
+        app.view_request = true;
+      }
+      if (ImGui::IsMouseClicked(1)) toggle_off(app, l, h);
+    }
+  }
+  HeatmapPlacement pl;
+  pl.name = "heads";
+  pl.x = org.x;
+  pl.y = org.y;
+  pl.cell_w = tw + gap;
+  pl.cell_h = th + gap;
+  pl.rows = L;
+  pl.cols = H;
+  app.placements.push_back(pl);
+  app.last_heatmap = "heads";
+  ImGui::SetCursorScreenPos(p0);
+  ImGui::Dummy(ImVec2(lab_w + gw, lab_h + gh));
+  ImGui::EndGroup();
+
+  if (compare) {
+    ImGui::SameLine(0, font);
+    ImGui::BeginGroup();
+    ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + side);
+    ImGui::TextWrapped("Step %d: how the model's next-token probabilities moved", app.cursor + 1);
+    ImGui::PopTextWrapPos();
+    compare_draws(app, *app.before, *t.steps[app.cursor].sample, app.before_label.c_str(),
+                  app.heads_off.empty() ? "now" : "heads off");
+    ImGui::EndGroup();
+  }
+  (void)style;
+}
+
+}  // namespace dsgui

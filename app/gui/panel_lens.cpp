@@ -1,0 +1,105 @@
+// The logit lens: each layer's residual stream at the selected position, read through
+// the final norm and the output head as if the model stopped there.
+#include <algorithm>
+#include <cstdio>
+
+#include "app.h"
+
+namespace dsgui {
+
+void panel_lens(App& app) {
+  view_caption(app, kLens);
+  const ds::Trace& t = app.trace;
+  if (t.steps.empty() || app.cursor < 0) {
+    ImGui::TextDisabled("No step yet: press Step (Right arrow).");
+    return;
+  }
+  const float font = ImGui::GetFontSize();
+  const int pos = app.selected_position();
+  const bool live = app.model && app.model->cfg.d_model == t.config.d_model &&
+                    app.model->cfg.vocab_size == t.config.vocab_size;
+  const LensResult* shown = nullptr;
+  auto saved = app.replay_lens.find(pos);
+  if (app.replay && saved != app.replay_lens.end()) {
+    shown = &saved->second;  // computed when the trace was saved
+  } else if (!live) {
+    ImGui::TextDisabled("The logit lens needs the model's final norm and output head: load the model this trace "
+                        "came from (traces saved by the window carry the lens with them).");
+    return;
+  } else {
+    // Ask the worker when the position or the trace changed.
+    const uint64_t key = (app.version * 1315423911ull) ^ (uint64_t(app.cursor) << 20) ^ uint64_t(pos + 1);
+    if (app.lens_key != key) {
+      app.lens_key = key;
+      dsgui::Command c;
+      c.kind = dsgui::Command::Lens;
+      c.step = app.cursor;
+      c.pos = pos;
+      c.version = key;
+      lens_inputs(t, app.cursor, pos, c.resid, c.labels);
+      if (c.resid.empty()) {
+        app.lens = LensResult{};
+        app.lens.version = key;
+        app.lens_pending = false;
+      } else {
+        app.worker.post(std::move(c));
+        app.lens_pending = true;
+      }
+    }
+    if (app.lens_pending && app.lens.version != key) {
+      ImGui::TextDisabled("computing...");
+      return;
+    }
+    shown = &app.lens;
+  }
+  auto toks = app.tokens();
+  std::string who = pos >= 0 && pos < int(toks.size()) ? visible(toks[pos].text) : "?";
+  std::string next = pos + 1 < int(toks.size()) ? visible(toks[pos + 1].text) : "";
+  ImGui::Text("Position %d \"%s\": what comes next, read from each layer", pos, who.c_str());
+  if (!next.empty()) {
+    ImGui::SameLine();
+    ImGui::TextDisabled("(the token that actually followed: \"%s\")", next.c_str());
+  }
+  if (shown->rows.empty()) {
+    ImGui::TextDisabled("the trace did not record the residual stream at this position");
+    return;
+  }
+  const float bw = font * 10;
+  if (ImGui::BeginTable("lens", 4, ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_ScrollY)) {
+    ImGui::TableSetupScrollFreeze(0, 1);
+    ImGui::TableSetupColumn("read after");
+    ImGui::TableSetupColumn("top token");
+    ImGui::TableSetupColumn("probability", ImGuiTableColumnFlags_WidthFixed, bw);
+    ImGui::TableSetupColumn("runners-up");
+    ImGui::TableHeadersRow();
+    for (auto& r : shown->rows) {
+      ImGui::TableNextRow();
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(r.label.c_str());
+      ImGui::TableNextColumn();
+      std::string top = r.texts.empty() ? "?" : visible(r.texts[0]);
+      bool match = !next.empty() && top == next;
+      if (match)
+        ImGui::TextColored(ImVec4(0.4f, 0.9f, 0.4f, 1), "%s", top.c_str());
+      else
+        ImGui::TextUnformatted(top.c_str());
+      if (match && ImGui::IsItemHovered()) ImGui::SetTooltip("this is the token that actually came next");
+      ImGui::TableNextColumn();
+      char b[32];
+      float p = r.probs.empty() ? 0 : r.probs[0];
+      std::snprintf(b, sizeof b, "%.3f", p);
+      bar(p, bw, cmap_u32(app.cmap, 0.35f + 0.65f * p), b);
+      ImGui::TableNextColumn();
+      std::string rest;
+      for (size_t i = 1; i < r.texts.size(); ++i) {
+        char pb[64];
+        std::snprintf(pb, sizeof pb, "%s%s %.2f", i > 1 ? "   " : "", visible(r.texts[i]).c_str(), r.probs[i]);
+        rest += pb;
+      }
+      ImGui::TextDisabled("%s", rest.c_str());
+    }
+    ImGui::EndTable();
+  }
+}
+
+}  // namespace dsgui

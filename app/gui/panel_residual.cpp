@@ -1,0 +1,145 @@
+// The residual stream: its norm before attention, after attention and after the MLP,
+// for every layer at the selected position, and a layer x position map.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "app.h"
+
+namespace dsgui {
+
+void panel_residual(App& app) {
+  view_caption(app, kResidual);
+  const ds::Trace& t = app.trace;
+  if (t.steps.empty() || app.cursor < 0) {
+    ImGui::TextDisabled("No step yet: press Step (Right arrow).");
+    return;
+  }
+  const float font = ImGui::GetFontSize();
+  const int L = t.config.n_layers;
+  const int pos = app.selected_position();
+  static const char* kinds[] = {"before attention (resid_pre)", "after attention (resid_mid)",
+                                "after the MLP (resid_post)"};
+  static const ImU32 colours[] = {IM_COL32(110, 160, 230, 255), IM_COL32(240, 160, 60, 255),
+                                  IM_COL32(100, 200, 120, 255)};
+
+  // Left: grouped bars per layer at the selected position.
+  std::vector<std::array<float, 3>> norms(L, {0, 0, 0});
+  float mx = 1e-6f;
+  bool any = false;
+  std::vector<float> x;
+  for (int l = 0; l < L; ++l)
+    for (int k = 0; k < 3; ++k)
+      if (resid_vector(t, app.cursor, l, k, pos, x)) {
+        double ss = 0;
+        for (float f : x) ss += double(f) * f;
+        norms[l][k] = float(std::sqrt(ss));
+        mx = std::max(mx, norms[l][k]);
+        any = true;
+      }
+  ImVec2 avail = ImGui::GetContentRegionAvail();
+  const float cw = std::min(avail.x * 0.42f, font * 30);
+  ImGui::BeginGroup();
+  auto toks = app.tokens();
+  ImGui::Text("Norms at position %d \"%s\"", pos, pos >= 0 && pos < int(toks.size()) ? visible(toks[pos].text).c_str() : "?");
+  tooltip(app, "The length of the vector each layer reads and writes: it grows as layers add their contributions.");
+  if (!any) {
+    ImGui::TextDisabled("the trace did not record the residual stream");
+  } else {
+    ImDrawList* dl = ImGui::GetWindowDrawList();
+    ImVec2 p = ImGui::GetCursorScreenPos();
+    const float ch = std::max(font * 8, avail.y - font * 9);
+    const float axis = font * 3;
+    const float gw = (cw - axis) / L;
+    const float bw = std::max(2.0f, gw * 0.8f / 3);
+    const ImU32 tc = ImGui::GetColorU32(ImGuiCol_Text);
+    const ImVec2 o(p.x + axis, p.y + font * 0.5f);
+    dl->AddLine(ImVec2(o.x, o.y), ImVec2(o.x, o.y + ch), tc);
+    dl->AddLine(ImVec2(o.x, o.y + ch), ImVec2(o.x + cw - axis, o.y + ch), tc);
+    for (float f : {0.0f, 0.5f, 1.0f}) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%.3g", double(mx * f));
+      ImVec2 ts = ImGui::CalcTextSize(b);
+      float y = o.y + ch - f * ch;
+      dl->AddText(ImVec2(o.x - ts.x - 4, y - ts.y * 0.5f), tc, b);
+      dl->AddLine(ImVec2(o.x - 3, y), ImVec2(o.x, y), tc);
+    }
+    int hover_l = -1;
+    ImVec2 mp = ImGui::GetIO().MousePos;
+    for (int l = 0; l < L; ++l) {
+      float gx = o.x + l * gw + gw * 0.1f;
+      for (int k = 0; k < 3; ++k) {
+        float h = norms[l][k] / mx * ch;
+        dl->AddRectFilled(ImVec2(gx + k * bw, o.y + ch - h), ImVec2(gx + (k + 1) * bw - 1, o.y + ch), colours[k]);
+      }
+      char b[16];
+      std::snprintf(b, sizeof b, L > 16 ? "%d" : "L%d", l);
+      ImVec2 ts = ImGui::CalcTextSize(b);
+      if (ts.x < gw || l % 2 == 0) dl->AddText(ImVec2(gx + (gw * 0.8f - ts.x) * 0.5f, o.y + ch + 2), tc, b);
+      if (mp.x >= o.x + l * gw && mp.x < o.x + (l + 1) * gw && mp.y >= o.y && mp.y < o.y + ch) hover_l = l;
+    }
+    ImGui::Dummy(ImVec2(cw, ch + font * 2));
+    if (hover_l >= 0 && ImGui::IsWindowHovered()) {
+      ImGui::BeginTooltip();
+      ImGui::Text("layer %d at position %d", hover_l, pos);
+      for (int k = 0; k < 3; ++k) ImGui::Text("%s: %.4f", kinds[k], norms[hover_l][k]);
+      ImGui::EndTooltip();
+    }
+    for (int k = 0; k < 3; ++k) {
+      ImVec2 q = ImGui::GetCursorScreenPos();
+      dl->AddRectFilled(ImVec2(q.x, q.y + 3), ImVec2(q.x + font, q.y + font), colours[k]);
+      ImGui::Dummy(ImVec2(font * 1.3f, font));
+      ImGui::SameLine();
+      ImGui::TextUnformatted(kinds[k]);
+    }
+  }
+  ImGui::EndGroup();
+
+  // Right: layer x position map.
+  ImGui::SameLine(0, font * 2);
+  ImGui::BeginGroup();
+  ImGui::SetNextItemWidth(font * 16);
+  ImGui::Combo("##kind", &app.resid_kind, kinds, 3);
+  tooltip(app, "Which point of each layer the map shows.");
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(font * 6);
+  ImGui::Combo("##cmap", &app.cmap, kColormapNames, 3);
+  char key[96];
+  std::snprintf(key, sizeof key, "%llu/%d/%d", (unsigned long long)app.version, app.cursor, app.resid_kind);
+  const Matrix& m = app.cached("resid", key, [&] { return resid_norm_map(t, app.cursor, app.resid_kind); });
+  if (!m.ok()) {
+    ImGui::TextDisabled("%s", m.error.c_str());
+  } else {
+    std::vector<std::string> rows, cols = app.position_labels(m.cols);
+    for (int l = 0; l < m.rows; ++l) rows.push_back("layer " + std::to_string(l));
+    HeatmapArgs a;
+    a.m = &m;
+    a.cache_key = app.matrix_cache["resid"].first;
+    a.row_labels = &rows;
+    a.col_labels = &cols;
+    a.row_title = "layer";
+    a.col_title = "position";
+    a.style.cmap = app.cmap;
+    // The map spans the norms it shows (post-norm models keep them nearly equal).
+    float lo = m.vmax;
+    for (float v : m.v) lo = std::min(lo, v);
+    a.style.vmin = lo;
+    a.style.vmax = std::max(m.vmax, lo + 1e-6f);
+    a.selected_row = -1;
+    a.value_name = "norm";
+    ImVec2 av = ImGui::GetContentRegionAvail();
+    a.size = ImVec2(av.x - font * 6, av.y - font * 4);
+    a.max_cell = 48;
+    HeatmapHit hit = heatmap_widget(app, "residual", a);
+    // Mark the selected position's column.
+    if (hit.hovered) {
+      ImGui::SetTooltip("layer %d, position %d \"%s\": norm %.4f", hit.row, hit.col, cols[hit.col].c_str(),
+                        m.at(hit.row, hit.col));
+      if (ImGui::IsMouseClicked(0)) app.sel_pos = hit.col;
+    }
+    legend(a.style, "norm", false);
+  }
+  ImGui::EndGroup();
+}
+
+}  // namespace dsgui

@@ -1,0 +1,299 @@
+#include "trace_view.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "util/error.h"
+
+namespace dsgui {
+
+namespace {
+
+bool g_unicode = false;
+
+const ds::Tensor* find(const ds::TraceStep& s, const std::string& name) {
+  auto it = s.tensors.find(name);
+  return it == s.tensors.end() ? nullptr : &it->second;
+}
+
+void finish_range(Matrix& m, bool scores) {
+  float lo = std::numeric_limits<float>::infinity(), hi = -lo;
+  for (int r = 0; r < m.rows; ++r)
+    for (int c = 0; c < m.cols; ++c) {
+      if (!m.allowed(r, c)) continue;
+      float x = m.at(r, c);
+      if (!std::isfinite(x)) continue;
+      lo = std::min(lo, x);
+      hi = std::max(hi, x);
+    }
+  if (!(lo <= hi)) lo = 0, hi = 1;
+  if (!scores) lo = 0, hi = std::max(hi, 1e-6f);
+  if (hi - lo < 1e-9f) hi = lo + 1e-6f;
+  m.vmin = lo;
+  m.vmax = hi;
+}
+
+}  // namespace
+
+Matrix attention_matrix(const ds::Trace& t, int layer, int head, int step, bool cross, bool scores) {
+  Matrix m;
+  if (step < 0 || step >= int(t.steps.size())) {
+    m.error = "no step yet: press Step (Right arrow)";
+    return m;
+  }
+  const ds::Config& cfg = t.config;
+  if (cross && !cfg.encoder_decoder) {
+    m.error = "this model is decoder-only: it has no cross-attention";
+    return m;
+  }
+  const int H = cfg.n_heads;
+  try {
+    ds::MatRM a;
+    if (head >= 0) {
+      a = t.attention(layer, head, step, cross, scores);
+    } else {
+      a = t.attention(layer, 0, step, cross, scores);
+      for (int h = 1; h < H; ++h) a += t.attention(layer, h, step, cross, scores);
+      a /= float(H);
+    }
+    m.rows = int(a.rows());
+    m.cols = int(a.cols());
+    m.v.assign(a.data(), a.data() + a.size());
+  } catch (const ds::Error& e) {
+    m.error = e.what();
+    return m;
+  }
+  // The mask: recorded (attn.mask), else where the scores are -inf, else the rule.
+  // Cells no step published (keys that did not exist yet when a row was computed)
+  // stay masked.
+  m.mask.assign(size_t(m.rows) * m.cols, 0);
+  const std::string base = "blocks." + std::to_string(layer) + (cross ? ".cross_attn." : ".attn.");
+  bool have_mask = false;
+  for (int s = 0; s <= step; ++s) {
+    const ds::TraceStep& st = t.steps[s];
+    const ds::Tensor* mk = find(st, base + "mask");
+    const ds::Tensor* sc = find(st, base + "scores");
+    if (mk && mk->shape.size() == 2) {
+      int T = mk->shape[0], S = mk->shape[1];
+      for (int r = 0; r < T && st.pos0 + r < m.rows; ++r)
+        for (int j = 0; j < S && j < m.cols; ++j) m.mask[size_t(st.pos0 + r) * m.cols + j] = mk->data[size_t(r) * S + j] != 0;
+      have_mask = true;
+    } else if (sc && sc->shape.size() == 3) {
+      int T = sc->shape[1], S = sc->shape[2];
+      for (int r = 0; r < T && st.pos0 + r < m.rows; ++r)
+        for (int j = 0; j < S && j < m.cols; ++j)
+          m.mask[size_t(st.pos0 + r) * m.cols + j] = std::isfinite(sc->data[size_t(r) * S + j]);
+      have_mask = true;
+    }
+  }
+  if (!have_mask) {
+    for (int r = 0; r < m.rows; ++r)
+      for (int j = 0; j < m.cols; ++j) {
+        bool ok = cross ? !(cfg.pad_id >= 0 && j < int(t.source.size()) && t.source[j] == cfg.pad_id) : j <= r;
+        m.mask[size_t(r) * m.cols + j] = ok;
+      }
+  }
+  if (scores)  // masked scores are -inf; keep the texture finite
+    for (size_t i = 0; i < m.v.size(); ++i)
+      if (!std::isfinite(m.v[i])) m.v[i] = 0;
+  finish_range(m, scores);
+  return m;
+}
+
+Matrix encoder_matrix(const ds::Trace& t, int layer, int head) {
+  Matrix m;
+  try {
+    ds::MatRM a;
+    if (head >= 0) {
+      a = t.encoder_attention(layer, head);
+    } else {
+      a = t.encoder_attention(layer, 0);
+      for (int h = 1; h < t.config.n_heads; ++h) a += t.encoder_attention(layer, h);
+      a /= float(t.config.n_heads);
+    }
+    m.rows = int(a.rows());
+    m.cols = int(a.cols());
+    m.v.assign(a.data(), a.data() + a.size());
+  } catch (const ds::Error& e) {
+    m.error = e.what();
+    return m;
+  }
+  m.mask.assign(size_t(m.rows) * m.cols, 1);
+  const int pad = t.config.pad_id;
+  for (int r = 0; r < m.rows; ++r)
+    for (int j = 0; j < m.cols; ++j)
+      if (pad >= 0 && j < int(t.source.size()) && t.source[j] == pad) m.mask[size_t(r) * m.cols + j] = 0;
+  finish_range(m, false);
+  return m;
+}
+
+static const char* kResidNames[] = {"resid_pre", "resid_mid", "resid_post"};
+
+bool resid_vector(const ds::Trace& t, int step, int layer, int kind, int pos, std::vector<float>& out) {
+  int s = step_of_position(t, pos);
+  if (s < 0 || s > step) return false;
+  const ds::TraceStep& st = t.steps[s];
+  const ds::Tensor* x = find(st, "blocks." + std::to_string(layer) + "." + kResidNames[kind]);
+  if (!x || x->shape.size() != 2) return false;
+  int r = pos - st.pos0, d = x->shape[1];
+  if (r < 0 || r >= x->shape[0]) return false;
+  out.assign(x->data.begin() + size_t(r) * d, x->data.begin() + size_t(r + 1) * d);
+  return true;
+}
+
+void lens_inputs(const ds::Trace& t, int step, int pos, std::vector<std::vector<float>>& resid,
+                 std::vector<std::string>& labels) {
+  resid.clear();
+  labels.clear();
+  std::vector<float> x;
+  if (resid_vector(t, step, 0, 0, pos, x)) {
+    resid.push_back(x);
+    labels.push_back("embedding");
+  }
+  for (int l = 0; l < t.config.n_layers; ++l)
+    if (resid_vector(t, step, l, 2, pos, x)) {
+      resid.push_back(x);
+      labels.push_back("after layer " + std::to_string(l));
+    }
+}
+
+Matrix resid_norm_map(const ds::Trace& t, int step, int kind) {
+  Matrix m;
+  if (step < 0 || step >= int(t.steps.size())) {
+    m.error = "no step yet";
+    return m;
+  }
+  m.rows = t.config.n_layers;
+  m.cols = t.positions(step);
+  m.v.assign(size_t(m.rows) * m.cols, 0.0f);
+  m.mask.assign(size_t(m.rows) * m.cols, 1);
+  bool any = false;
+  std::vector<float> x;
+  for (int l = 0; l < m.rows; ++l)
+    for (int p = 0; p < m.cols; ++p) {
+      if (!resid_vector(t, step, l, kind, p, x)) continue;
+      double ss = 0;
+      for (float f : x) ss += double(f) * f;
+      m.v[size_t(l) * m.cols + p] = float(std::sqrt(ss));
+      any = true;
+    }
+  if (!any) {
+    m.error = std::string("the trace did not record ") + kResidNames[kind];
+    return m;
+  }
+  finish_range(m, false);
+  return m;
+}
+
+std::vector<TokenInfo> tokens_as_of(const ds::Trace& t, int step) {
+  std::vector<TokenInfo> out;
+  if (t.steps.empty() || step < 0) return out;
+  step = std::min(step, int(t.steps.size()) - 1);
+  for (int s = 0; s <= step; ++s) {
+    const ds::TraceStep& st = t.steps[s];
+    for (size_t i = 0; i < st.input.size(); ++i) {
+      TokenInfo ti;
+      ti.pos = st.pos0 + int(i);
+      ti.id = st.input[i];
+      ti.text = i < st.input_text.size() ? st.input_text[i] : "#" + std::to_string(ti.id);
+      ti.prompt = s == 0;
+      if (s > 0 && t.steps[s - 1].sample) {
+        const ds::SampleRecord& r = *t.steps[s - 1].sample;
+        ti.drawn_at = s - 1;
+        ti.rank = r.rank;
+        for (auto& c : r.candidates)
+          if (c.id == r.token) ti.p = c.p_final, ti.p_raw = c.p_raw;
+      }
+      out.push_back(std::move(ti));
+    }
+  }
+  const ds::TraceStep& last = t.steps[step];
+  if (last.sample && last.sample->token >= 0) {
+    const ds::SampleRecord& r = *last.sample;
+    TokenInfo ti;
+    ti.pos = t.positions(step);
+    ti.id = r.token;
+    ti.fed = false;
+    ti.drawn_at = step;
+    ti.rank = r.rank;
+    ti.text = "#" + std::to_string(r.token);
+    for (auto& c : r.candidates)
+      if (c.id == r.token) ti.text = c.text, ti.p = c.p_final, ti.p_raw = c.p_raw;
+    out.push_back(std::move(ti));
+  }
+  return out;
+}
+
+int step_of_position(const ds::Trace& t, int pos) {
+  for (int s = 0; s < int(t.steps.size()); ++s)
+    if (pos >= t.steps[s].pos0 && pos < t.steps[s].pos0 + int(t.steps[s].input.size())) return s;
+  return -1;
+}
+
+int step_sampling_at(const ds::Trace& t, int pos) {
+  int s = step_of_position(t, pos);
+  if (s < 0 || t.positions(s) - 1 != pos || !t.steps[s].sample) return -1;
+  return s;
+}
+
+void set_unicode_font(bool yes) { g_unicode = yes; }
+bool unicode_font() { return g_unicode; }
+
+std::string visible(const std::string& piece) {
+  std::string s = piece;
+  // llama2.c's BOS and EOS pieces are "\n<s>\n" and "\n</s>\n": show the tag alone.
+  if (s.size() > 4 && s.front() == '\n' && s.back() == '\n' && s[1] == '<' && s[s.size() - 2] == '>')
+    s = s.substr(1, s.size() - 2);
+  // Byte tokens of llama2.c's tokenizer.
+  if (s.size() == 6 && s[0] == '<' && s[1] == '0' && s[2] == 'x' && s[5] == '>') {
+    int b = std::stoi(s.substr(3, 2), nullptr, 16);
+    if (b == '\n') s = "\n";
+    else if (b == '\t') s = "\t";
+    else if (b == ' ') s = " ";
+    else if (b == '\r') s = "\r";
+    else return s;
+  }
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    unsigned char c = s[i];
+    // GPT-2 byte-level pieces: U+0120 (space) and U+010A (newline).
+    if (c == 0xC4 && i + 1 < s.size() && (unsigned char)s[i + 1] == 0xA0) {
+      out += g_unicode ? "\xE2\x90\xA3" : "_";
+      ++i;
+    } else if (c == 0xC4 && i + 1 < s.size() && (unsigned char)s[i + 1] == 0x8A) {
+      out += g_unicode ? "\xE2\x8F\x8E" : "\\n";
+      ++i;
+    } else if (c == ' ') {
+      out += g_unicode ? "\xE2\x90\xA3" : "_";  // U+2423 open box
+    } else if (c == '\n') {
+      out += g_unicode ? "\xE2\x8F\x8E" : "\\n";  // U+23CE return symbol
+    } else if (c == '\t') {
+      out += g_unicode ? "\xE2\x86\x92" : "\\t";  // U+2192 arrow
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c < 32) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "<%02X>", c);
+      out += buf;
+    } else {
+      out += char(c);
+    }
+  }
+  if (out.empty()) out = g_unicode ? "\xE2\x88\x85" : "(empty)";  // U+2205 empty set
+  return out;
+}
+
+std::string shorten(const std::string& s, int n) {
+  int count = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) {
+      if (count == n) return s.substr(0, i) + (g_unicode ? "\xE2\x80\xA6" : "~");
+      ++count;
+    }
+  }
+  return s;
+}
+
+}  // namespace dsgui

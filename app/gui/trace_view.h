@@ -1,0 +1,63 @@
+#pragma once
+// Read-only helpers the panels use on the window's copy of the Trace: full attention
+// matrices with their masks, token lists, residual norms, visible whitespace.
+#include <string>
+#include <vector>
+
+#include "probe/trace.h"
+
+namespace dsgui {
+
+// A matrix ready to draw: rows x cols values and a mask (1 allowed, 0 masked).
+struct Matrix {
+  int rows = 0, cols = 0;
+  std::vector<float> v;
+  std::vector<uint8_t> mask;
+  float vmin = 0, vmax = 1;  // over allowed finite cells
+  std::string error;         // why there is nothing to draw
+  bool ok() const { return error.empty() && rows > 0 && cols > 0; }
+  float at(int r, int c) const { return v[size_t(r) * cols + c]; }
+  bool allowed(int r, int c) const { return mask[size_t(r) * cols + c] != 0; }
+};
+
+// Attention of one layer and head (head < 0: the mean over heads) as of `step`:
+// [positions, positions] for self-attention, [positions, source] for cross.
+Matrix attention_matrix(const ds::Trace& t, int layer, int head, int step, bool cross, bool scores);
+// Encoder self-attention [source, source].
+Matrix encoder_matrix(const ds::Trace& t, int layer, int head);
+// Layer x position map of the norms of resid_pre / resid_mid / resid_post (kind 0/1/2).
+Matrix resid_norm_map(const ds::Trace& t, int step, int kind);
+// The residual vector at a position: kind 0 resid_pre, 1 resid_mid, 2 resid_post.
+bool resid_vector(const ds::Trace& t, int step, int layer, int kind, int pos, std::vector<float>& out);
+
+// What the logit lens reads at a position: the embedding (resid_pre of layer 0) and
+// resid_post of every layer, with their labels.
+void lens_inputs(const ds::Trace& t, int step, int pos, std::vector<std::vector<float>>& resid,
+                 std::vector<std::string>& labels);
+
+// One token of the decoder sequence as of a step.
+struct TokenInfo {
+  int pos = 0, id = 0;
+  std::string text;
+  bool prompt = false;  // part of the prompt (not drawn)
+  bool fed = true;      // false for the token just drawn (not run through the model yet)
+  int drawn_at = -1;    // step whose sample drew it
+  float p = 0, p_raw = 0;
+  int rank = -1;
+};
+std::vector<TokenInfo> tokens_as_of(const ds::Trace& t, int step);
+// The step whose rows include position pos, or -1.
+int step_of_position(const ds::Trace& t, int pos);
+// The step whose sample was drawn from position pos (pos is that step's last row), or -1.
+int step_sampling_at(const ds::Trace& t, int pos);
+
+// Whether the font can show the symbols below (set once the font is loaded).
+void set_unicode_font(bool yes);
+bool unicode_font();
+// A token piece with whitespace made visible: space -> open box, newline -> return
+// symbol, tab -> arrow; byte tokens like <0x0A> read as the byte they stand for.
+std::string visible(const std::string& piece);
+// Shortened to at most n characters (UTF-8 aware), with an ellipsis.
+std::string shorten(const std::string& s, int n);
+
+}  // namespace dsgui

@@ -1,0 +1,125 @@
+#pragma once
+// The engine's own thread. The worker owns the model and the Session; the window posts
+// commands and polls events. Each finished step arrives as a copy of its TraceStep, so
+// the window never reads anything the worker is writing and never waits for it.
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "io/loader.h"
+#include "probe/trace.h"
+#include "sample/sampler.h"
+#include "session/session.h"
+
+namespace dsgui {
+
+struct ModelInfo {
+  std::string spec, name, kind, describe;
+  ds::Config cfg;
+  bool has_tokenizer = false;
+  std::string prompt, source;  // suggested text for the boxes
+  int64_t params = 0;
+  double load_seconds = 0;
+};
+
+// The logit lens at one position: what each layer's residual stream would predict if
+// the model stopped there (final norm, then the output head).
+struct LensRow {
+  std::string label;  // "embed", "layer 0", ...
+  std::vector<int> ids;
+  std::vector<std::string> texts;
+  std::vector<float> probs;  // top few, descending
+};
+struct LensResult {
+  int step = -1, pos = -1;
+  uint64_t version = 0;
+  std::vector<LensRow> rows;
+};
+
+struct Event {
+  enum Kind { Loading, Loaded, Started, Step, Truncate, Lens, Saved, Error, Idle };
+  Kind kind = Idle;
+  std::string msg;
+  std::shared_ptr<const ModelInfo> info;
+  int index = 0;  // Step: index of the step; Truncate: steps kept
+  bool done = false;  // Step: the session can take no more steps
+  std::shared_ptr<const ds::TraceStep> step;
+  std::vector<int> source;
+  std::vector<std::string> source_text;
+  std::map<std::string, ds::Tensor> encoder;
+  LensResult lens;
+  double seconds = 0;  // Step: compute time of the step
+};
+
+struct Command {
+  enum Kind { Load, Start, Step, Rewind, Sampler, Heads, Lens, SaveTrace };
+  Kind kind = Step;
+  std::string a, b;  // Load: spec, tokenizer file; Start: prompt (target prefix), source
+  int n = 1;         // Step: how many (-1: to the end); Rewind: steps kept
+  ds::SamplerConfig sampler;
+  std::vector<std::pair<int, int>> heads;  // Heads: (layer, head) switched off
+  // Lens: the residual vectors to read ([rows][d_model]) and their labels.
+  std::vector<std::vector<float>> resid;
+  std::vector<std::string> labels;
+  int step = -1, pos = -1;
+  uint64_t version = 0;
+  std::shared_ptr<const ds::Trace> trace;  // SaveTrace: what to write to file a
+};
+
+// The hook patterns the window records, kept to those the model has.
+std::vector<std::string> record_patterns(const ds::Config& cfg);
+
+class Worker {
+ public:
+  Worker();
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  void post(Command c);
+  std::vector<Event> poll();
+  // True while a command is queued or running.
+  bool busy() const;
+  // Drops queued steps and stops a multi-step run after the step in progress.
+  void cancel();
+  // What the worker is doing now ("" when idle), for the status line.
+  std::string activity() const;
+  // Called (from the worker thread) after events are posted, to wake the window.
+  void set_wake(std::function<void()> fn);
+
+ private:
+  void run();
+  void handle(Command& c);
+  void emit(Event e);
+  void apply_heads();
+  void set_activity(std::string s);
+  LensRow lens_row(const std::vector<float>& x, const std::string& label);
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Command> queue_;
+  std::vector<Event> events_;
+  std::string activity_;
+  std::function<void()> wake_;
+  bool running_ = false, quit_ = false;
+  std::atomic<bool> cancel_{false};
+
+  // Owned by the worker thread only.
+  ds::LoadedModel lm_;
+  std::unique_ptr<ds::Session> session_;
+  ds::SamplerConfig sampler_;
+  std::vector<std::pair<int, int>> heads_off_;
+  std::vector<int> head_handles_;
+
+  std::thread thread_;
+};
+
+}  // namespace dsgui

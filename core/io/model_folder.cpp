@@ -1,0 +1,484 @@
+#include "io/model_folder.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "io/safetensors.h"
+#include "model/config_json.h"
+#include "text/char_tokenizer.h"
+#include "util/error.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace ds {
+
+namespace {
+
+constexpr uint64_t kMaxConfigBytes = uint64_t{64} << 20;
+// The KV cache the engine allocates for max_seq positions; a config asking for more
+// is refused rather than exhausting memory later.
+constexpr double kMaxKVCacheBytes = 16.0 * (1ull << 30);
+
+using Shape = std::vector<int64_t>;
+
+std::string shape_str(const Shape& s) {
+  std::string o = "[";
+  for (size_t i = 0; i < s.size(); ++i) o += (i ? ", " : "") + std::to_string(s[i]);
+  return o + "]";
+}
+
+std::string list_names(const std::vector<std::string>& names) {
+  std::string o;
+  for (size_t i = 0; i < names.size() && i < 8; ++i) {
+    json n = names[i];
+    o += (i ? ", " : "") + n.dump(-1, ' ', true, json::error_handler_t::replace);
+  }
+  if (names.size() > 8) o += " and " + std::to_string(names.size() - 8) + " more";
+  return o;
+}
+
+json read_json_file(const std::string& path) {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (ec) throw Error(path + ": cannot read (" + ec.message() + ")");
+  if (size > kMaxConfigBytes)
+    throw Error(path + ": file is " + std::to_string(size) + " bytes, more than a config may be (" +
+                std::to_string(kMaxConfigBytes) + ")");
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error(path + ": cannot open (" + std::strerror(errno) + ")");
+  std::string text(static_cast<size_t>(size), '\0');
+  f.read(text.data(), static_cast<std::streamsize>(size));
+  if (f.gcount() != static_cast<std::streamsize>(size)) throw Error(path + ": read failed");
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    std::string what = e.what();
+    for (char& c : what)
+      if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7F) c = '?';
+    throw Error(path + ": not valid JSON: " + what);
+  }
+  if (!j.is_object()) throw Error(path + ": holds JSON " + std::string(j.type_name()) + ", not an object");
+  return j;
+}
+
+// Copies a tensor as float32, gives its file pages back, and rejects NaN/infinity.
+void read_tensor(const SafeTensors& st, const SafeTensors::Entry& e, float* out) {
+  st.read_f32(e, out, true);
+  const int64_t n = e.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(out[i]))
+      throw Error(st.path() + ": tensor " + e.name + " holds " + (std::isnan(out[i]) ? "a NaN" : "an infinite value") +
+                  " at flat index " + std::to_string(i));
+  }
+}
+
+const SafeTensors::Entry& need_tensor(const SafeTensors& st, const std::string& name, const Shape& shape) {
+  const SafeTensors::Entry* e = st.find(name);
+  if (!e) throw Error(st.path() + ": tensor " + name + " " + shape_str(shape) + " is missing");
+  if (e->shape != shape)
+    throw Error(st.path() + ": tensor " + name + " has shape " + shape_str(e->shape) + ", expected " +
+                shape_str(shape));
+  return *e;
+}
+
+// ------------------------------------------------------------------ GPT-2
+
+Config gpt2_config(const json& j, const std::string& path) {
+  Config c;
+  try {
+    if (j.contains("model_type")) {
+      const std::string mt = json_string(j, "model_type");
+      if (mt != "gpt2")
+        throw Error("model_type " + json(mt).dump(-1, ' ', true, json::error_handler_t::replace) +
+                    " is not supported (decoderscope reads GPT-2 folders and its own)");
+    }
+    const int d = json_int(j, "n_embd");
+    const int n_layer = json_int(j, "n_layer");
+    const int n_head = json_int(j, "n_head");
+    const int n_pos = j.contains("n_positions") && !j["n_positions"].is_null() ? json_int(j, "n_positions")
+                                                                                : json_int(j, "n_ctx");
+    const int vocab = json_int(j, "vocab_size");
+    if (d <= 0 || d > (1 << 20)) throw Error("field \"n_embd\" must be in 1..1048576, is " + std::to_string(d));
+    if (n_head <= 0 || d % n_head != 0)
+      throw Error("field \"n_head\" (" + std::to_string(n_head) + ") must divide n_embd (" + std::to_string(d) + ")");
+    const int n_inner = json_int(j, "n_inner", 4 * d);
+    const std::string act = json_string(j, "activation_function", "gelu_new");
+    if (act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast") c.ffn = FFNKind::GELUTanh;
+    else if (act == "gelu") c.ffn = FFNKind::GELU;
+    else if (act == "relu") c.ffn = FFNKind::ReLU;
+    else
+      throw Error("field \"activation_function\" " + json(act).dump(-1, ' ', true, json::error_handler_t::replace) +
+                  " is not supported (gelu_new, gelu, relu)");
+    if (!json_bool(j, "scale_attn_weights", true))
+      throw Error("field \"scale_attn_weights\" is false: unscaled attention is not supported");
+    if (json_bool(j, "scale_attn_by_inverse_layer_idx", false))
+      throw Error("field \"scale_attn_by_inverse_layer_idx\" is true: not supported");
+    if (json_bool(j, "add_cross_attention", false))
+      throw Error("field \"add_cross_attention\" is true: GPT-2 with cross-attention is not supported");
+    c.d_model = d;
+    c.n_layers = n_layer;
+    c.n_enc_layers = 0;
+    c.n_heads = n_head;
+    c.n_kv_heads = n_head;
+    c.d_head = d / n_head;
+    c.d_ff = n_inner;
+    c.vocab_size = vocab;
+    c.max_seq = n_pos;
+    c.max_src = n_pos;
+    c.norm = NormKind::LayerNorm;
+    c.norm_place = NormPlace::Pre;
+    c.pos = PosKind::Learned;
+    c.encoder_decoder = false;
+    c.tied_head = true;
+    c.attn_bias = c.ffn_bias = c.norm_bias = true;
+    c.final_norm = true;
+    c.enc_final_norm = false;
+    c.scale_embed = false;
+    c.norm_eps = json_float(j, "layer_norm_epsilon", 1e-5f);
+    if (!(c.norm_eps > 0 && c.norm_eps < 1)) throw Error("field \"layer_norm_epsilon\" must be in (0, 1)");
+    // <|endoftext|> (50256 in GPT-2's vocabulary) starts and ends texts; the config's
+    // own ids win when they are valid.
+    const int fallback = vocab == 50257 ? 50256 : vocab - 1;
+    auto special = [&](const char* key) {
+      auto it = j.find(key);
+      if (it == j.end() || !it->is_number_integer()) return fallback;
+      const int64_t id = it->get<int64_t>();
+      return id >= 0 && id < vocab ? static_cast<int>(id) : fallback;
+    };
+    c.eos_id = special("eos_token_id");
+    c.bos_id = special("bos_token_id");
+    c.pad_id = -1;
+    c.validate();
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
+  return c;
+}
+
+// "h.<digits>.<rest>" after the prefix: the layer, or -1.
+int layer_of(const std::string& name, const std::string& prefix, std::string& rest) {
+  if (name.compare(0, prefix.size() + 2, prefix + "h.") != 0) return -1;
+  size_t i = prefix.size() + 2, j = i;
+  while (j < name.size() && j - i < 6 && name[j] >= '0' && name[j] <= '9') ++j;
+  if (j == i || j >= name.size() || name[j] != '.') return -1;
+  rest = name.substr(j + 1);
+  return std::stoi(name.substr(i, j - i));
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+void load_gpt2(FolderModel& m, const json& j, const std::string& config_path, const std::string& st_path) {
+  m.format = "gpt2";
+  m.tokenizer_kind = "gpt2-bpe";
+  m.cfg = gpt2_config(j, config_path);
+  Config& c = m.cfg;
+  SafeTensors st = SafeTensors::open(st_path);
+
+  std::string prefix;
+  if (st.find("transformer.wte.weight")) prefix = "transformer.";
+  else if (!st.find("wte.weight"))
+    throw Error(st_path + ": has neither wte.weight nor transformer.wte.weight (not a GPT-2 checkpoint?)");
+
+  const int64_t d = c.d_model, ff = c.d_ff, V = c.vocab_size, P = c.max_seq;
+  std::map<std::string, Shape> expect;
+  expect[prefix + "wte.weight"] = {V, d};
+  expect[prefix + "wpe.weight"] = {P, d};
+  expect[prefix + "ln_f.weight"] = {d};
+  expect[prefix + "ln_f.bias"] = {d};
+  auto lname = [&](int l, const char* rest) { return prefix + "h." + std::to_string(l) + "." + rest; };
+  for (int l = 0; l < c.n_layers; ++l) {
+    expect[lname(l, "ln_1.weight")] = {d};
+    expect[lname(l, "ln_1.bias")] = {d};
+    expect[lname(l, "attn.c_attn.weight")] = {d, 3 * d};
+    expect[lname(l, "attn.c_attn.bias")] = {3 * d};
+    expect[lname(l, "attn.c_proj.weight")] = {d, d};
+    expect[lname(l, "attn.c_proj.bias")] = {d};
+    expect[lname(l, "ln_2.weight")] = {d};
+    expect[lname(l, "ln_2.bias")] = {d};
+    expect[lname(l, "mlp.c_fc.weight")] = {d, ff};
+    expect[lname(l, "mlp.c_fc.bias")] = {ff};
+    expect[lname(l, "mlp.c_proj.weight")] = {ff, d};
+    expect[lname(l, "mlp.c_proj.bias")] = {d};
+  }
+  // Every expected tensor with its shape, before anything is allocated.
+  for (auto& [name, shape] : expect) need_tensor(st, name, shape);
+  const SafeTensors::Entry* lm_head = st.find("lm_head.weight");
+  if (lm_head && lm_head->shape != Shape{V, d})
+    throw Error(st_path + ": tensor lm_head.weight has shape " + shape_str(lm_head->shape) + ", expected " +
+                shape_str({V, d}));
+  std::vector<std::string> unknown;
+  for (const auto& e : st.entries()) {
+    if (expect.count(e.name) || e.name == "lm_head.weight") continue;
+    std::string rest;
+    if (layer_of(e.name, prefix, rest) >= 0 && (rest == "attn.bias" || rest == "attn.masked_bias")) continue;
+    // Causal-mask buffers above; anything else that looks like a weight would be dropped.
+    if (ends_with(e.name, ".weight") || ends_with(e.name, ".bias") || ends_with(e.name, "_weight") ||
+        ends_with(e.name, "_bias"))
+      unknown.push_back(e.name);
+  }
+  if (!unknown.empty())
+    throw Error(st_path + ": holds weights a GPT-2 of this config does not have (n_layer " + std::to_string(c.n_layers) +
+                "): " + list_names(unknown));
+
+  m.w = Weights::zeros(c);
+  Weights& w = m.w;
+  read_tensor(st, *st.find(prefix + "wte.weight"), w.tok_embed.data());
+  read_tensor(st, *st.find(prefix + "wpe.weight"), w.pos_embed.data());
+  std::vector<float> tmp;
+  // A Conv1D weight [in, out] into tmp, as a row-major map.
+  auto conv = [&](const std::string& name, int64_t in, int64_t out) {
+    tmp.resize(static_cast<size_t>(in * out));
+    read_tensor(st, *st.find(name), tmp.data());
+    return Eigen::Map<const MatRM>(tmp.data(), in, out);
+  };
+  auto vec = [&](const std::string& name, Vec& v) { read_tensor(st, *st.find(name), v.data()); };
+  for (int l = 0; l < c.n_layers; ++l) {
+    Block& b = w.blocks[static_cast<size_t>(l)];
+    vec(lname(l, "ln_1.weight"), b.ln1.g);
+    vec(lname(l, "ln_1.bias"), b.ln1.b);
+    {
+      auto T = conv(lname(l, "attn.c_attn.weight"), d, 3 * d);
+      b.attn.q.W = T.middleCols(0, d).transpose();
+      b.attn.k.W = T.middleCols(d, d).transpose();
+      b.attn.v.W = T.middleCols(2 * d, d).transpose();
+      Vec qkv(3 * d);
+      vec(lname(l, "attn.c_attn.bias"), qkv);
+      b.attn.q.b = qkv.segment(0, d);
+      b.attn.k.b = qkv.segment(d, d);
+      b.attn.v.b = qkv.segment(2 * d, d);
+    }
+    b.attn.o.W = conv(lname(l, "attn.c_proj.weight"), d, d).transpose();
+    vec(lname(l, "attn.c_proj.bias"), b.attn.o.b);
+    vec(lname(l, "ln_2.weight"), b.ln3.g);
+    vec(lname(l, "ln_2.bias"), b.ln3.b);
+    b.ffn.up.W = conv(lname(l, "mlp.c_fc.weight"), d, ff).transpose();
+    vec(lname(l, "mlp.c_fc.bias"), b.ffn.up.b);
+    b.ffn.down.W = conv(lname(l, "mlp.c_proj.weight"), ff, d).transpose();
+    vec(lname(l, "mlp.c_proj.bias"), b.ffn.down.b);
+  }
+  vec(prefix + "ln_f.weight", w.ln_final.g);
+  vec(prefix + "ln_f.bias", w.ln_final.b);
+  if (lm_head) {
+    // GPT2LMHeadModel ties lm_head to wte; a file whose head differs is loaded untied.
+    MatRM head(V, d);
+    read_tensor(st, *lm_head, head.data());
+    if (head != w.tok_embed) {
+      w.lm_head = std::move(head);
+      c.tied_head = false;
+    }
+  }
+}
+
+// ------------------------------------------------------------------ decoderscope
+
+bool is_vector_name(const std::string& name) { return ends_with(name, ".g") || ends_with(name, ".b"); }
+
+// A lower bound on the parameters cfg implies (its matrices), in double so it cannot
+// overflow: checked against the file before anything is allocated.
+double matrix_params(const Config& c) {
+  const double d = c.d_model, q = c.q_dim(), kv = c.kv_dim(), ff = c.d_ff, V = c.vocab_size;
+  const double attn = 2 * q * d + 2 * kv * d;
+  const double mlp = (c.ffn == FFNKind::SwiGLU ? 3 : 2) * ff * d;
+  double n = V * d + (c.pos == PosKind::Learned ? double(c.max_seq) * d : 0) + (c.tied_head ? 0 : V * d);
+  n += c.n_layers * (attn * (c.encoder_decoder ? 2 : 1) + mlp);
+  if (c.encoder_decoder)
+    n += c.n_enc_layers * (attn + mlp) + (c.pos == PosKind::Learned ? double(c.max_src) * d : 0);
+  return n;
+}
+
+void load_own(FolderModel& m, const json& j, const std::string& config_path, const std::string& st_path) {
+  m.format = "decoderscope";
+  try {
+    const int version = json_int(j, "version");
+    if (version != 1)
+      throw Error("field \"version\" is " + std::to_string(version) + "; this decoderscope reads version 1");
+    m.cfg = config_from_json(j);
+    if (!j.contains("tokenizer") || !j["tokenizer"].is_object())
+      throw Error("field \"tokenizer\" must be an object {\"kind\": \"chars\" | \"gpt2-bpe\", ...}");
+    const json& tok = j["tokenizer"];
+    m.tokenizer_kind = json_string(tok, "kind");
+    if (m.tokenizer_kind == "chars") {
+      if (!tok.contains("vocab") || !tok["vocab"].is_array())
+        throw Error("field \"tokenizer\".\"vocab\" must be an array of strings");
+      for (const json& s : tok["vocab"]) {
+        if (!s.is_string())
+          throw Error("field \"tokenizer\".\"vocab\" entry " + std::to_string(m.chars_vocab.size()) +
+                      " is not a string");
+        m.chars_vocab.push_back(s.get<std::string>());
+      }
+      if (static_cast<int64_t>(m.chars_vocab.size()) != m.cfg.vocab_size)
+        throw Error("field \"tokenizer\".\"vocab\" has " + std::to_string(m.chars_vocab.size()) +
+                    " entries but vocab_size is " + std::to_string(m.cfg.vocab_size));
+      CharTokenizer check(m.chars_vocab, m.cfg.bos_id);  // throws on a bad vocabulary
+    } else if (m.tokenizer_kind != "gpt2-bpe") {
+      throw Error("field \"tokenizer\".\"kind\" must be \"chars\" or \"gpt2-bpe\", is " +
+                  json(m.tokenizer_kind).dump(-1, ' ', true, json::error_handler_t::replace));
+    }
+    if (j.contains("training")) m.training = j["training"].dump();
+    const Config& c = m.cfg;
+    const double kv_bytes = 2.0 * 4.0 * c.n_layers * double(c.max_seq) * c.kv_dim();
+    if (kv_bytes > kMaxKVCacheBytes)
+      throw Error("max_seq " + std::to_string(c.max_seq) + " would need a " + std::to_string(kv_bytes / (1 << 30)) +
+                  " GiB KV cache");
+  } catch (const Error& e) {
+    throw Error(config_path + ": " + e.what());
+  }
+  const Config& c = m.cfg;
+  SafeTensors st = SafeTensors::open(st_path);
+  double held = 0;
+  for (const auto& e : st.entries()) held += double(e.numel());
+  if (matrix_params(c) > held)
+    throw Error(config_path + ": describes a model of at least " + std::to_string(int64_t(matrix_params(c))) +
+                " parameters but " + st_path + " holds only " + std::to_string(int64_t(held)) + " values");
+
+  m.w = Weights::zeros(c);
+  Weights& w = m.w;
+  if (c.encoder_decoder && st.find("encoder.tok_embed")) w.enc_tok_embed = MatRM::Zero(c.vocab_size, c.d_model);
+  std::set<std::string> used;
+  for (auto& t : w.tensors()) {
+    const Shape shape = is_vector_name(t.name) ? Shape{t.rows} : Shape{t.rows, t.cols};
+    read_tensor(st, need_tensor(st, t.name, shape), t.data);
+    used.insert(t.name);
+  }
+  std::vector<std::string> unknown;
+  for (const auto& e : st.entries())
+    if (!used.count(e.name)) unknown.push_back(e.name);
+  if (!unknown.empty())
+    throw Error(st_path + ": holds tensors this configuration does not use: " + list_names(unknown));
+}
+
+}  // namespace
+
+FolderModel load_model_folder(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw Error(dir + ": not a folder");
+  const fs::path d(dir);
+  const std::string config_path = (d / "config.json").string();
+  const std::string st_path = (d / "model.safetensors").string();
+  if (!fs::exists(st_path, ec)) {
+    if (fs::exists(d / "pytorch_model.bin", ec))
+      throw Error(dir + " holds pytorch_model.bin only; decoderscope reads model.safetensors (download it from the "
+                        "same model page)");
+    if (fs::exists(d / "model.safetensors.index.json", ec))
+      throw Error(dir + " holds a sharded checkpoint (model.safetensors.index.json); decoderscope reads a single "
+                        "model.safetensors");
+    throw Error(dir + ": no model.safetensors (a model folder holds config.json and model.safetensors)");
+  }
+  if (!fs::exists(config_path, ec))
+    throw Error(dir + ": no config.json (a model folder holds config.json and model.safetensors)");
+  const json j = read_json_file(config_path);
+
+  FolderModel m;
+  m.dir = dir;
+  if (j.contains("format")) {
+    std::string format;
+    try {
+      format = json_string(j, "format");
+    } catch (const Error& e) {
+      throw Error(config_path + ": " + e.what());
+    }
+    if (format != "decoderscope")
+      throw Error(config_path + ": field \"format\" is " +
+                  json(format).dump(-1, ' ', true, json::error_handler_t::replace) + ", expected \"decoderscope\"");
+    load_own(m, j, config_path, st_path);
+  } else {
+    load_gpt2(m, j, config_path, st_path);
+  }
+  return m;
+}
+
+void save_model_folder(const std::string& dir, const Config& cfg, const Weights& w, const json& tokenizer,
+                       const json& extra, const std::string& dtype) {
+  cfg.validate();
+  Weights& wm = const_cast<Weights&>(w);  // tensors() is non-const; nothing is written
+  // The tensors cfg implies, by name and shape.
+  std::map<std::string, std::pair<int64_t, int64_t>> want;
+  {
+    Weights z = Weights::zeros(cfg);
+    for (auto& t : z.tensors()) want[t.name] = {t.rows, t.cols};
+    if (cfg.encoder_decoder) want["encoder.tok_embed"] = {cfg.vocab_size, cfg.d_model};
+  }
+  std::vector<SafeTensorOut> out;
+  for (auto& t : wm.tensors()) {
+    auto it = want.find(t.name);
+    if (it == want.end()) throw Error(dir + ": cannot save: tensor " + t.name + " does not belong to this configuration");
+    if (it->second != std::pair<int64_t, int64_t>{t.rows, t.cols})
+      throw Error(dir + ": cannot save: tensor " + t.name + " is " + std::to_string(t.rows) + "x" +
+                  std::to_string(t.cols) + ", expected " + std::to_string(it->second.first) + "x" +
+                  std::to_string(it->second.second));
+    want.erase(it);
+    SafeTensorOut o;
+    o.name = t.name;
+    o.shape = is_vector_name(t.name) ? Shape{t.rows} : Shape{t.rows, t.cols};
+    o.data = t.data;
+    o.dtype = dtype;
+    out.push_back(std::move(o));
+  }
+  want.erase("encoder.tok_embed");  // optional
+  if (!want.empty()) throw Error(dir + ": cannot save: tensor " + want.begin()->first + " is missing");
+
+  if (!tokenizer.is_object() || !tokenizer.contains("kind") || !tokenizer["kind"].is_string())
+    throw Error(dir + ": cannot save: the tokenizer must be {\"kind\": \"chars\" | \"gpt2-bpe\", ...}");
+  const std::string kind = tokenizer["kind"].get<std::string>();
+  if (kind == "chars") {
+    if (!tokenizer.contains("vocab") || !tokenizer["vocab"].is_array() ||
+        static_cast<int64_t>(tokenizer["vocab"].size()) != cfg.vocab_size)
+      throw Error(dir + ": cannot save: a chars tokenizer needs \"vocab\" with vocab_size (" +
+                  std::to_string(cfg.vocab_size) + ") strings");
+    std::vector<std::string> vocab;
+    for (const json& s : tokenizer["vocab"]) {
+      if (!s.is_string()) throw Error(dir + ": cannot save: a vocab entry is not a string");
+      vocab.push_back(s.get<std::string>());
+    }
+    try {
+      CharTokenizer check(vocab, cfg.bos_id);
+    } catch (const Error& e) {
+      throw Error(dir + ": cannot save: " + e.what());
+    }
+  } else if (kind != "gpt2-bpe") {
+    throw Error(dir + ": cannot save: tokenizer kind must be \"chars\" or \"gpt2-bpe\"");
+  }
+
+  nlohmann::ordered_json conf = nlohmann::ordered_json::object();
+  conf["format"] = "decoderscope";
+  conf["version"] = 1;
+  const json fields = config_to_json(cfg);
+  for (auto it = fields.begin(); it != fields.end(); ++it) conf[it.key()] = *it;
+  conf["tokenizer"] = tokenizer;
+  if (!extra.is_null()) {
+    if (!extra.is_object()) throw Error(dir + ": cannot save: extra config keys must be a JSON object");
+    for (auto& [k, v] : extra.items()) {
+      if (conf.contains(k)) throw Error(dir + ": cannot save: extra key \"" + k + "\" would replace a format key");
+      conf[k] = v;
+    }
+  }
+  std::string text;
+  try {
+    text = conf.dump(2) + "\n";
+  } catch (const json::exception&) {
+    throw Error(dir + ": cannot save: a string in the config or vocabulary is not valid UTF-8");
+  }
+
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(dir + ": cannot create the folder (" + ec.message() + ")");
+  const fs::path d(dir);
+  save_safetensors((d / "model.safetensors").string(), out, {{"format", "pt"}, {"producer", "decoderscope"}});
+  std::ofstream f(d / "config.json", std::ios::binary | std::ios::trunc);
+  if (!f) throw Error((d / "config.json").string() + ": cannot create file (" + std::strerror(errno) + ")");
+  f << text;
+  f.flush();
+  if (!f) throw Error((d / "config.json").string() + ": write failed");
+}
+
+}  // namespace ds

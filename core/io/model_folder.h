@@ -1,0 +1,55 @@
+#pragma once
+// Model folders: config.json + model.safetensors.
+//
+// Two kinds are read:
+//  * Hugging Face GPT-2 folders (gpt2, distilgpt2, gpt2-medium/large/xl): the HF
+//    config keys (n_embd, n_layer, n_head, n_positions or n_ctx, vocab_size,
+//    layer_norm_epsilon, activation_function, n_inner) and the GPT2Model tensor
+//    names, with or without the "transformer." prefix. Conv1D weights are stored
+//    [in, out] and are transposed to Linear::W's [out, in]; c_attn's 3*d output
+//    columns are q, then k, then v. The tokenizer is GPT-2's byte-level BPE
+//    (vocab.json + merges.txt, or tokenizer.json) beside the model.
+//  * decoderscope's own folders (the built-in models): config.json holds
+//    "format": "decoderscope", "version": 1, every Config field (see
+//    model/config_json.h), "tokenizer": {"kind": "chars", "vocab": [...]} or
+//    {"kind": "gpt2-bpe"}, and optionally free-form "training": {...}. The tensors
+//    are named as Weights::tensors() names them, shaped [rows, cols] for matrices and
+//    [n] for vectors, stored as F32, F16 or BF16.
+//
+// Everything is checked before the float32 weights are allocated (each expected
+// tensor present with its shape); each tensor's file pages are given back after it
+// is copied, so peak memory stays near the size of the float32 weights.
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace ds {
+
+struct FolderModel {
+  Config cfg;
+  Weights w;
+  std::string format;          // "gpt2" or "decoderscope"
+  std::string tokenizer_kind;  // "gpt2-bpe" or "chars"
+  std::vector<std::string> chars_vocab;  // for "chars": one entry per id
+  std::string training;        // the "training" object of our own format as JSON text, or ""
+  std::string dir;
+};
+
+// Throws ds::Error naming the folder or file and the problem: missing files (with a
+// hint when only pytorch_model.bin is there), bad JSON, wrong or missing config
+// fields, missing or mis-shaped tensors, unexpected weight tensors, unsupported
+// dtypes, NaN or infinite values (naming the tensor).
+FolderModel load_model_folder(const std::string& dir);
+
+// Writes dir/config.json and dir/model.safetensors in decoderscope's own format,
+// creating dir. tokenizer: {"kind": "chars", "vocab": [...vocab_size strings]} or
+// {"kind": "gpt2-bpe"}. extra: more top-level keys for config.json (e.g.
+// {"training": {...}}); they may not replace the format's own keys. dtype: "F32",
+// "F16" or "BF16". Throws ds::Error if a tensor does not have the shape cfg implies.
+void save_model_folder(const std::string& dir, const Config& cfg, const Weights& w, const nlohmann::json& tokenizer,
+                       const nlohmann::json& extra = {}, const std::string& dtype = "F32");
+
+}  // namespace ds

@@ -1,0 +1,442 @@
+#include "io/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <utility>
+
+#include "util/error.h"
+
+namespace ds {
+
+namespace {
+
+constexpr uint64_t kMaxHeader = uint64_t{100} << 20;  // 100 MB, as the reference implementation
+
+using ojson = nlohmann::ordered_json;
+
+// A name or message made safe for a one-line error: control bytes (and, with
+// ascii_only, every byte >= 0x80) become \xHH.
+std::string printable(const std::string& s, bool ascii_only = false) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7F || (ascii_only && c >= 0x80)) {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+std::string qname(const std::string& name) { return "\"" + printable(name) + "\""; }
+
+// A JSON value for a message, cut short if long.
+std::string brief(const nlohmann::ordered_json& j) {
+  std::string s = j.dump(-1, ' ', true);
+  if (s.size() > 80) s = s.substr(0, 80) + "...";
+  return printable(s);
+}
+
+uint16_t load_u16(const unsigned char* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+
+struct Mapping {
+  const unsigned char* p = nullptr;
+  uint64_t n = 0;
+};
+
+// Maps a regular file read-only.
+Mapping map_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(path + ": cannot open (" + std::strerror(errno) + ")");
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw Error(path + ": cannot stat (" + std::strerror(err) + ")");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(path + ": not a regular file");
+  }
+  const uint64_t n = static_cast<uint64_t>(st.st_size);
+  if (n < 8) {
+    ::close(fd);
+    throw Error(path + ": file is " + std::to_string(n) +
+                " bytes, shorter than the 8-byte length that starts a safetensors file");
+  }
+  void* p = ::mmap(nullptr, n, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int err = errno;
+  ::close(fd);
+  if (p == MAP_FAILED) throw Error(path + ": cannot map the file (" + std::strerror(err) + ")");
+  return {static_cast<const unsigned char*>(p), n};
+}
+
+// A non-negative JSON integer that fits int64.
+bool as_count(const ojson& j, uint64_t& out) {
+  if (j.is_number_unsigned()) {
+    out = j.get<uint64_t>();
+    return out <= static_cast<uint64_t>(INT64_MAX);
+  }
+  if (j.is_number_integer()) {
+    const int64_t v = j.get<int64_t>();
+    if (v < 0) return false;
+    out = static_cast<uint64_t>(v);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+int dtype_size(const std::string& d) {
+  static const std::map<std::string, int> sizes = {
+      {"BOOL", 1}, {"U8", 1},   {"I8", 1},   {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"F8_E8M0", 1},
+      {"I16", 2},  {"U16", 2},  {"F16", 2},  {"BF16", 2},    {"I32", 4},     {"U32", 4},
+      {"F32", 4},  {"F64", 8},  {"I64", 8},  {"U64", 8},     {"C64", 8}};
+  auto it = sizes.find(d);
+  return it == sizes.end() ? 0 : it->second;
+}
+
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1Fu;
+  uint32_t man = h & 0x3FFu;
+  uint32_t bits;
+  if (exp == 0x1F) {
+    bits = sign | 0x7F800000u | (man << 13);  // infinity, or NaN with its payload
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (man << 13);  // rebias 15 -> 127
+  } else if (man == 0) {
+    bits = sign;  // +-0
+  } else {
+    // Subnormal man * 2^-24: shift the leading one up to the implicit bit.
+    uint32_t e = 113;
+    while ((man & 0x400u) == 0) {
+      man <<= 1;
+      --e;
+    }
+    bits = sign | (e << 23) | ((man & 0x3FFu) << 13);
+  }
+  return std::bit_cast<float>(bits);
+}
+
+float bf16_to_f32(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+
+uint16_t f32_to_f16(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  const uint32_t ax = x & 0x7FFFFFFFu;
+  if (ax > 0x7F800000u) {  // NaN: quiet, keep the top payload bits
+    return static_cast<uint16_t>(sign | 0x7E00u | ((ax >> 13) & 0x3FFu));
+  }
+  if (ax >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // >= 65520 rounds to infinity
+  if (ax >= 0x38800000u) {                                              // normal half (>= 2^-14)
+    uint32_t h = (ax >> 13) - (112u << 10);
+    const uint32_t rem = ax & 0x1FFFu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // a carry into the exponent is right
+    return static_cast<uint16_t>(sign | h);
+  }
+  if (ax <= 0x33000000u) return sign;  // <= 2^-25 (the tie goes to the even 0)
+  // Subnormal half: value / 2^-24 = m * 2^(e - 126), shift 14..24.
+  const uint32_t e = ax >> 23;
+  const uint32_t m = (ax & 0x7FFFFFu) | 0x800000u;
+  const uint32_t shift = 126 - e;
+  uint32_t h = m >> shift;
+  const uint32_t rem = m & ((1u << shift) - 1);
+  const uint32_t half = 1u << (shift - 1);
+  if (rem > half || (rem == half && (h & 1u))) ++h;  // may become 0x400, the smallest normal
+  return static_cast<uint16_t>(sign | h);
+}
+
+uint16_t f32_to_bf16(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((x >> 16) | 0x0040u);  // quiet NaN
+  const uint32_t rounded = x + 0x7FFFu + ((x >> 16) & 1u);  // overflow carries into infinity
+  return static_cast<uint16_t>(rounded >> 16);
+}
+
+int64_t SafeTensors::Entry::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;  // checked when the file was opened
+  return n;
+}
+
+SafeTensors::SafeTensors(SafeTensors&& o) noexcept { *this = std::move(o); }
+
+SafeTensors& SafeTensors::operator=(SafeTensors&& o) noexcept {
+  if (this != &o) {
+    unmap();
+    path_ = std::move(o.path_);
+    map_ = std::exchange(o.map_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+    data_start_ = std::exchange(o.data_start_, 0);
+    entries_ = std::move(o.entries_);
+    index_ = std::move(o.index_);
+    metadata_ = std::move(o.metadata_);
+  }
+  return *this;
+}
+
+SafeTensors::~SafeTensors() { unmap(); }
+
+void SafeTensors::unmap() {
+  if (map_) ::munmap(const_cast<unsigned char*>(map_), size_);
+  map_ = nullptr;
+  size_ = 0;
+}
+
+SafeTensors SafeTensors::open(const std::string& path) {
+  SafeTensors st;
+  st.path_ = path;
+  Mapping m = map_file(path);
+  st.map_ = m.p;
+  st.size_ = m.n;  // from here on the destructor unmaps, also when a check throws
+
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | st.map_[i];
+  const std::string file = path + ": ";
+  if (n > kMaxHeader)
+    throw Error(file + "safetensors header length " + std::to_string(n) + " (bytes 0-7) exceeds the " +
+                std::to_string(kMaxHeader) + "-byte limit (not a safetensors file?)");
+  if (n > st.size_ - 8)
+    throw Error(file + "safetensors header length " + std::to_string(n) + " runs past the end of the file (" +
+                std::to_string(st.size_) + " bytes; truncated?)");
+  if (n < 2) throw Error(file + "safetensors header length " + std::to_string(n) + " is too short for a JSON object");
+  st.data_start_ = 8 + n;
+  const uint64_t data_size = st.size_ - st.data_start_;
+
+  // Parse, remembering duplicate top-level keys (the JSON library keeps only one).
+  std::string duplicate;
+  std::set<std::string> seen;
+  ojson::parser_callback_t cb = [&](int depth, nlohmann::json::parse_event_t ev, ojson& parsed) {
+    if (ev == nlohmann::json::parse_event_t::key && depth == 1 && duplicate.empty()) {
+      const std::string& k = parsed.get_ref<const std::string&>();
+      if (!seen.insert(k).second) duplicate = k;
+    }
+    return true;
+  };
+  ojson header;
+  try {
+    const char* begin = reinterpret_cast<const char*>(st.map_ + 8);
+    header = ojson::parse(begin, begin + n, cb);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(file + "safetensors header (bytes 8-" + std::to_string(8 + n) + ") is not valid JSON: " +
+                printable(e.what(), true));
+  }
+  if (!header.is_object()) throw Error(file + "safetensors header is JSON but not an object");
+  if (!duplicate.empty()) throw Error(file + "safetensors header names " + qname(duplicate) + " twice");
+
+  for (auto& [key, val] : header.items()) {
+    if (key == "__metadata__") {
+      if (!val.is_object()) throw Error(file + "__metadata__ is not an object");
+      for (auto& [mk, mv] : val.items()) {
+        if (!mv.is_string())
+          throw Error(file + "__metadata__ entry " + qname(mk) + " is not a string (it is " + mv.type_name() + ")");
+        st.metadata_[mk] = mv.get<std::string>();
+      }
+      continue;
+    }
+    const std::string t = "tensor " + qname(key);
+    if (!val.is_object()) throw Error(file + t + ": entry is " + val.type_name() + ", not an object");
+    Entry e;
+    e.name = key;
+    auto dt = val.find("dtype");
+    if (dt == val.end() || !dt->is_string()) throw Error(file + t + ": missing or non-string \"dtype\"");
+    e.dtype = dt->get<std::string>();
+    const int esize = dtype_size(e.dtype);
+    if (esize == 0)
+      throw Error(file + "unsupported dtype " + qname(e.dtype) + " for " + t +
+                  " (not a whole-byte safetensors dtype decoderscope knows)");
+    auto sh = val.find("shape");
+    if (sh == val.end() || !sh->is_array()) throw Error(file + t + ": missing or non-array \"shape\"");
+    uint64_t count = 1;
+    bool overflow = false;
+    for (auto& d : *sh) {
+      uint64_t v;
+      if (!as_count(d, v)) throw Error(file + t + ": shape " + brief(*sh) + " holds a value that is not a non-negative integer");
+      e.shape.push_back(static_cast<int64_t>(v));
+      overflow = overflow || __builtin_mul_overflow(count, v, &count);
+    }
+    uint64_t bytes = 0;
+    overflow = overflow || count > static_cast<uint64_t>(INT64_MAX) ||
+               __builtin_mul_overflow(count, static_cast<uint64_t>(esize), &bytes);
+    if (overflow) throw Error(file + t + ": shape " + brief(*sh) + " overflows a 64-bit byte count");
+    auto off = val.find("data_offsets");
+    if (off == val.end() || !off->is_array() || off->size() != 2 || !as_count((*off)[0], e.begin) ||
+        !as_count((*off)[1], e.end))
+      throw Error(file + t + ": \"data_offsets\" must be two non-negative integers [begin, end]");
+    if (e.end < e.begin)
+      throw Error(file + t + ": data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                  "] end before they begin");
+    if (e.end - e.begin != bytes)
+      throw Error(file + t + ": data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "] hold " +
+                  std::to_string(e.end - e.begin) + " bytes but " + e.dtype + " " + brief(*sh) + " needs " +
+                  std::to_string(bytes));
+    if (e.end > data_size)
+      throw Error(file + t + ": data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                  "] run past the end of the data section (" + std::to_string(data_size) + " bytes from file offset " +
+                  std::to_string(st.data_start_) + "; truncated?)");
+    st.index_[e.name] = st.entries_.size();
+    st.entries_.push_back(std::move(e));
+  }
+
+  // No two tensors may share bytes.
+  std::vector<const Entry*> by_begin;
+  for (const Entry& e : st.entries_)
+    if (e.end > e.begin) by_begin.push_back(&e);
+  std::sort(by_begin.begin(), by_begin.end(), [](const Entry* a, const Entry* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  for (size_t i = 1; i < by_begin.size(); ++i) {
+    const Entry& a = *by_begin[i - 1];
+    const Entry& b = *by_begin[i];
+    if (b.begin < a.end)
+      throw Error(file + "tensors " + qname(a.name) + " [" + std::to_string(a.begin) + ", " + std::to_string(a.end) +
+                  "] and " + qname(b.name) + " [" + std::to_string(b.begin) + ", " + std::to_string(b.end) +
+                  "] overlap in the data section");
+  }
+  // Advise sequential access: loaders copy tensors front to back.
+  ::madvise(const_cast<unsigned char*>(st.map_), st.size_, MADV_SEQUENTIAL);
+  return st;
+}
+
+const SafeTensors::Entry* SafeTensors::find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &entries_[it->second];
+}
+
+void SafeTensors::release_bytes(uint64_t begin, uint64_t end) const {
+  if (!map_ || end <= begin) return;
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t a = begin / page * page;
+  const uint64_t b = std::min<uint64_t>((end + page - 1) / page * page, (size_ + page - 1) / page * page);
+  if (b > a) ::madvise(const_cast<unsigned char*>(map_) + a, b - a, MADV_DONTNEED);
+}
+
+void SafeTensors::release(const Entry& e) const { release_bytes(data_start_ + e.begin, data_start_ + e.end); }
+
+void SafeTensors::read_f32(const Entry& e, float* out, bool release_as_read) const {
+  const int esize = dtype_size(e.dtype);
+  if (e.dtype != "F32" && e.dtype != "F16" && e.dtype != "BF16")
+    throw Error(path_ + ": unsupported dtype " + e.dtype + " for tensor " + qname(e.name) +
+                " (decoderscope reads F32, F16 and BF16)");
+  const int64_t n = e.numel();
+  const unsigned char* src = map_ + data_start_ + e.begin;
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  constexpr int64_t kChunk = int64_t{1} << 20;  // elements per step
+  auto prefetch = [&](int64_t i0) {  // start reading a chunk ahead while this one is copied
+    if (i0 >= n) return;
+    const uint64_t a = (data_start_ + e.begin + static_cast<uint64_t>(i0) * esize) / page * page;
+    const uint64_t b = std::min<uint64_t>(data_start_ + e.begin + static_cast<uint64_t>(std::min(n, i0 + kChunk)) * esize, size_);
+    if (b > a) ::madvise(const_cast<unsigned char*>(map_) + a, b - a, MADV_WILLNEED);
+  };
+  prefetch(0);
+  for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+    const int64_t m = std::min(kChunk, n - i0);
+    prefetch(i0 + kChunk);
+    const unsigned char* p = src + i0 * esize;
+    float* o = out + i0;
+    if (e.dtype == "F32") {
+      if constexpr (std::endian::native == std::endian::little) {
+        std::memcpy(o, p, static_cast<size_t>(m) * 4);
+      } else {
+        for (int64_t i = 0; i < m; ++i) {
+          const unsigned char* q = p + 4 * i;
+          o[i] = std::bit_cast<float>(static_cast<uint32_t>(q[0]) | static_cast<uint32_t>(q[1]) << 8 |
+                                      static_cast<uint32_t>(q[2]) << 16 | static_cast<uint32_t>(q[3]) << 24);
+        }
+      }
+    } else if (e.dtype == "F16") {
+      for (int64_t i = 0; i < m; ++i) o[i] = f16_to_f32(load_u16(p + 2 * i));
+    } else {
+      for (int64_t i = 0; i < m; ++i) o[i] = bf16_to_f32(load_u16(p + 2 * i));
+    }
+    if (release_as_read) {
+      // Only whole pages already copied; the tail page may still hold the next values.
+      const uint64_t a = data_start_ + e.begin + static_cast<uint64_t>(i0) * esize;
+      const uint64_t b = (data_start_ + e.begin + static_cast<uint64_t>(i0 + m) * esize) / page * page;
+      if (b > a) release_bytes(a, b);
+    }
+  }
+  if (release_as_read) release(e);
+}
+
+void save_safetensors(const std::string& path, const std::vector<SafeTensorOut>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  ojson header = ojson::object();
+  if (!metadata.empty()) {
+    ojson md = ojson::object();
+    for (auto& [k, v] : metadata) md[k] = v;
+    header["__metadata__"] = std::move(md);
+  }
+  uint64_t offset = 0;
+  std::vector<uint64_t> counts;
+  for (const SafeTensorOut& t : tensors) {
+    const std::string what = path + ": cannot save tensor " + qname(t.name) + ": ";
+    if (t.name == "__metadata__") throw Error(what + "the name is reserved");
+    if (header.contains(t.name)) throw Error(what + "the name is used twice");
+    if (t.dtype != "F32" && t.dtype != "F16" && t.dtype != "BF16")
+      throw Error(what + "dtype " + qname(t.dtype) + " is not F32, F16 or BF16");
+    uint64_t count = 1;
+    for (int64_t d : t.shape) {
+      if (d < 0 || __builtin_mul_overflow(count, static_cast<uint64_t>(d), &count))
+        throw Error(what + "bad shape");
+    }
+    if (count > 0 && !t.data) throw Error(what + "no data");
+    const uint64_t bytes = count * static_cast<uint64_t>(dtype_size(t.dtype));
+    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+    counts.push_back(count);
+  }
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": cannot save: a tensor name or metadata string is not valid UTF-8");
+  }
+  while ((8 + text.size()) % 8 != 0) text += ' ';
+
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f) throw Error(path + ": cannot create file (" + std::strerror(errno) + ")");
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>((uint64_t{text.size()} >> (8 * i)) & 0xFF);
+  f.write(reinterpret_cast<const char*>(len), 8);
+  f.write(text.data(), static_cast<std::streamsize>(text.size()));
+  std::vector<unsigned char> buf;
+  constexpr uint64_t kChunk = uint64_t{1} << 18;
+  for (size_t ti = 0; ti < tensors.size(); ++ti) {
+    const SafeTensorOut& t = tensors[ti];
+    for (uint64_t i0 = 0; i0 < counts[ti]; i0 += kChunk) {
+      const uint64_t m = std::min(kChunk, counts[ti] - i0);
+      buf.clear();
+      for (uint64_t i = i0; i < i0 + m; ++i) {
+        if (t.dtype == "F32") {
+          const uint32_t u = std::bit_cast<uint32_t>(t.data[i]);
+          for (int b = 0; b < 4; ++b) buf.push_back(static_cast<unsigned char>((u >> (8 * b)) & 0xFF));
+        } else {
+          const uint16_t u = t.dtype == "F16" ? f32_to_f16(t.data[i]) : f32_to_bf16(t.data[i]);
+          buf.push_back(static_cast<unsigned char>(u & 0xFF));
+          buf.push_back(static_cast<unsigned char>(u >> 8));
+        }
+      }
+      f.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
+    }
+  }
+  f.flush();
+  if (!f) throw Error(path + ": write failed (" + std::strerror(errno) + ")");
+}
+
+}  // namespace ds

@@ -1,0 +1,128 @@
+#pragma once
+// Synthetic tasks for the built-in models, generated from a seed.
+//
+//   dates  (encoder-decoder): a date as a person writes it -> "YYYY-MM-DD" </s>.
+//          Years 1900-2099, valid calendar dates only, 13 formats (see DateFormat),
+//          each also all lower case and all upper case, day and month numbers with
+//          and without a leading zero where a person would write either.
+//   adder  (decoder-only): the prompt "a+b=" with a, b in 0..999 (no leading zeros);
+//          the model writes the sum REVERSED (least-significant digit first), then
+//          </s>: "123+45=" is answered "861" (123 + 45 = 168). Written this way each
+//          digit only needs the operand digits of its own column and the carry of the
+//          column before, which the model has already written, so the task is
+//          learnable by a small model and its attention is readable.
+//
+// Both tasks use one character vocabulary: ids 0, 1, 2 are <pad>, <s>, </s>, then
+// one id per character.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ds::train {
+
+// A small deterministic generator (splitmix64); its whole state is one word, so a
+// training checkpoint can store it.
+struct SplitMix {
+  uint64_t state = 0;
+  explicit SplitMix(uint64_t seed = 0) : state(seed) {}
+  uint64_t next() {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  // Uniform integer in [lo, hi].
+  int uniform(int lo, int hi) { return lo + int(next() % uint64_t(hi - lo + 1)); }
+  // Uniform double in [0, 1).
+  double unit() { return double(next() >> 11) * 0x1.0p-53; }
+  double normal();  // standard normal (Box-Muller)
+};
+
+enum class TaskKind { Dates, Adder };
+
+// One sample as text: the source (encoder-decoder) or prompt (decoder-only), and the
+// answer the model must write (without </s>).
+struct TextSample {
+  std::string input;
+  std::string answer;
+  int format = 0;  // dates: the DateFormat index; adder: 0
+};
+
+// One training sequence as ids.
+//   src:     encoder input (encoder-decoder only, no padding)
+//   tokens:  decoder input (starts with <s>)
+//   targets: the id expected after each decoder position, -1 where no loss is taken
+struct Example {
+  std::vector<int> src;
+  std::vector<int> tokens;
+  std::vector<int> targets;
+};
+
+class Task {
+ public:
+  static constexpr int kPad = 0, kBos = 1, kEos = 2;
+
+  // Throws ds::Error for an unknown name ("dates", "adder").
+  static Task make(std::string_view name);
+  TaskKind kind() const { return kind_; }
+  const std::string& name() const { return name_; }
+  bool encoder_decoder() const { return kind_ == TaskKind::Dates; }
+  // Every vocabulary entry in id order: "<pad>", "<s>", "</s>", then characters.
+  const std::vector<std::string>& vocab() const { return vocab_; }
+  int vocab_size() const { return int(vocab_.size()); }
+  // Longest input (characters) and answer (characters) the generator produces.
+  int max_input() const;
+  int max_answer() const;
+  // Encoder positions and decoder positions a model for this task needs.
+  int max_src() const;
+  int max_seq() const;
+  // A human-readable note on what the model writes (stored in config.json).
+  std::string answer_note() const;
+
+  TextSample sample(SplitMix& rng) const;
+  Example example(const TextSample& s) const;
+  Example example(SplitMix& rng) const { return example(sample(rng)); }
+
+  // Character ids of text; throws ds::Error naming the first character outside the
+  // vocabulary.
+  std::vector<int> encode(std::string_view text) const;
+  // The characters of ids, stopping at </s>; special ids other than </s> are skipped.
+  std::string decode(const std::vector<int>& ids) const;
+  // What the decoder is given before it writes: <s> (dates), <s> + prompt (adder).
+  std::vector<int> prompt_ids(const std::string& input) const;
+
+ private:
+  TaskKind kind_ = TaskKind::Dates;
+  std::string name_;
+  std::vector<std::string> vocab_;
+  int char_id_[256] = {};
+};
+
+// ---- dates, exposed for the tests
+int days_in_month(int year, int month);
+// 0 = Monday ... 6 = Sunday.
+int day_of_week(int year, int month, int day);
+enum DateFormat : int {
+  kDMonthY,         // 22 November 2026
+  kMonthDY,         // November 22, 2026
+  kMonDY,           // Nov 22, 2026
+  kDMonY,           // 22 Nov 2026
+  kMonDotDY,        // Nov. 22 2026
+  kWeekdayDMonthY,  // Sunday, 22 November 2026
+  kWkDMonY,         // Sun 22 Nov 2026
+  kTheDthOfMonthY,  // the 22nd of November 2026
+  kMonthDthY,       // November 22nd, 2026
+  kDotted,          // 22.11.2026
+  kSlashDMY,        // 22/11/2026
+  kSlashYMD,        // 2026/11/22
+  kDashDMY,         // 22-11-2026
+  kNumDateFormats
+};
+const char* date_format_name(int f);
+// The text of a date in a format; letter_case 0 as written, 1 lower, 2 upper;
+// zero_pad: day and month numbers get a leading zero (ignored by the ordinal
+// formats, which never take one).
+std::string format_date(int year, int month, int day, int format, int letter_case, bool zero_pad);
+
+}  // namespace ds::train

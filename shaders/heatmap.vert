@@ -1,0 +1,6 @@
+#version 330 core
+// One triangle that covers the viewport; heatmap.frag works in framebuffer pixels.
+void main() {
+  vec2 p = vec2(gl_VertexID == 1 ? 3.0 : -1.0, gl_VertexID == 2 ? 3.0 : -1.0);
+  gl_Position = vec4(p, 0.0, 1.0);
+}

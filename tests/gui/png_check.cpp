@@ -1,0 +1,198 @@
+// Checks the screenshots of the window (tests/gui/gui_test.sh):
+//   ds_png_check blank   SHOT.png                 not blank, and SHOT.png.json says no GL error
+//   ds_png_check heatmap SHOT.png NAME causal     cells above the diagonal, and only those, have the mask colour
+//   ds_png_check heatmap SHOT.png NAME nomask     no cell has the mask colour
+//   ds_png_check same    A.png B.png              the two files are byte-for-byte equal
+// The window writes SHOT.png.json beside each screenshot with where each heatmap's cells
+// are (pixels from the top-left) and the two mask hatch colours; the expected mask is
+// computed here from the rule, not read from the window.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "stb_image.h"
+
+namespace {
+
+struct Image {
+  int w = 0, h = 0;
+  std::vector<unsigned char> px;  // RGB
+  const unsigned char* at(int x, int y) const { return &px[(size_t(y) * w + x) * 3]; }
+};
+
+bool load(const std::string& path, Image& im) {
+  int n = 0;
+  unsigned char* d = stbi_load(path.c_str(), &im.w, &im.h, &n, 3);
+  if (!d) {
+    std::fprintf(stderr, "FAIL %s: cannot read the PNG (%s)\n", path.c_str(), stbi_failure_reason());
+    return false;
+  }
+  im.px.assign(d, d + size_t(im.w) * im.h * 3);
+  stbi_image_free(d);
+  return true;
+}
+
+bool sidecar(const std::string& png, nlohmann::json& j) {
+  std::ifstream f(png + ".json");
+  if (!f) {
+    std::fprintf(stderr, "FAIL %s.json: missing\n", png.c_str());
+    return false;
+  }
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "FAIL %s.json: %s\n", png.c_str(), e.what());
+    return false;
+  }
+  return true;
+}
+
+int check_blank(const std::string& path) {
+  Image im;
+  if (!load(path, im)) return 1;
+  std::set<unsigned> colours;
+  double sum = 0, sum2 = 0;
+  for (int y = 0; y < im.h; y += 2)
+    for (int x = 0; x < im.w; x += 2) {
+      const unsigned char* p = im.at(x, y);
+      colours.insert(unsigned(p[0]) << 16 | unsigned(p[1]) << 8 | p[2]);
+      double l = 0.3 * p[0] + 0.59 * p[1] + 0.11 * p[2];
+      sum += l;
+      sum2 += l * l;
+    }
+  double n = double((im.w + 1) / 2) * ((im.h + 1) / 2);
+  double sd = std::sqrt(std::max(0.0, sum2 / n - (sum / n) * (sum / n)));
+  if (colours.size() < 40 || sd < 8) {
+    std::fprintf(stderr, "FAIL %s: looks blank (%zu colours, luminance spread %.1f)\n", path.c_str(), colours.size(), sd);
+    return 1;
+  }
+  nlohmann::json j;
+  if (!sidecar(path, j)) return 1;
+  if (j.value("gl_errors", -1) != 0) {
+    std::fprintf(stderr, "FAIL %s: the window reported %d OpenGL errors\n", path.c_str(), j.value("gl_errors", -1));
+    return 1;
+  }
+  if (j.value("width", 0) != im.w || j.value("height", 0) != im.h) {
+    std::fprintf(stderr, "FAIL %s: size differs from the sidecar\n", path.c_str());
+    return 1;
+  }
+  // The view's own area (below the tabs) must show something: enough of its pixels
+  // differ from its background (its most common colour).
+  auto vr = j.at("view_rect").get<std::vector<double>>();
+  int vx0 = std::max(0, int(vr[0])), vy0 = std::max(0, int(vr[1]));
+  int vx1 = std::min(im.w, int(vr[0] + vr[2])), vy1 = std::min(im.h, int(vr[1] + vr[3]));
+  std::map<unsigned, long> hist;
+  long total = 0;
+  for (int y = vy0; y < vy1; ++y)
+    for (int x = vx0; x < vx1; ++x) {
+      const unsigned char* p = im.at(x, y);
+      ++hist[unsigned(p[0]) << 16 | unsigned(p[1]) << 8 | p[2]];
+      ++total;
+    }
+  long bg = 0;
+  for (auto& [c, n] : hist) bg = std::max(bg, n);
+  double drawn = total ? 1.0 - double(bg) / double(total) : 0.0;
+  if (total < 1000 || drawn < 0.05 || hist.size() < 20) {
+    std::fprintf(stderr, "FAIL %s: the view's area is nearly empty (%.1f%% drawn, %zu colours)\n", path.c_str(),
+                 100 * drawn, hist.size());
+    return 1;
+  }
+  std::printf("ok %s: %zu colours, luminance spread %.1f, view area %.0f%% drawn\n", path.c_str(), colours.size(), sd,
+              100 * drawn);
+  return 0;
+}
+
+int check_heatmap(const std::string& path, const std::string& name, const std::string& rule) {
+  Image im;
+  nlohmann::json j;
+  if (!load(path, im) || !sidecar(path, j)) return 1;
+  std::vector<std::vector<int>> mc;
+  for (auto& c : j.at("mask_colors")) mc.push_back(c.get<std::vector<int>>());
+  const nlohmann::json* hm = nullptr;
+  for (auto& h : j.at("heatmaps"))
+    if (h.at("name") == name) hm = &h;
+  if (!hm) {
+    std::fprintf(stderr, "FAIL %s: no heatmap named %s on screen\n", path.c_str(), name.c_str());
+    return 1;
+  }
+  const double x0 = hm->at("x"), y0 = hm->at("y"), cw = hm->at("cell_w"), ch = hm->at("cell_h");
+  const int rows = hm->at("rows"), cols = hm->at("cols");
+  if (rows < 2 || cols < 2 || cw < 3 || ch < 3) {
+    std::fprintf(stderr, "FAIL %s: heatmap %s is too small to check (%dx%d cells of %.0f px)\n", path.c_str(),
+                 name.c_str(), rows, cols, cw);
+    return 1;
+  }
+  // Distance of a pixel to the nearer mask colour.
+  auto mask_dist = [&](const unsigned char* p) {
+    double best = 1e9;
+    for (auto& c : mc) {
+      double d = std::sqrt(double((p[0] - c[0]) * (p[0] - c[0]) + (p[1] - c[1]) * (p[1] - c[1]) +
+                                  (p[2] - c[2]) * (p[2] - c[2])));
+      best = std::min(best, d);
+    }
+    return best;
+  };
+  int bad = 0, masked = 0;
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) {
+      const bool expect = rule == "causal" ? c > r : false;
+      const int cx = int(x0 + (c + 0.5) * cw), cy = int(y0 + (r + 0.5) * ch);
+      // The centre and its 8 neighbours must all agree.
+      int n_mask = 0, n_clear = 0;
+      for (int dy = -1; dy <= 1; ++dy)
+        for (int dx = -1; dx <= 1; ++dx) {
+          int x = cx + dx, y = cy + dy;
+          if (x < 0 || y < 0 || x >= im.w || y >= im.h) continue;
+          double d = mask_dist(im.at(x, y));
+          if (d <= 12) ++n_mask;
+          else if (d >= 60) ++n_clear;
+        }
+      const bool ok = expect ? n_mask == 9 : n_clear == 9;
+      masked += n_mask == 9;
+      if (!ok && bad++ < 8) {
+        const unsigned char* p = im.at(cx, cy);
+        std::fprintf(stderr, "FAIL %s: %s cell (query %d, key %d) at (%d,%d) is rgb(%d,%d,%d): expected %s\n",
+                     path.c_str(), name.c_str(), r, c, cx, cy, p[0], p[1], p[2],
+                     expect ? "the mask colour" : "no mask colour");
+      }
+    }
+  if (bad) {
+    std::fprintf(stderr, "FAIL %s: %d of %d cells wrong\n", path.c_str(), bad, rows * cols);
+    return 1;
+  }
+  std::printf("ok %s: %s %dx%d cells, %d masked, rule %s\n", path.c_str(), name.c_str(), rows, cols, masked,
+              rule.c_str());
+  return 0;
+}
+
+int check_same(const std::string& a, const std::string& b) {
+  std::ifstream fa(a, std::ios::binary), fb(b, std::ios::binary);
+  std::string da((std::istreambuf_iterator<char>(fa)), {}), db((std::istreambuf_iterator<char>(fb)), {});
+  if (!fa.good() && da.empty()) {
+    std::fprintf(stderr, "FAIL cannot read %s\n", a.c_str());
+    return 1;
+  }
+  if (da.empty() || da != db) {
+    std::fprintf(stderr, "FAIL %s and %s differ (%zu and %zu bytes)\n", a.c_str(), b.c_str(), da.size(), db.size());
+    return 1;
+  }
+  std::printf("ok %s and %s are byte-for-byte equal (%zu bytes)\n", a.c_str(), b.c_str(), da.size());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> a(argv + 1, argv + argc);
+  if (a.size() == 2 && a[0] == "blank") return check_blank(a[1]);
+  if (a.size() == 4 && a[0] == "heatmap" && (a[3] == "causal" || a[3] == "nomask")) return check_heatmap(a[1], a[2], a[3]);
+  if (a.size() == 3 && a[0] == "same") return check_same(a[1], a[2]);
+  std::fprintf(stderr, "usage: ds_png_check blank SHOT.png | heatmap SHOT.png NAME causal|nomask | same A.png B.png\n");
+  return 2;
+}

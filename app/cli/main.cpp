@@ -149,7 +149,7 @@ std::vector<int> prompt_of(const Args& a, const ds::LoadedModel& m) {
   }
   if (a.has("prompt")) {
     if (!m.tokenizer) throw Error("--prompt needs a tokenizer: give --tokenizer FILE (or use --prompt-ids)");
-    auto ids = m.tokenizer->encode(a.str("prompt"), m.bos_prompt);
+    auto ids = ds::encode_prompt(m, a.str("prompt"));
     if (ids.empty()) throw Error("the prompt encodes to no tokens");
     return ids;
   }

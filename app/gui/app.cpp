@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -532,20 +531,20 @@ void App::toolbar() {
     ImGui::TextUnformatted("Source");
     ImGui::SameLine();
     ImGui::SetNextItemWidth(box - font * 3);
-    ImGui::InputText("##source", &source);
+    if (ImGui::InputText("##source", &source, ImGuiInputTextFlags_EnterReturnsTrue) && model && !loading) start();
     tooltip(*this, "The text the encoder reads (for example a sentence to translate).");
     ImGui::SameLine();
     ImGui::TextUnformatted("Target starts");
     ImGui::SameLine();
     ImGui::SetNextItemWidth(box - font * 6);
-    ImGui::InputText("##prefix", &prompt);
+    if (ImGui::InputText("##prefix", &prompt, ImGuiInputTextFlags_EnterReturnsTrue) && model && !loading) start();
     tooltip(*this, "The first words of the output, if any; the decoder continues from here.");
   } else {
     ImGui::TextUnformatted("Prompt");
     ImGui::SameLine();
     ImGui::SetNextItemWidth(box);
-    ImGui::InputText("##prompt", &prompt);
-    tooltip(*this, "The text the model continues. Press Start, then Step (Right arrow).");
+    if (ImGui::InputText("##prompt", &prompt, ImGuiInputTextFlags_EnterReturnsTrue) && model && !loading) start();
+    tooltip(*this, "The text the model continues. Press Enter or Start, then Step (Right arrow).");
   }
   ImGui::SameLine();
   ImGui::BeginDisabled(!model || loading);
@@ -654,7 +653,8 @@ void App::token_strip() {
     ImGui::AlignTextToFramePadding();
     ImGui::TextDisabled(encdec ? "target" : "tokens");
     ImGui::SameLine();
-    ImGui::TextDisabled(loading ? "loading the model..." : "press Step (Right arrow) to run the prompt through the model");
+    ImGui::TextDisabled(loading ? "loading the model..."
+                                : "press Step (Right arrow) to run the prompt through the model");
   } else {
     chip_row(encdec ? "target" : "tokens", int(toks.size()), [&](int i, bool measure) -> float {
       const TokenInfo& t = toks[i];
@@ -682,8 +682,10 @@ void App::token_strip() {
           ImGui::Text("drawn at step %d with probability %.4f (model alone: %.4f)", t.drawn_at + 1, t.p, t.p_raw);
           ImGui::Text("rank %d among all tokens", t.rank + 1);
         }
-        if (!t.fed) ImGui::TextUnformatted("just drawn: the next step runs it through the model");
-        else ImGui::TextUnformatted("click: every view follows this position");
+        if (!t.fed)
+          ImGui::TextUnformatted("just drawn: the next step runs it through the model");
+        else
+          ImGui::TextUnformatted("click: every view follows this position");
         ImGui::EndTooltip();
       }
       ImGui::PopID();
@@ -732,8 +734,8 @@ void App::status_bar() {
   } else if (model) {
     const ds::Config& c = model->cfg;
     ImGui::Text("%s: %s, %d layers x %d heads, d_model %d, vocab %d, %.2fM parameters", model->name.c_str(),
-                c.encoder_decoder ? "encoder-decoder" : "decoder-only", c.n_layers, c.n_heads, c.d_model,
-                c.vocab_size, double(model->params) / 1e6);
+                c.encoder_decoder ? "encoder-decoder" : "decoder-only", c.n_layers, c.n_heads, c.d_model, c.vocab_size,
+                double(model->params) / 1e6);
     if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", c.describe().c_str());
   }
   if (!act.empty()) {
@@ -765,7 +767,8 @@ void App::frame() {
   ImGui::Begin("decoderscope", nullptr,
                ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoResize |
                    ImGuiWindowFlags_MenuBar | ImGuiWindowFlags_NoSavedSettings |
-                   ImGuiWindowFlags_NoBringToFrontOnFocus);
+                   ImGuiWindowFlags_NoBringToFrontOnFocus |
+                   ImGuiWindowFlags_NoBackground);
   ImGui::PopStyleVar();
   if (!scripted) shortcuts();
   menu_bar();
@@ -810,13 +813,27 @@ void App::frame() {
         view_rect = ImVec4(ImGui::GetWindowPos().x, ImGui::GetWindowPos().y, ImGui::GetWindowSize().x,
                            ImGui::GetWindowSize().y);
         switch (v) {
-          case kAttention: panel_attention(*this); break;
-          case kHeads: panel_heads(*this); break;
-          case kCross: panel_cross(*this); break;
-          case kResidual: panel_residual(*this); break;
-          case kNext: panel_next(*this); break;
-          case kLens: panel_lens(*this); break;
-          case kBranches: panel_branches(*this); break;
+          case kAttention:
+            panel_attention(*this);
+            break;
+          case kHeads:
+            panel_heads(*this);
+            break;
+          case kCross:
+            panel_cross(*this);
+            break;
+          case kResidual:
+            panel_residual(*this);
+            break;
+          case kNext:
+            panel_next(*this);
+            break;
+          case kLens:
+            panel_lens(*this);
+            break;
+          case kBranches:
+            panel_branches(*this);
+            break;
         }
         ImGui::EndChild();
         ImGui::EndTabItem();

@@ -19,18 +19,18 @@ namespace dsgui {
 
 enum View { kAttention, kHeads, kCross, kResidual, kNext, kLens, kBranches, kViewCount };
 inline const char* kViewIds[] = {"attention", "heads", "cross", "residual", "next", "lens", "branches"};
-inline const char* kViewTitles[] = {"Attention", "All heads", "Cross-attention", "Residual stream",
+inline const char* kViewTitles[] = {"Attention",  "All heads",  "Cross-attention", "Residual stream",
                                     "Next token", "Logit lens", "Branches"};
 // One sentence per view, for its tooltip and its caption.
 extern const char* kViewHelp[kViewCount];
 
 // Where a heatmap landed on screen, for the scripted test's checker.
 struct HeatmapPlacement {
-  std::string name;   // "attention", "cross", ...
-  float x = 0, y = 0; // top-left of the cells, window pixels from the top-left
+  std::string name;    // "attention", "cross", ...
+  float x = 0, y = 0;  // top-left of the cells, window pixels from the top-left
   float cell_w = 0, cell_h = 0;
   int rows = 0, cols = 0;
-  bool causal = false;   // self-attention of a decoder: keys after the query are masked
+  bool causal = false;        // self-attention of a decoder: keys after the query are masked
   std::vector<uint8_t> mask;  // what the window drew as masked (1 allowed)
 };
 
@@ -55,9 +55,9 @@ class App {
   bool loading = false;
   double loading_since = 0;
   std::string loading_what;
-  bool replay = false;  // showing a trace opened from a file
-  bool done = false;    // the session takes no more steps
-  int steps_wanted = 0; // steps asked of the worker and not yet arrived
+  bool replay = false;   // showing a trace opened from a file
+  bool done = false;     // the session takes no more steps
+  int steps_wanted = 0;  // steps asked of the worker and not yet arrived
   double last_step_seconds = 0;
 
   // ---- the window's copy of the trace
@@ -133,15 +133,15 @@ class App {
     }
     return e.second;
   }
-  std::string heads_key;  // what the heads grid target shows
+  std::string heads_key;                          // what the heads grid target shows
   std::map<std::string, std::string> drawn_keys;  // heatmap target -> what it shows
-  bool started = false;  // the worker has a session with the current prompt
+  bool started = false;                           // the worker has a session with the current prompt
 
   // ---- GPU
   HeatmapRenderer heat;
   std::map<std::string, std::unique_ptr<RenderTarget>> targets;
   RenderTarget& target(const std::string& name);
-  std::string last_heatmap;  // name of the target drawn by the visible view (export)
+  std::string last_heatmap;                  // name of the target drawn by the visible view (export)
   std::vector<HeatmapPlacement> placements;  // filled every frame
   ImVec4 view_rect;                          // x, y, w, h of the visible view's area
 
@@ -205,7 +205,6 @@ struct HeatmapArgs {
   float max_cell = 40, min_cell = 3;
   ImVec2 size;  // space for cells and labels
   bool causal = false;
-  bool ignore_col_mask = false;
   // When set, the cells are drawn again only when this key (what the matrix and its
   // style are) or the size changes; the target keeps the last picture.
   std::string cache_key;
@@ -219,7 +218,6 @@ HeatmapHit heatmap_widget(App& app, const char* name, const HeatmapArgs& a);
 void legend(const HeatStyle& st, const char* value_name, bool show_mask);
 // The same, upright: to the right of a heatmap (height: of the colour bar).
 void legend_vertical(const HeatStyle& st, const char* value_name, bool show_mask, float height);
-void help_marker(const char* text);
 // Stays on the line when an item of width w still fits, else starts a new line.
 void flow(float w);
 void tooltip(App& app, const char* text);  // on the last item, when tooltips are on

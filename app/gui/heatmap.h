@@ -25,8 +25,8 @@ std::array<float, 3> colormap(int which, float t);
 
 struct HeatStyle {
   int cmap = kViridis;
-  bool log = false;       // log colour scale (weights only)
-  bool mask_only = false; // show the mask alone
+  bool log = false;        // log colour scale (weights only)
+  bool mask_only = false;  // show the mask alone
   float vmin = 0, vmax = 1;
   std::array<float, 3> allowed = {0.85f, 0.85f, 0.85f};
   std::array<float, 3> gap = {0.1f, 0.1f, 0.1f};
@@ -59,8 +59,8 @@ class HeatmapRenderer {
   bool ready() const { return prog_ != 0; }
   // Draws rows x cols cells into the pixel rectangle (x, y from the bottom-left of the
   // bound target). mask: rows*cols bytes, 1 allowed, 0 masked; null = all allowed.
-  void draw(int rows, int cols, const float* values, const uint8_t* mask, const HeatStyle& st, int x, int y,
-            int w, int h);
+  void draw(int rows, int cols, const float* values, const uint8_t* mask, const HeatStyle& st, int x, int y, int w,
+            int h);
   void clear(float r, float g, float b);
 
  private:

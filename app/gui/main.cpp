@@ -35,7 +35,7 @@ usage: decoderscope [--model M] [--tokenizer F] [--prompt T | --source T] [--tra
                     [--bench] [--size WxH]
 
 --model: a llama2.c .bin, a GPT-2 folder, builtin:NAME, random:decoder, random:encdec or
-  random:gpt2-small (default: the aidreams260K fixture if present, else random:decoder).
+  random:gpt2-small (default: builtin:dates, else the aidreams260K fixture, else random:decoder).
 --prompt (decoder) or --prompt as the target prefix and --source (encoder-decoder).
 --trace: open a saved trace instead of a model (replay; nothing is recomputed).
 Scripted runs: --screenshot sets up, runs --steps steps (default 8), waits for the engine,
@@ -94,34 +94,59 @@ Options parse(int argc, char** argv) {
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       std::exit(0);
-    } else if (a == "--model") o.model = val();
-    else if (a == "--tokenizer") o.tokenizer = val();
-    else if (a == "--prompt") o.prompt = val(), o.has_prompt = true;
-    else if (a == "--source") o.source = val(), o.has_source = true;
-    else if (a == "--trace") o.trace = val();
-    else if (a == "--steps") o.steps = int(to_int(val(), a)), o.has_steps = true;
-    else if (a == "--view") o.view = val();
-    else if (a == "--layer") o.layer = int(to_int(val(), a));
+    } else if (a == "--model")
+      o.model = val();
+    else if (a == "--tokenizer")
+      o.tokenizer = val();
+    else if (a == "--prompt")
+      o.prompt = val(), o.has_prompt = true;
+    else if (a == "--source")
+      o.source = val(), o.has_source = true;
+    else if (a == "--trace")
+      o.trace = val();
+    else if (a == "--steps")
+      o.steps = int(to_int(val(), a)), o.has_steps = true;
+    else if (a == "--view")
+      o.view = val();
+    else if (a == "--layer")
+      o.layer = int(to_int(val(), a));
     else if (a == "--head") {
       std::string v = val();
       o.head = v == "mean" ? -1 : int(to_int(v, a));
-    } else if (a == "--select") o.select = int(to_int(val(), a));
-    else if (a == "--step-back") o.step_back = int(to_int(val(), a));
-    else if (a == "--fork-at") o.fork_at = int(to_int(val(), a));
-    else if (a == "--fork-seed") o.fork_seed = to_int(val(), a);
-    else if (a == "--screenshot") o.screenshot = val();
-    else if (a == "--save-trace") o.save_trace = val();
-    else if (a == "--scores") o.scores = true;
-    else if (a == "--mask-only") o.mask_only = true;
-    else if (a == "--log") o.log = true;
-    else if (a == "--light") o.light = true;
-    else if (a == "--bench") o.bench = true;
-    else if (a == "--colormap") o.colormap = val();
-    else if (a == "--scale") o.scale = to_float(val(), a);
-    else if (a == "--temperature") o.sampler.temperature = to_float(val(), a), o.has_sampler = true;
-    else if (a == "--top-k") o.sampler.top_k = int(to_int(val(), a)), o.has_sampler = true;
-    else if (a == "--top-p") o.sampler.top_p = to_float(val(), a), o.has_sampler = true;
-    else if (a == "--seed") o.sampler.seed = uint64_t(to_int(val(), a)), o.has_sampler = true;
+    } else if (a == "--select")
+      o.select = int(to_int(val(), a));
+    else if (a == "--step-back")
+      o.step_back = int(to_int(val(), a));
+    else if (a == "--fork-at")
+      o.fork_at = int(to_int(val(), a));
+    else if (a == "--fork-seed")
+      o.fork_seed = to_int(val(), a);
+    else if (a == "--screenshot")
+      o.screenshot = val();
+    else if (a == "--save-trace")
+      o.save_trace = val();
+    else if (a == "--scores")
+      o.scores = true;
+    else if (a == "--mask-only")
+      o.mask_only = true;
+    else if (a == "--log")
+      o.log = true;
+    else if (a == "--light")
+      o.light = true;
+    else if (a == "--bench")
+      o.bench = true;
+    else if (a == "--colormap")
+      o.colormap = val();
+    else if (a == "--scale")
+      o.scale = to_float(val(), a);
+    else if (a == "--temperature")
+      o.sampler.temperature = to_float(val(), a), o.has_sampler = true;
+    else if (a == "--top-k")
+      o.sampler.top_k = int(to_int(val(), a)), o.has_sampler = true;
+    else if (a == "--top-p")
+      o.sampler.top_p = to_float(val(), a), o.has_sampler = true;
+    else if (a == "--seed")
+      o.sampler.seed = uint64_t(to_int(val(), a)), o.has_sampler = true;
     else if (a == "--head-off") {
       std::string v = val();
       auto c = v.find(':');
@@ -133,7 +158,8 @@ Options parse(int argc, char** argv) {
       if (x == std::string::npos) die("--size expects WIDTHxHEIGHT");
       o.width = int(to_int(v.substr(0, x), a));
       o.height = int(to_int(v.substr(x + 1), a));
-    } else die("unknown option '" + a + "' (try --help)");
+    } else
+      die("unknown option '" + a + "' (try --help)");
   }
   bool known = false;
   for (const char* v : dsgui::kViewIds) known |= o.view == v;
@@ -215,8 +241,8 @@ bool save_window(const std::string& path, int w, int h) {
 
 void write_sidecar(const std::string& path, const App& app, const Options& o, int w, int h, int gl_errors) {
   std::ofstream f(path);
-  f << "{\n  \"width\": " << w << ", \"height\": " << h << ", \"view\": \"" << o.view << "\", \"gl_errors\": "
-    << gl_errors << ",\n";
+  f << "{\n  \"width\": " << w << ", \"height\": " << h << ", \"view\": \"" << o.view
+    << "\", \"gl_errors\": " << gl_errors << ",\n";
   f << "  \"mask_colors\": [[" << int(dsgui::kMaskA[0]) << ", " << int(dsgui::kMaskA[1]) << ", "
     << int(dsgui::kMaskA[2]) << "], [" << int(dsgui::kMaskB[0]) << ", " << int(dsgui::kMaskB[1]) << ", "
     << int(dsgui::kMaskB[2]) << "]],\n";
@@ -450,8 +476,10 @@ int main(int argc, char** argv) {
 
       // The title names the model and the step, for the task bar and the projector.
       std::string title = "decoderscope";
-      if (app.replay) title += " - replay of " + (app.trace.model_name.empty() ? std::string("a trace") : app.trace.model_name);
-      else if (app.model) title += " - " + app.model->name;
+      if (app.replay)
+        title += " - replay of " + (app.trace.model_name.empty() ? std::string("a trace") : app.trace.model_name);
+      else if (app.model)
+        title += " - " + app.model->name;
       if (!app.trace.steps.empty())
         title += " - step " + std::to_string(app.cursor + 1) + " of " + std::to_string(app.trace.steps.size());
       if (title != window_title) {
@@ -512,11 +540,12 @@ int main(int argc, char** argv) {
           size_t n = frame_ms.size();
           double p99 = n ? frame_ms[std::min(n - 1, size_t(std::ceil(0.99 * double(n))) - 1)] : 0;
           double med = n ? frame_ms[n / 2] : 0;
-          std::printf("bench: %s, %d steps in %.2f s (%.0f ms a step), %zu frames while stepping: longest %.1f ms, "
-                      "99th percentile %.1f ms, median %.1f ms\n",
-                      app.model ? app.model->name.c_str() : "?", int(app.trace.steps.size()), bench_t1 - bench_t0,
-                      app.trace.steps.empty() ? 0.0 : (bench_t1 - bench_t0) * 1000 / double(app.trace.steps.size()),
-                      n, n ? frame_ms.back() : 0.0, p99, med);
+          std::printf(
+              "bench: %s, %d steps in %.2f s (%.0f ms a step), %zu frames while stepping: longest %.1f ms, "
+              "99th percentile %.1f ms, median %.1f ms\n",
+              app.model ? app.model->name.c_str() : "?", int(app.trace.steps.size()), bench_t1 - bench_t0,
+              app.trace.steps.empty() ? 0.0 : (bench_t1 - bench_t0) * 1000 / double(app.trace.steps.size()), n,
+              n ? frame_ms.back() : 0.0, p99, med);
           std::sort(idle_ms.begin(), idle_ms.end());
           if (!idle_ms.empty())
             std::printf("bench: %zu frames with the engine idle: median %.1f ms, longest %.1f ms\n", idle_ms.size(),

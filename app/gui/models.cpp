@@ -4,12 +4,18 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "char_tokenizer.h"
+#include "text/char_tokenizer.h"
 #include "util/error.h"
 
 namespace fs = std::filesystem;
 
 namespace dsgui {
+
+std::shared_ptr<const ds::Tokenizer> demo_tokenizer(int vocab) {
+  std::vector<std::string> v = {"<pad>", "<bos>", "<eos>"};
+  for (int id = 3; id < vocab; ++id) v.push_back(id >= 32 && id < 127 ? std::string(1, char(id)) : "#" + std::to_string(id));
+  return std::make_shared<ds::CharTokenizer>(std::move(v), kDemoBos);
+}
 
 namespace {
 
@@ -26,7 +32,7 @@ ds::LoadedModel random_model(const ds::Config& c, const std::string& name, uint6
   c.validate();
   ds::LoadedModel m;
   m.model = std::make_shared<const ds::Model>(c, ds::Weights::random(c, seed, scale));
-  m.tokenizer = std::make_shared<CharTokenizer>(c.vocab_size);
+  m.tokenizer = demo_tokenizer(c.vocab_size);
   m.kind = "random";
   m.name = name;
   m.bos_prompt = true;
@@ -46,13 +52,12 @@ std::vector<ModelChoice> model_choices() {
     for (auto& e : fs::directory_iterator(dir, ec))
       if (e.is_directory()) names.push_back(e.path().filename().string());
     std::sort(names.begin(), names.end());
-    for (auto& n : names)
-      out.push_back({"built-in: " + n, "builtin:" + n, "A small model trained by this project."});
+    for (auto& n : names) out.push_back({"built-in: " + n, "builtin:" + n, "A small model trained by this project."});
   }
 #endif
   if (std::string f = fixture_path(); !f.empty())
     out.push_back({"aidreams260K (llama2.c, trained)", f,
-                   "A real 260K-parameter model trained on children's stories (llama2.c)."});
+                   "A real 260K-parameter llama2.c model trained by its author on short generated \"dream\" texts."});
   out.push_back({"random decoder (tiny, characters)", "random:decoder",
                  "An untrained decoder-only model with random weights: it writes nonsense, but every view works."});
   out.push_back({"random encoder-decoder (characters)", "random:encdec",
@@ -66,7 +71,10 @@ std::string default_model_spec() {
   // The built-in models once they exist, else the llama2.c fixture, else a random one.
 #ifdef DS_SOURCE_DIR
   std::error_code ec;
-  for (auto& c : model_choices())
+  // builtin:dates (cross-attention a class can read) first, then any other built-in.
+  auto choices = model_choices();
+  std::stable_partition(choices.begin(), choices.end(), [](const ModelChoice& c) { return c.spec == "builtin:dates"; });
+  for (auto& c : choices)
     if (c.spec.rfind("builtin:", 0) == 0 &&
         fs::exists(fs::path(DS_SOURCE_DIR) / "assets" / "models" / c.spec.substr(8) / "model.safetensors", ec))
       return c.spec;
@@ -86,7 +94,7 @@ ds::LoadedModel open_model(const std::string& spec, const std::string& tokenizer
     c.d_ff = 256;
     c.vocab_size = 128;
     c.max_seq = 96;
-    c.bos_id = CharTokenizer::kBos;
+    c.bos_id = kDemoBos;
     c.eos_id = -1;
     return random_model(c, "random decoder", 7, 0.4f);
   }
@@ -109,9 +117,9 @@ ds::LoadedModel open_model(const std::string& spec, const std::string& tokenizer
     c.final_norm = false;
     c.enc_final_norm = false;
     c.tied_head = true;
-    c.bos_id = CharTokenizer::kBos;
+    c.bos_id = kDemoBos;
     c.eos_id = -1;
-    c.pad_id = CharTokenizer::kPad;
+    c.pad_id = kDemoPad;
     return random_model(c, "random encoder-decoder", 11, 0.5f);
   }
   if (spec == "random:gpt2-small") {
@@ -129,7 +137,7 @@ ds::LoadedModel open_model(const std::string& spec, const std::string& tokenizer
     c.pos = ds::PosKind::Learned;
     c.ffn = ds::FFNKind::GELUTanh;
     c.tied_head = true;
-    c.bos_id = CharTokenizer::kBos;
+    c.bos_id = kDemoBos;
     return random_model(c, "random GPT-2 small", 3, 0.02f);
   }
   if (spec.empty()) throw ds::Error("no model given");

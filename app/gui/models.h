@@ -9,6 +9,11 @@
 
 namespace dsgui {
 
+// The small random demo models built in code read characters: one token per printable
+// ASCII character (id = the byte), plus <pad> 0, <bos> 1, <eos> 2; other ids read "#id".
+inline constexpr int kDemoPad = 0, kDemoBos = 1;
+std::shared_ptr<const ds::Tokenizer> demo_tokenizer(int vocab);
+
 struct ModelChoice {
   std::string label;  // shown in the picker
   std::string spec;   // what open_model takes

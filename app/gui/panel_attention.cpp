@@ -85,9 +85,8 @@ void panel_attention(App& app) {
   char key[128];
   std::snprintf(key, sizeof key, "%llu/%d/%d/%d/%d", (unsigned long long)app.version, app.cursor, app.layer, app.head,
                 int(app.show_scores));
-  const Matrix& m = app.cached("attention", key, [&] {
-    return attention_matrix(t, app.layer, app.head, app.cursor, false, app.show_scores);
-  });
+  const Matrix& m = app.cached(
+      "attention", key, [&] { return attention_matrix(t, app.layer, app.head, app.cursor, false, app.show_scores); });
   if (!m.ok()) {
     ImGui::TextDisabled("%s", m.error.c_str());
     return;
@@ -128,7 +127,11 @@ void panel_attention(App& app) {
   }
   if (hit.clicked) app.sel_pos = hit.row;
   ImGui::SameLine();
-  legend_vertical(a.style, app.show_scores ? "score" : "weight", true, std::min(avail.y * 0.5f, font * 12));
+  legend_vertical(a.style,
+                  app.mask_only     ? "mask"
+                  : app.show_scores ? "score"
+                                    : "weight",
+                  true, std::min(avail.y * 0.5f, font * 12));
 }
 
 }  // namespace dsgui

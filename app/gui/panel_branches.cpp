@@ -27,7 +27,8 @@ void token_flow(const std::vector<TokenInfo>& toks, int fork_pos, int diff_pos, 
     ImU32 bg = toks[i].pos < fork_pos ? IM_COL32(70, 70, 80, 255) : IM_COL32(40, 110, 60, 255);
     if (toks[i].pos == diff_pos) bg = IM_COL32(200, 50, 40, 255);
     dl->AddRectFilled(p, ImVec2(p.x + w, p.y + h), bg, 3);
-    dl->AddText(ImVec2(p.x + style.FramePadding.x, p.y + style.FramePadding.y), IM_COL32(255, 255, 255, 255), s.c_str());
+    dl->AddText(ImVec2(p.x + style.FramePadding.x, p.y + style.FramePadding.y), IM_COL32(255, 255, 255, 255),
+                s.c_str());
     p.x += w + 3;
   }
   ImGui::Dummy(ImVec2(width, p.y - ImGui::GetCursorScreenPos().y + h + 4));
@@ -43,8 +44,9 @@ void panel_branches(App& app) {
   std::snprintf(fb, sizeof fb, "Fork at step %d", app.cursor + 1);
   if (ImGui::Button(fb)) app.fork_here();
   ImGui::EndDisabled();
-  tooltip(app, "Keep what was generated so far as a branch, then draw this step again: change the seed, the "
-               "temperature or switch a head off first, and press Step or Run to end.");
+  tooltip(app,
+          "Keep what was generated so far as a branch, then draw this step again: change the seed, the "
+          "temperature or switch a head off first, and press Step or Run to end.");
   if (app.branches.empty()) {
     ImGui::SameLine();
     ImGui::TextDisabled("no branch yet: move to a step, fork, change a setting, and generate again");

@@ -35,8 +35,8 @@ void panel_cross(App& app) {
   const int L = app.cross_encoder ? t.config.n_enc_layers : t.config.n_layers;
   const int layer = std::clamp(app.cross_layer, 0, std::max(0, L - 1));
   char key[128];
-  std::snprintf(key, sizeof key, "%llu/%d/%d/%d/%d", (unsigned long long)app.version, app.cursor, layer,
-                app.cross_head, int(app.cross_encoder));
+  std::snprintf(key, sizeof key, "%llu/%d/%d/%d/%d", (unsigned long long)app.version, app.cursor, layer, app.cross_head,
+                int(app.cross_encoder));
   const Matrix& m = app.cached("cross", key, [&] {
     return app.cross_encoder ? encoder_matrix(t, layer, app.cross_head)
                              : attention_matrix(t, layer, app.cross_head, app.cursor, true, false);

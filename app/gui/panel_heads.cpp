@@ -59,8 +59,9 @@ void panel_heads(App& app) {
   std::snprintf(rerun, sizeof rerun, "Re-run step %d with %d head%s off", app.cursor + 1, int(app.heads_off.size()),
                 app.heads_off.size() == 1 ? "" : "s");
   if (ImGui::Button(rerun)) app.rerun_with_heads(app.cursor);
-  tooltip(app, "Compute this step again with the switched-off heads silenced (their output set to zero), and compare "
-               "the next-token probabilities. Later steps are dropped and use the same heads.");
+  tooltip(app,
+          "Compute this step again with the switched-off heads silenced (their output set to zero), and compare "
+          "the next-token probabilities. Later steps are dropped and use the same heads.");
   flow(font * 6);
   ImGui::BeginDisabled(app.heads_off.empty());
   if (ImGui::Button("All heads on")) app.heads_off.clear();

@@ -16,15 +16,16 @@ void panel_lens(App& app) {
   }
   const float font = ImGui::GetFontSize();
   const int pos = app.selected_position();
-  const bool live = app.model && app.model->cfg.d_model == t.config.d_model &&
-                    app.model->cfg.vocab_size == t.config.vocab_size;
+  const bool live =
+      app.model && app.model->cfg.d_model == t.config.d_model && app.model->cfg.vocab_size == t.config.vocab_size;
   const LensResult* shown = nullptr;
   auto saved = app.replay_lens.find(pos);
   if (app.replay && saved != app.replay_lens.end()) {
     shown = &saved->second;  // computed when the trace was saved
   } else if (!live) {
-    ImGui::TextDisabled("The logit lens needs the model's final norm and output head: load the model this trace "
-                        "came from (traces saved by the window carry the lens with them).");
+    ImGui::TextDisabled(
+        "The logit lens needs the model's final norm and output head: load the model this trace "
+        "came from (traces saved by the window carry the lens with them).");
     return;
   } else {
     // Ask the worker when the position or the trace changed.

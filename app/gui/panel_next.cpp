@@ -23,8 +23,10 @@ std::string settings_text(const ds::SamplerConfig& c, bool greedy) {
     std::snprintf(b, sizeof b, "temperature 0 (greedy: always the most probable token)");
   else {
     char k[24];
-    if (c.top_k > 0) std::snprintf(k, sizeof k, "%d", c.top_k);
-    else std::snprintf(k, sizeof k, "off");
+    if (c.top_k > 0)
+      std::snprintf(k, sizeof k, "%d", c.top_k);
+    else
+      std::snprintf(k, sizeof k, "off");
     std::snprintf(b, sizeof b, "temperature %.2f, top-k %s, top-p %s%.2f, seed %llu", c.temperature, k,
                   c.top_p >= 1.0f ? "off " : "", c.top_p, (unsigned long long)c.seed);
   }
@@ -32,7 +34,7 @@ std::string settings_text(const ds::SamplerConfig& c, bool greedy) {
 }
 
 ImU32 seg_colour(int i) {
-  static const ImU32 cols[] = {IM_COL32(70, 140, 220, 255), IM_COL32(230, 150, 50, 255), IM_COL32(90, 180, 100, 255),
+  static const ImU32 cols[] = {IM_COL32(70, 140, 220, 255), IM_COL32(230, 150, 50, 255),  IM_COL32(90, 180, 100, 255),
                                IM_COL32(200, 90, 160, 255), IM_COL32(150, 120, 220, 255), IM_COL32(60, 180, 180, 255)};
   return cols[i % 6];
 }
@@ -48,10 +50,12 @@ void draw_strip(App& app, const ds::SampleRecord& r, float width) {
   std::vector<const ds::Candidate*> kept;
   for (auto& c : r.candidates)
     if (c.removed == 0 && c.p_final > 0) kept.push_back(&c);
-  std::sort(kept.begin(), kept.end(), [](auto* a, auto* b) { return a->p_final != b->p_final ? a->p_final > b->p_final : a->id < b->id; });
+  std::sort(kept.begin(), kept.end(),
+            [](auto* a, auto* b) { return a->p_final != b->p_final ? a->p_final > b->p_final : a->id < b->id; });
   ImGui::Text("The random draw: u = %.4f", r.u);
-  tooltip(app, "The sampler picks a number u between 0 and 1 at random, lays the kept tokens end to end (longest "
-               "first, each as long as its probability) and takes the token under u.");
+  tooltip(app,
+          "The sampler picks a number u between 0 and 1 at random, lays the kept tokens end to end (longest "
+          "first, each as long as its probability) and takes the token under u.");
   ImVec2 p = ImGui::GetCursorScreenPos();
   p.y += font * 1.2f;
   const float h = font * 2.0f;
@@ -66,7 +70,8 @@ void draw_strip(App& app, const ds::SampleRecord& r, float width) {
     dl->AddRect(ImVec2(x, p.y), ImVec2(x + w, p.y + h), IM_COL32(0, 0, 0, 160));
     std::string s = visible(kept[i]->text);
     ImVec2 ts = ImGui::CalcTextSize(s.c_str());
-    if (ts.x + 4 < w) dl->AddText(ImVec2(x + (w - ts.x) * 0.5f, p.y + (h - ts.y) * 0.5f), IM_COL32(255, 255, 255, 255), s.c_str());
+    if (ts.x + 4 < w)
+      dl->AddText(ImVec2(x + (w - ts.x) * 0.5f, p.y + (h - ts.y) * 0.5f), IM_COL32(255, 255, 255, 255), s.c_str());
     if (drawn) hit = kept[i], hit_lo = cum, hit_hi = cum + kept[i]->p_final;
     cum += kept[i]->p_final;
     x += w;
@@ -75,7 +80,8 @@ void draw_strip(App& app, const ds::SampleRecord& r, float width) {
     dl->AddRectFilled(ImVec2(x, p.y), ImVec2(p.x + width, p.y + h), IM_COL32(110, 110, 110, 255));
     const char* o = "others";
     ImVec2 ts = ImGui::CalcTextSize(o);
-    if (ts.x + 4 < p.x + width - x) dl->AddText(ImVec2(x + 4, p.y + (h - ts.y) * 0.5f), IM_COL32(255, 255, 255, 255), o);
+    if (ts.x + 4 < p.x + width - x)
+      dl->AddText(ImVec2(x + 4, p.y + (h - ts.y) * 0.5f), IM_COL32(255, 255, 255, 255), o);
   }
   // Ticks at 0, 0.5, 1 and the marker at u.
   const ImU32 tc = ImGui::GetColorU32(ImGuiCol_Text);
@@ -175,8 +181,9 @@ void panel_next(App& app) {
   ImGui::TextUnformatted("Settings for the next steps");
   bool changed = false;
   changed |= ImGui::SliderFloat("temperature", &app.sampler.temperature, 0.0f, 2.0f, "%.2f");
-  tooltip(app, "Below 1 the likely tokens get likelier (more predictable text); above 1 the distribution flattens "
-               "(more surprising text); 0 always takes the most probable token.");
+  tooltip(app,
+          "Below 1 the likely tokens get likelier (more predictable text); above 1 the distribution flattens "
+          "(more surprising text); 0 always takes the most probable token.");
   changed |= ImGui::SliderInt("top-k", &app.sampler.top_k, 0, 50, app.sampler.top_k == 0 ? "off" : "%d");
   tooltip(app, "Keep only the k most probable tokens (0: off).");
   changed |= ImGui::SliderFloat("top-p", &app.sampler.top_p, 0.05f, 1.0f, "%.2f");
@@ -197,7 +204,14 @@ void panel_next(App& app) {
   char rd[64];
   std::snprintf(rd, sizeof rd, "Re-draw step %d", s + 1);
   if (ImGui::Button(rd, ImVec2(lw, 0))) app.redraw_step(s);
-  tooltip(app, "Draw this step's token again with the settings above (the steps after it are dropped).");
+  tooltip(app,
+          "Draw this step's token again with the settings above (the steps after it are dropped). With the same "
+          "seed the same random number comes out, so only changed settings change the draw.");
+  if (ImGui::Button("New seed, draw again", ImVec2(lw, 0))) {
+    app.sampler.seed += 1;
+    app.redraw_step(s);
+  }
+  tooltip(app, "Take the next seed and draw this step again: a new random number u.");
   ImGui::EndDisabled();
   ImGui::EndGroup();
 

@@ -41,7 +41,8 @@ void panel_residual(App& app) {
   const float cw = std::min(avail.x * 0.42f, font * 30);
   ImGui::BeginGroup();
   auto toks = app.tokens();
-  ImGui::Text("Norms at position %d \"%s\"", pos, pos >= 0 && pos < int(toks.size()) ? visible(toks[pos].text).c_str() : "?");
+  ImGui::Text("Norms at position %d \"%s\"", pos,
+              pos >= 0 && pos < int(toks.size()) ? visible(toks[pos].text).c_str() : "?");
   tooltip(app, "The length of the vector each layer reads and writes: it grows as layers add their contributions.");
   if (!any) {
     ImGui::TextDisabled("the trace did not record the residual stream");

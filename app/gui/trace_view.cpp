@@ -78,7 +78,8 @@ Matrix attention_matrix(const ds::Trace& t, int layer, int head, int step, bool 
     if (mk && mk->shape.size() == 2) {
       int T = mk->shape[0], S = mk->shape[1];
       for (int r = 0; r < T && st.pos0 + r < m.rows; ++r)
-        for (int j = 0; j < S && j < m.cols; ++j) m.mask[size_t(st.pos0 + r) * m.cols + j] = mk->data[size_t(r) * S + j] != 0;
+        for (int j = 0; j < S && j < m.cols; ++j)
+          m.mask[size_t(st.pos0 + r) * m.cols + j] = mk->data[size_t(r) * S + j] != 0;
       have_mask = true;
     } else if (sc && sc->shape.size() == 3) {
       int T = sc->shape[1], S = sc->shape[2];
@@ -249,11 +250,16 @@ std::string visible(const std::string& piece) {
   // Byte tokens of llama2.c's tokenizer.
   if (s.size() == 6 && s[0] == '<' && s[1] == '0' && s[2] == 'x' && s[5] == '>') {
     int b = std::stoi(s.substr(3, 2), nullptr, 16);
-    if (b == '\n') s = "\n";
-    else if (b == '\t') s = "\t";
-    else if (b == ' ') s = " ";
-    else if (b == '\r') s = "\r";
-    else return s;
+    if (b == '\n')
+      s = "\n";
+    else if (b == '\t')
+      s = "\t";
+    else if (b == ' ')
+      s = " ";
+    else if (b == '\r')
+      s = "\r";
+    else
+      return s;
   }
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) {

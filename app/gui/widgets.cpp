@@ -42,18 +42,8 @@ void hatch_rect(ImDrawList* dl, ImVec2 a, ImVec2 b) {
 
 void flow(float w) {
   const float right = ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x;
-  if (ImGui::GetItemRectMax().x + ImGui::GetStyle().ItemSpacing.x * 2 + w <= right) ImGui::SameLine(0, ImGui::GetStyle().ItemSpacing.x * 2);
-}
-
-void help_marker(const char* text) {
-  ImGui::TextDisabled("(?)");
-  if (ImGui::IsItemHovered()) {
-    ImGui::BeginTooltip();
-    ImGui::PushTextWrapPos(ImGui::GetFontSize() * 30.0f);
-    ImGui::TextUnformatted(text);
-    ImGui::PopTextWrapPos();
-    ImGui::EndTooltip();
-  }
+  if (ImGui::GetItemRectMax().x + ImGui::GetStyle().ItemSpacing.x * 2 + w <= right)
+    ImGui::SameLine(0, ImGui::GetStyle().ItemSpacing.x * 2);
 }
 
 void tooltip(App& app, const char* text) {
@@ -281,8 +271,8 @@ HeatmapHit heatmap_widget(App& app, const char* name, const HeatmapArgs& a) {
   if (!a.current_rows.empty()) {
     int r0 = *std::min_element(a.current_rows.begin(), a.current_rows.end());
     int r1 = *std::max_element(a.current_rows.begin(), a.current_rows.end());
-    dl->AddRect(ImVec2(org.x - 3, org.y + r0 * cell - 1), ImVec2(org.x + W + 3, org.y + (r1 + 1) * cell + 1), hl, 0,
-                0, 2.0f);
+    dl->AddRect(ImVec2(org.x - 3, org.y + r0 * cell - 1), ImVec2(org.x + W + 3, org.y + (r1 + 1) * cell + 1), hl, 0, 0,
+                2.0f);
   }
   if (a.selected_row >= 0 && a.selected_row < m.rows) {
     float y = org.y + a.selected_row * cell + cell * 0.5f;

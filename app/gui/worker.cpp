@@ -3,10 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <numeric>
-
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <sstream>
 
 #include "models.h"
@@ -16,9 +15,9 @@
 namespace dsgui {
 
 std::vector<std::string> record_patterns(const ds::Config& cfg) {
-  static const char* kWanted[] = {"blocks.*.attn.pattern", "blocks.*.attn.scores",      "blocks.*.attn.mask",
-                                  "**.cross_attn.pattern", "**.cross_attn.scores",      "blocks.*.resid_pre",
-                                  "blocks.*.resid_mid",    "blocks.*.resid_post",       "encoder.blocks.*.attn.pattern"};
+  static const char* kWanted[] = {"blocks.*.attn.pattern", "blocks.*.attn.scores", "blocks.*.attn.mask",
+                                  "**.cross_attn.pattern", "**.cross_attn.scores", "blocks.*.resid_pre",
+                                  "blocks.*.resid_mid",    "blocks.*.resid_post",  "encoder.blocks.*.attn.pattern"};
   std::vector<std::string> names = ds::Hooks::names(cfg), out;
   for (const char* p : kWanted)
     for (auto& n : names)
@@ -29,7 +28,9 @@ std::vector<std::string> record_patterns(const ds::Config& cfg) {
   return out;
 }
 
-Worker::Worker() { thread_ = std::thread([this] { run(); }); }
+Worker::Worker() {
+  thread_ = std::thread([this] { run(); });
+}
 
 Worker::~Worker() {
   {
@@ -291,7 +292,15 @@ void Worker::handle(Command& c) {
     case Command::Rewind: {
       if (!session_) return;
       int k = std::clamp(c.n, 0, session_->steps_done());
+      // The steps from k on are drawn again with the current settings. With the seed
+      // step k was drawn with, the random numbers repeat exactly (the same draw for the
+      // same settings); with another seed, they start afresh from that seed.
+      uint64_t used = sampler_.seed;
+      const auto& steps = session_->trace().steps;
+      if (k < int(steps.size()) && steps[k].sample) used = steps[k].sample->config.seed;
       session_->rewind(k);
+      session_->set_sampler(sampler_);
+      if (sampler_.seed != used) session_->sampler().reseed(sampler_.seed);
       Event ev;
       ev.kind = Event::Truncate;
       ev.index = k;

@@ -49,7 +49,7 @@ struct Event {
   Kind kind = Idle;
   std::string msg;
   std::shared_ptr<const ModelInfo> info;
-  int index = 0;  // Step: index of the step; Truncate: steps kept
+  int index = 0;      // Step: index of the step; Truncate: steps kept
   bool done = false;  // Step: the session can take no more steps
   std::shared_ptr<const ds::TraceStep> step;
   std::vector<int> source;

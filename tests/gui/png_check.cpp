@@ -69,7 +69,8 @@ int check_blank(const std::string& path) {
   double n = double((im.w + 1) / 2) * ((im.h + 1) / 2);
   double sd = std::sqrt(std::max(0.0, sum2 / n - (sum / n) * (sum / n)));
   if (colours.size() < 40 || sd < 8) {
-    std::fprintf(stderr, "FAIL %s: looks blank (%zu colours, luminance spread %.1f)\n", path.c_str(), colours.size(), sd);
+    std::fprintf(stderr, "FAIL %s: looks blank (%zu colours, luminance spread %.1f)\n", path.c_str(), colours.size(),
+                 sd);
     return 1;
   }
   nlohmann::json j;
@@ -132,8 +133,8 @@ int check_heatmap(const std::string& path, const std::string& name, const std::s
   auto mask_dist = [&](const unsigned char* p) {
     double best = 1e9;
     for (auto& c : mc) {
-      double d = std::sqrt(double((p[0] - c[0]) * (p[0] - c[0]) + (p[1] - c[1]) * (p[1] - c[1]) +
-                                  (p[2] - c[2]) * (p[2] - c[2])));
+      double d = std::sqrt(
+          double((p[0] - c[0]) * (p[0] - c[0]) + (p[1] - c[1]) * (p[1] - c[1]) + (p[2] - c[2]) * (p[2] - c[2])));
       best = std::min(best, d);
     }
     return best;
@@ -150,8 +151,10 @@ int check_heatmap(const std::string& path, const std::string& name, const std::s
           int x = cx + dx, y = cy + dy;
           if (x < 0 || y < 0 || x >= im.w || y >= im.h) continue;
           double d = mask_dist(im.at(x, y));
-          if (d <= 12) ++n_mask;
-          else if (d >= 60) ++n_clear;
+          if (d <= 12)
+            ++n_mask;
+          else if (d >= 60)
+            ++n_clear;
         }
       const bool ok = expect ? n_mask == 9 : n_clear == 9;
       masked += n_mask == 9;
@@ -191,7 +194,8 @@ int check_same(const std::string& a, const std::string& b) {
 int main(int argc, char** argv) {
   std::vector<std::string> a(argv + 1, argv + argc);
   if (a.size() == 2 && a[0] == "blank") return check_blank(a[1]);
-  if (a.size() == 4 && a[0] == "heatmap" && (a[3] == "causal" || a[3] == "nomask")) return check_heatmap(a[1], a[2], a[3]);
+  if (a.size() == 4 && a[0] == "heatmap" && (a[3] == "causal" || a[3] == "nomask"))
+    return check_heatmap(a[1], a[2], a[3]);
   if (a.size() == 3 && a[0] == "same") return check_same(a[1], a[2]);
   std::fprintf(stderr, "usage: ds_png_check blank SHOT.png | heatmap SHOT.png NAME causal|nomask | same A.png B.png\n");
   return 2;

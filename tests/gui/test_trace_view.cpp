@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "char_tokenizer.h"
+#include "models.h"
 #include "session/session.h"
 #include "trace_view.h"
 #include "worker.h"
@@ -37,7 +37,7 @@ ds::Trace run(bool encdec, const std::vector<int>& src, int steps) {
   o.record = dsgui::record_patterns(m->cfg);
   o.sampler.temperature = 1.0f;
   o.sampler.seed = 3;
-  ds::Session s(m, std::make_shared<dsgui::CharTokenizer>(128), o);
+  ds::Session s(m, dsgui::demo_tokenizer(128), o);
   s.start({1, 'h', 'i'}, src);
   for (int i = 0; i < steps; ++i) s.step();
   return s.trace();
@@ -103,7 +103,9 @@ TEST(TraceView, VisibleWhitespace) {
   EXPECT_EQ(dsgui::visible("<0x0A>"), "\\n");
   EXPECT_EQ(dsgui::visible("\n<s>\n"), "<s>");
   dsgui::set_unicode_font(true);
-  EXPECT_EQ(dsgui::visible(" a"), "\xE2\x90\xA3" "a");
+  EXPECT_EQ(dsgui::visible(" a"),
+            "\xE2\x90\xA3"
+            "a");
   EXPECT_EQ(dsgui::shorten("abcdef", 3), "abc\xE2\x80\xA6");
 }
 

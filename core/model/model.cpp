@@ -121,6 +121,9 @@ Engine::Engine(std::shared_ptr<const Model> model) : model_(std::move(model)), h
     cv_.assign(c.n_layers, MatRM());
   }
   s_ = std::make_unique<Scratch>();
+  // Eigen's matrix products would otherwise use every core through OpenMP; an engine
+  // uses the threads it is given (set_threads), one by default.
+  Eigen::setNbThreads(threads_);
   int npos = std::max(c.max_seq, c.encoder_decoder ? c.max_src : 0);
   if (c.pos == PosKind::Rotary) {
     int half = c.d_head / 2;

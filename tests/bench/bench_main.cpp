@@ -1,9 +1,11 @@
 // decoderscope_bench: one executable for the benchmarks, one subcommand each.
 //   decoderscope_bench load [--mb 500] [--dir /tmp] [--keep]
+//   decoderscope_bench decode [--shape gpt2-small|llama-110m] [--steps N] [--threads N] [--reps R]
 #include <cstdio>
 #include <cstring>
 
-int bench_load(int argc, char** argv);  // bench_load.cpp
+int bench_load(int argc, char** argv);    // bench_load.cpp
+int bench_decode(int argc, char** argv);  // bench_decode.cpp
 
 int main(int argc, char** argv) {
   struct Sub {
@@ -13,6 +15,7 @@ int main(int argc, char** argv) {
   };
   const Sub subs[] = {
       {"load", bench_load, "write a GPT-2-shaped model.safetensors, then time and measure loading it"},
+      {"decode", bench_decode, "decode speed of a random GPT-2-small or llama-110M-shaped model"},
   };
   if (argc >= 2) {
     for (const Sub& s : subs)

@@ -123,21 +123,9 @@ ds::LoadedModel open_model(const std::string& spec, const std::string& tokenizer
     return random_model(c, "random encoder-decoder", 11, 0.5f);
   }
   if (spec == "random:gpt2-small") {
-    ds::Config c;
-    c.d_model = 768;
-    c.n_layers = 12;
-    c.n_heads = 12;
-    c.n_kv_heads = 12;
-    c.d_head = 64;
-    c.d_ff = 3072;
-    c.vocab_size = 50257;
-    c.max_seq = 1024;
-    c.norm = ds::NormKind::LayerNorm;
-    c.norm_place = ds::NormPlace::Pre;
-    c.pos = ds::PosKind::Learned;
-    c.ffn = ds::FFNKind::GELUTanh;
-    c.tied_head = true;
+    ds::Config c = ds::gpt2_config(768, 12, 12, 1024, 50257);
     c.bos_id = kDemoBos;
+    c.eos_id = -1;
     return random_model(c, "random GPT-2 small", 3, 0.02f);
   }
   if (spec.empty()) throw ds::Error("no model given");

@@ -91,7 +91,7 @@ const SafeTensors::Entry& need_tensor(const SafeTensors& st, const std::string& 
 
 // ------------------------------------------------------------------ GPT-2
 
-Config gpt2_config(const json& j, const std::string& path) {
+Config gpt2_config_from(const json& j, const std::string& path) {
   Config c;
   try {
     if (j.contains("model_type")) {
@@ -109,7 +109,8 @@ Config gpt2_config(const json& j, const std::string& path) {
     if (d <= 0 || d > (1 << 20)) throw Error("field \"n_embd\" must be in 1..1048576, is " + std::to_string(d));
     if (n_head <= 0 || d % n_head != 0)
       throw Error("field \"n_head\" (" + std::to_string(n_head) + ") must divide n_embd (" + std::to_string(d) + ")");
-    const int n_inner = json_int(j, "n_inner", 4 * d);
+    c = gpt2_config(d, n_layer, n_head, n_pos, vocab);
+    c.d_ff = json_int(j, "n_inner", 4 * d);
     const std::string act = json_string(j, "activation_function", "gelu_new");
     if (act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast") c.ffn = FFNKind::GELUTanh;
     else if (act == "gelu") c.ffn = FFNKind::GELU;
@@ -123,25 +124,6 @@ Config gpt2_config(const json& j, const std::string& path) {
       throw Error("field \"scale_attn_by_inverse_layer_idx\" is true: not supported");
     if (json_bool(j, "add_cross_attention", false))
       throw Error("field \"add_cross_attention\" is true: GPT-2 with cross-attention is not supported");
-    c.d_model = d;
-    c.n_layers = n_layer;
-    c.n_enc_layers = 0;
-    c.n_heads = n_head;
-    c.n_kv_heads = n_head;
-    c.d_head = d / n_head;
-    c.d_ff = n_inner;
-    c.vocab_size = vocab;
-    c.max_seq = n_pos;
-    c.max_src = n_pos;
-    c.norm = NormKind::LayerNorm;
-    c.norm_place = NormPlace::Pre;
-    c.pos = PosKind::Learned;
-    c.encoder_decoder = false;
-    c.tied_head = true;
-    c.attn_bias = c.ffn_bias = c.norm_bias = true;
-    c.final_norm = true;
-    c.enc_final_norm = false;
-    c.scale_embed = false;
     c.norm_eps = json_float(j, "layer_norm_epsilon", 1e-5f);
     if (!(c.norm_eps > 0 && c.norm_eps < 1)) throw Error("field \"layer_norm_epsilon\" must be in (0, 1)");
     // <|endoftext|> (50256 in GPT-2's vocabulary) starts and ends texts; the config's
@@ -180,7 +162,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 void load_gpt2(FolderModel& m, const json& j, const std::string& config_path, const std::string& st_path) {
   m.format = "gpt2";
   m.tokenizer_kind = "gpt2-bpe";
-  m.cfg = gpt2_config(j, config_path);
+  m.cfg = gpt2_config_from(j, config_path);
   Config& c = m.cfg;
   SafeTensors st = SafeTensors::open(st_path);
 

@@ -27,6 +27,32 @@ const char* to_string(FFNKind k) {
   return "?";
 }
 
+Config gpt2_config(int n_embd, int n_layer, int n_head, int n_positions, int vocab_size) {
+  Config c;
+  c.d_model = n_embd;
+  c.n_layers = n_layer;
+  c.n_enc_layers = 0;
+  c.n_heads = c.n_kv_heads = n_head;
+  c.d_head = n_head > 0 ? n_embd / n_head : 0;
+  c.d_ff = 4 * n_embd;
+  c.vocab_size = vocab_size;
+  c.max_seq = c.max_src = n_positions;
+  c.norm = NormKind::LayerNorm;
+  c.norm_place = NormPlace::Pre;
+  c.pos = PosKind::Learned;
+  c.ffn = FFNKind::GELUTanh;
+  c.encoder_decoder = false;
+  c.tied_head = true;
+  c.attn_bias = c.ffn_bias = c.norm_bias = true;
+  c.final_norm = true;
+  c.enc_final_norm = false;
+  c.scale_embed = false;
+  c.norm_eps = 1e-5f;
+  c.bos_id = c.eos_id = vocab_size - 1;
+  c.pad_id = -1;
+  return c;
+}
+
 void Config::validate() const {
   auto need = [](bool ok, const std::string& what) {
     if (!ok) throw Error("invalid model configuration: " + what);

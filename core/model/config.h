@@ -52,6 +52,11 @@ struct Config {
   std::string describe() const;
 };
 
+// GPT-2's architecture (LayerNorm pre-norm, learned positions, GELU-tanh, biases,
+// tied head, final norm, eps 1e-5, <|endoftext|> = vocab - 1 as BOS and EOS), d_ff
+// 4 * n_embd. GPT-2 small is gpt2_config(768, 12, 12, 1024, 50257).
+Config gpt2_config(int n_embd, int n_layer, int n_head, int n_positions, int vocab_size);
+
 const char* to_string(NormKind k);
 const char* to_string(NormPlace k);
 const char* to_string(PosKind k);

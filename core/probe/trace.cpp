@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "model/config_json.h"
 #include "util/error.h"
 
 namespace ds {
@@ -80,62 +81,6 @@ MatRM Trace::encoder_attention(int layer, int head, bool scores) const {
 
 namespace {
 
-json config_json(const Config& c) {
-  return json{{"d_model", c.d_model},
-              {"n_layers", c.n_layers},
-              {"n_enc_layers", c.n_enc_layers},
-              {"n_heads", c.n_heads},
-              {"n_kv_heads", c.n_kv_heads},
-              {"d_head", c.d_head},
-              {"d_ff", c.d_ff},
-              {"vocab_size", c.vocab_size},
-              {"max_seq", c.max_seq},
-              {"max_src", c.max_src},
-              {"norm", to_string(c.norm)},
-              {"norm_place", to_string(c.norm_place)},
-              {"pos", to_string(c.pos)},
-              {"ffn", to_string(c.ffn)},
-              {"encoder_decoder", c.encoder_decoder},
-              {"tied_head", c.tied_head},
-              {"bos_id", c.bos_id},
-              {"eos_id", c.eos_id},
-              {"pad_id", c.pad_id}};
-}
-
-template <class E>
-E parse_enum(const json& j, const char* key, std::initializer_list<E> all, const char* (*name)(E)) {
-  std::string s = j.at(key).get<std::string>();
-  for (E e : all)
-    if (s == name(e)) return e;
-  throw Error(std::string("unknown value '") + s + "' for " + key);
-}
-
-Config config_from(const json& j) {
-  Config c;
-  c.d_model = j.at("d_model").get<int>();
-  c.n_layers = j.at("n_layers").get<int>();
-  c.n_enc_layers = j.value("n_enc_layers", 0);
-  c.n_heads = j.at("n_heads").get<int>();
-  c.n_kv_heads = j.value("n_kv_heads", c.n_heads);
-  c.d_head = j.at("d_head").get<int>();
-  c.d_ff = j.at("d_ff").get<int>();
-  c.vocab_size = j.at("vocab_size").get<int>();
-  c.max_seq = j.at("max_seq").get<int>();
-  c.max_src = j.value("max_src", c.max_src);
-  c.norm = parse_enum<NormKind>(j, "norm", {NormKind::LayerNorm, NormKind::RMSNorm}, to_string);
-  c.norm_place = parse_enum<NormPlace>(j, "norm_place", {NormPlace::Pre, NormPlace::Post}, to_string);
-  c.pos = parse_enum<PosKind>(j, "pos", {PosKind::None, PosKind::Learned, PosKind::Sinusoidal, PosKind::Rotary},
-                              to_string);
-  c.ffn = parse_enum<FFNKind>(j, "ffn", {FFNKind::GELU, FFNKind::GELUTanh, FFNKind::ReLU, FFNKind::SwiGLU},
-                              to_string);
-  c.encoder_decoder = j.value("encoder_decoder", false);
-  c.tied_head = j.value("tied_head", true);
-  c.bos_id = j.value("bos_id", -1);
-  c.eos_id = j.value("eos_id", -1);
-  c.pad_id = j.value("pad_id", -1);
-  return c;
-}
-
 // Non-finite floats (masked scores are -inf) are written as strings.
 json float_json(float f) {
   if (std::isfinite(f)) return f;
@@ -190,7 +135,7 @@ void Trace::write_json(std::ostream& os) const {
   json j;
   j["format"] = "decoderscope-trace";
   j["version"] = 1;
-  j["model"] = {{"name", model_name}, {"config", config_json(config)}};
+  j["model"] = {{"name", model_name}, {"config", config_to_json(config)}};
   j["source"] = source;
   j["source_text"] = source_text;
   j["encoder"] = tensors_json(encoder);
@@ -244,7 +189,7 @@ Trace Trace::read_json(std::istream& is) {
     if (j.value("format", "") != "decoderscope-trace") throw Error("not a decoderscope trace (missing \"format\")");
     Trace t;
     t.model_name = j.at("model").value("name", "");
-    t.config = config_from(j.at("model").at("config"));
+    t.config = config_from_json(j.at("model").at("config"));
     t.source = j.value("source", std::vector<int>{});
     t.source_text = j.value("source_text", std::vector<std::string>{});
     if (j.contains("encoder")) t.encoder = json_tensors(j.at("encoder"));

@@ -17,10 +17,7 @@ namespace {
 ds::Config shape(const std::string& name) {
   ds::Config c;
   if (name == "gpt2-small") {
-    c.d_model = 768, c.n_layers = 12, c.n_heads = c.n_kv_heads = 12, c.d_head = 64, c.d_ff = 3072;
-    c.vocab_size = 50257, c.max_seq = 1024;
-    c.norm = ds::NormKind::LayerNorm, c.pos = ds::PosKind::Learned, c.ffn = ds::FFNKind::GELUTanh;
-    c.bos_id = c.eos_id = 50256;
+    c = ds::gpt2_config(768, 12, 12, 1024, 50257);
   } else if (name == "llama-110m") {
     c.d_model = 768, c.n_layers = 12, c.n_heads = c.n_kv_heads = 12, c.d_head = 64, c.d_ff = 2048;
     c.vocab_size = 32000, c.max_seq = 1024;

@@ -128,7 +128,7 @@ Config gpt2_config_from(const json& j, const std::string& path) {
     if (!(c.norm_eps > 0 && c.norm_eps < 1)) throw Error("field \"layer_norm_epsilon\" must be in (0, 1)");
     // <|endoftext|> (50256 in GPT-2's vocabulary) starts and ends texts; the config's
     // own ids win when they are valid.
-    const int fallback = vocab == 50257 ? 50256 : vocab - 1;
+    const int fallback = vocab > 0 ? vocab - 1 : -1;  // 50256 for GPT-2's 50257
     auto special = [&](const char* key) {
       auto it = j.find(key);
       if (it == j.end() || !it->is_number_integer()) return fallback;

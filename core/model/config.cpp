@@ -34,7 +34,9 @@ Config gpt2_config(int n_embd, int n_layer, int n_head, int n_positions, int voc
   c.n_enc_layers = 0;
   c.n_heads = c.n_kv_heads = n_head;
   c.d_head = n_head > 0 ? n_embd / n_head : 0;
-  c.d_ff = 4 * n_embd;
+  // Out-of-range sizes (from a corrupt config.json) must not overflow here;
+  // validate() reports them.
+  c.d_ff = n_embd > 0 && n_embd <= (1 << 24) ? 4 * n_embd : -1;
   c.vocab_size = vocab_size;
   c.max_seq = c.max_src = n_positions;
   c.norm = NormKind::LayerNorm;
@@ -48,7 +50,7 @@ Config gpt2_config(int n_embd, int n_layer, int n_head, int n_positions, int voc
   c.enc_final_norm = false;
   c.scale_embed = false;
   c.norm_eps = 1e-5f;
-  c.bos_id = c.eos_id = vocab_size - 1;
+  c.bos_id = c.eos_id = vocab_size > 0 ? vocab_size - 1 : -1;
   c.pad_id = -1;
   return c;
 }

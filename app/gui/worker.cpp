@@ -170,14 +170,12 @@ std::vector<float> final_norm(const ds::Model& m, const std::vector<float>& x) {
 
 LensRow Worker::lens_row(const std::vector<float>& x, const std::string& label) {
   const ds::Model& m = *lm_.model;
-  const ds::MatRM& head = m.w.head();
+  const ds::MatView head = m.w.head_view();
   const int V = m.cfg.vocab_size, d = m.cfg.d_model;
   if (int(x.size()) != d) throw ds::Error("logit lens: the residual vector does not fit this model");
   std::vector<float> y = final_norm(m, x);
   std::vector<float> logits(V);
-  Eigen::Map<const Eigen::VectorXf> yv(y.data(), d);
-  Eigen::Map<Eigen::VectorXf> lv(logits.data(), V);
-  lv.noalias() = head * yv;
+  ds::gemv_rows(head.data, head.type, head.cols, y.data(), logits.data(), 0, V);
   float mx = *std::max_element(logits.begin(), logits.end());
   double z = 0;
   for (float v : logits) z += std::exp(double(v - mx));

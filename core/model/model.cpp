@@ -25,8 +25,13 @@ void check_vec(const std::string& name, const Vec& v, int64_t n, bool optional) 
   if (v.size() != n)
     throw Error("weight " + name + " has " + std::to_string(v.size()) + " entries, expected " + std::to_string(n));
 }
+void check_shape(const std::string& name, const MatView& m, int64_t r, int64_t c) {
+  if (m.rows != r || m.cols != c)
+    throw Error("weight " + name + " has shape [" + std::to_string(m.rows) + ", " + std::to_string(m.cols) +
+                "], expected [" + std::to_string(r) + ", " + std::to_string(c) + "]");
+}
 void check_linear(const std::string& name, const Linear& l, int out, int in) {
-  check_shape(name + ".W", l.W, out, in);
+  check_shape(name + ".W", l.view(), out, in);
   check_vec(name + ".b", l.b, out, true);
 }
 void check_norm(const std::string& name, const Norm& n, int d) {
@@ -61,7 +66,7 @@ float gelu_tanh(float x) {
 
 Model::Model(Config c, Weights wt) : cfg(std::move(c)), w(std::move(wt)) {
   cfg.validate();
-  check_shape("tok_embed", w.tok_embed, cfg.vocab_size, cfg.d_model);
+  check_shape("tok_embed", w.embed_view(), cfg.vocab_size, cfg.d_model);
   if (cfg.pos == PosKind::Learned) check_shape("pos_embed", w.pos_embed, cfg.max_seq, cfg.d_model);
   if (int(w.blocks.size()) != cfg.n_layers)
     throw Error("model has " + std::to_string(w.blocks.size()) + " decoder blocks, config says " +
@@ -69,9 +74,9 @@ Model::Model(Config c, Weights wt) : cfg(std::move(c)), w(std::move(wt)) {
   for (int l = 0; l < cfg.n_layers; ++l)
     check_block(cfg, "blocks." + std::to_string(l), w.blocks[l], cfg.encoder_decoder);
   if (cfg.final_norm) check_norm("ln_final", w.ln_final, cfg.d_model);
-  if (!cfg.tied_head) check_shape("lm_head", w.lm_head, cfg.vocab_size, cfg.d_model);
+  if (!cfg.tied_head) check_shape("lm_head", w.head_view(), cfg.vocab_size, cfg.d_model);
   if (cfg.encoder_decoder) {
-    if (w.enc_tok_embed.size()) check_shape("encoder.tok_embed", w.enc_tok_embed, cfg.vocab_size, cfg.d_model);
+    check_shape("encoder.tok_embed", w.enc_embed_view(), cfg.vocab_size, cfg.d_model);
     if (cfg.pos == PosKind::Learned) check_shape("encoder.pos_embed", w.enc_pos_embed, cfg.max_src, cfg.d_model);
     if (int(w.enc_blocks.size()) != cfg.n_enc_layers)
       throw Error("model has " + std::to_string(w.enc_blocks.size()) + " encoder blocks, config says " +
@@ -82,12 +87,17 @@ Model::Model(Config c, Weights wt) : cfg(std::move(c)), w(std::move(wt)) {
   }
 }
 
+static void grow(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
 // Scratch buffers, grown to the largest call seen; a one-token step after the first
 // one never allocates.
 struct Engine::Scratch {
   int T = 0, S = 0;
   std::vector<float> x, h, q, k, v, z, out, ff1, ff2, att, mask, pos, logits;
   std::vector<float> enc_out;  // [src_len, d_model]
+  std::vector<float> wide;     // 16-bit weights widened for a matrix-matrix product
   std::vector<float> rope_cos, rope_sin;  // [max(max_seq,max_src), d_head/2]
   std::vector<float> sinus;               // [max(max_seq,max_src), d_model]
 };
@@ -104,9 +114,6 @@ static void parallel_for(int n, int nt, bool par, F&& f) {
   for (int i = 0; i < n; ++i) f(i);
 }
 
-static void grow(std::vector<float>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-}
 
 Engine::Engine(std::shared_ptr<const Model> model) : model_(std::move(model)), hooks_(model_->cfg) {
   const Config& c = model_->cfg;
@@ -182,30 +189,49 @@ void Engine::truncate(int p) {
   pos_ = p;
 }
 
-// y[out] = W x, split by output rows across threads.
-void Engine::matvec(const MatRM& W, const float* x, float* y) const {
-  const int out = int(W.rows()), in = int(W.cols()), nt = threads_;
-  CVMap xv(x, in);
+// y[out] = W x, split by output rows across threads (in blocks of 8 rows).
+void Engine::matvec(const MatView& W, const float* x, float* y) const {
+  const int64_t out = W.rows;
+  const int nt = threads_;
   if (nt > 1 && out >= 64) {
     parallel_for(nt, nt, true, [&](int t) {
-      int r0 = int(int64_t(out) * t / nt), r1 = int(int64_t(out) * (t + 1) / nt);
-      VMap(y + r0, r1 - r0).noalias() = W.middleRows(r0, r1 - r0) * xv;
+      int64_t r0 = out * t / nt / 8 * 8, r1 = t + 1 == nt ? out : out * (t + 1) / nt / 8 * 8;
+      gemv_rows(W.data, W.type, W.cols, x, y + r0, r0, r1);
     });
   } else {
-    VMap(y, out).noalias() = W * xv;
+    gemv_rows(W.data, W.type, W.cols, x, y, 0, out);
+  }
+}
+
+// Y[T, out] = X[T, in] W^T by matrix-matrix products; 16-bit weights are widened a
+// block of rows at a time into scratch.
+void Engine::matmul(const MatView& W, int T, const float* x, float* y) const {
+  const int64_t out = W.rows, in = W.cols;
+  MMap Y(y, T, out);
+  CMap X(x, T, in);
+  if (W.type == Precision::F32) {
+    Y.noalias() = X * CMap(static_cast<const float*>(W.data), out, in).transpose();
+    return;
+  }
+  const int64_t block = std::max<int64_t>(64, std::min<int64_t>(out, (int64_t(1) << 20) / std::max<int64_t>(in, 1)));
+  grow(s_->wide, size_t(block * in));
+  for (int64_t r0 = 0; r0 < out; r0 += block) {
+    const int64_t n = std::min(block, out - r0);
+    widen_rows(static_cast<const uint16_t*>(W.data), W.type, in, r0, r0 + n, s_->wide.data());
+    Y.middleCols(r0, n).noalias() = X * CMap(s_->wide.data(), n, in).transpose();
   }
 }
 
 // y[T, out] = x[T, in] W^T + b
 void Engine::linear(const Linear& l, int T, const float* x, float* y) const {
-  const int out = int(l.W.rows()), in = int(l.W.cols());
+  const MatView W = l.view();
+  const int out = int(W.rows);
   if (T == 1) {
-    matvec(l.W, x, y);
+    matvec(W, x, y);
     if (l.b.size()) VMap(y, out) += l.b;
   } else {
-    MMap Y(y, T, out);
-    Y.noalias() = CMap(x, T, in) * l.W.transpose();
-    if (l.b.size()) Y.rowwise() += l.b.transpose();
+    matmul(W, T, x, y);
+    if (l.b.size()) MMap(y, T, out).rowwise() += l.b.transpose();
   }
 }
 
@@ -239,13 +265,14 @@ void Engine::embed(Stack st, std::span<const int> ids, int pos0, float* x) {
   const Config& c = model_->cfg;
   const Weights& w = model_->w;
   const int d = c.d_model, T = int(ids.size());
-  const MatRM& E = st == Stack::Encoder ? w.enc_embed() : w.tok_embed;
+  const MatView E = st == Stack::Encoder ? w.enc_embed_view() : w.embed_view();
   const float sc = c.scale_embed ? std::sqrt(float(d)) : 1.0f;
   for (int t = 0; t < T; ++t) {
     if (ids[t] < 0 || ids[t] >= c.vocab_size)
       throw Error("token id " + std::to_string(ids[t]) + " is outside the vocabulary (size " +
                   std::to_string(c.vocab_size) + ")");
-    VMap(x + size_t(t) * d, d) = E.row(ids[t]).transpose() * sc;
+    E.row(ids[t], x + size_t(t) * d);
+    if (sc != 1.0f) VMap(x + size_t(t) * d, d) *= sc;
   }
   if (hooks_.active(st, -1, Point::Embed)) hooks_.fire(st, -1, Point::Embed, pos0, {x, 2, {T, d, 1}});
   if (c.pos == PosKind::Learned || c.pos == PosKind::Sinusoidal) {
@@ -542,11 +569,11 @@ Eigen::Map<const MatRM> Engine::forward(std::span<const int> tokens, bool all_lo
   const int rows = all_logits ? T : 1;
   const float* in = all_logits ? fin : fin + size_t(T - 1) * d;
   grow(s.logits, size_t(rows) * c.vocab_size);
-  const MatRM& Wh = w.head();
+  const MatView Wh = w.head_view();
   if (rows == 1)
     matvec(Wh, in, s.logits.data());
   else
-    MMap(s.logits.data(), rows, c.vocab_size).noalias() = CMap(in, rows, d) * Wh.transpose();
+    matmul(Wh, rows, in, s.logits.data());
   if (hooks_.active(D, -1, Point::Logits))
     hooks_.fire(D, -1, Point::Logits, all_logits ? pos0 : pos0 + T - 1, {s.logits.data(), 2, {rows, c.vocab_size, 1}});
   pos_ += T;

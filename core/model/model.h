@@ -63,7 +63,8 @@ class Engine {
   void ffn(Stack st, int layer, const FeedForward& f, int T, int pos0, const float* xin, float* out);
   void norm(const Norm& n, int T, const float* x, float* y) const;
   void linear(const Linear& l, int T, const float* x, float* y) const;
-  void matvec(const MatRM& W, const float* x, float* y) const;
+  void matvec(const MatView& W, const float* x, float* y) const;
+  void matmul(const MatView& W, int T, const float* x, float* y) const;
 
   std::shared_ptr<const Model> model_;
   Hooks hooks_;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <random>
 
+#include "io/safetensors.h"
 #include "util/error.h"
 
 namespace ds {
@@ -45,6 +46,12 @@ Block make_block(const Config& c, bool cross) {
 void add(std::vector<Weights::TensorRef>& out, const std::string& name, MatRM& m) {
   if (m.size()) out.push_back({name, m.data(), m.rows(), m.cols()});
 }
+void add(std::vector<Weights::TensorRef>& out, const std::string& name, MatRM& m, Mat16& h) {
+  if (!h.empty())
+    out.push_back({name, nullptr, h.rows, h.cols, h.data.data(), h.type});
+  else
+    add(out, name, m);
+}
 void add(std::vector<Weights::TensorRef>& out, const std::string& name, Vec& v) {
   if (v.size()) out.push_back({name, v.data(), v.size(), 1});
 }
@@ -53,7 +60,7 @@ void add_norm(std::vector<Weights::TensorRef>& out, const std::string& name, Nor
   add(out, name + ".b", n.b);
 }
 void add_linear(std::vector<Weights::TensorRef>& out, const std::string& name, Linear& l) {
-  add(out, name + ".W", l.W);
+  add(out, name + ".W", l.W, l.W16);
   add(out, name + ".b", l.b);
 }
 void add_block(std::vector<Weights::TensorRef>& out, const std::string& p, Block& b) {
@@ -73,7 +80,60 @@ void add_block(std::vector<Weights::TensorRef>& out, const std::string& p, Block
 
 }  // namespace
 
-Weights Weights::zeros(const Config& c) {
+void Mat16::resize(Precision p, int64_t r, int64_t c) {
+  if (p == Precision::F32) throw Error("Mat16 holds bfloat16 or float16 values");
+  type = p;
+  rows = r;
+  cols = c;
+  data.assign(size_t(r * c), 0);
+}
+
+void Mat16::row(int64_t r, float* out) const { widen_rows(data.data(), type, cols, r, r + 1, out); }
+
+void MatView::row(int64_t r, float* out) const {
+  if (type == Precision::F32)
+    std::copy_n(static_cast<const float*>(data) + r * cols, cols, out);
+  else
+    widen_rows(static_cast<const uint16_t*>(data), type, cols, r, r + 1, out);
+}
+
+namespace {
+void narrow_one(MatRM& m, Mat16& h, Precision p) {
+  if (!m.size()) return;
+  h.resize(p, m.rows(), m.cols());
+  ds::narrow(m.data(), m.size(), p, h.data.data());
+  m = MatRM();
+}
+void narrow_block(Block& b, Precision p) {
+  for (Linear* l : {&b.attn.q, &b.attn.k, &b.attn.v, &b.attn.o, &b.cross.q, &b.cross.k, &b.cross.v, &b.cross.o,
+                    &b.ffn.up, &b.ffn.gate, &b.ffn.down})
+    narrow_one(l->W, l->W16, p);
+}
+void zeros16(Block& b, Precision p) {
+  for (Linear* l : {&b.attn.q, &b.attn.k, &b.attn.v, &b.attn.o, &b.cross.q, &b.cross.k, &b.cross.v, &b.cross.o,
+                    &b.ffn.up, &b.ffn.gate, &b.ffn.down}) {
+    if (!l->W.size()) continue;
+    l->W16.resize(p, l->W.rows(), l->W.cols());
+    l->W = MatRM();
+  }
+}
+}  // namespace
+
+void Weights::narrow(Precision p) {
+  const Precision cur = precision();
+  if (p == cur) return;
+  if (cur != Precision::F32)
+    throw Error(std::string("the weights are already ") + precision_name(cur) + "; cannot convert them to " +
+                precision_name(p));
+  if (p == Precision::F32) return;
+  narrow_one(tok_embed, tok_embed16, p);
+  narrow_one(lm_head, lm_head16, p);
+  narrow_one(enc_tok_embed, enc_tok_embed16, p);
+  for (auto& b : blocks) narrow_block(b, p);
+  for (auto& b : enc_blocks) narrow_block(b, p);
+}
+
+static Weights zeros_f32(const Config& c) {
   c.validate();
   Weights w;
   w.tok_embed = MatRM::Zero(c.vocab_size, c.d_model);
@@ -89,11 +149,36 @@ Weights Weights::zeros(const Config& c) {
   return w;
 }
 
+int64_t Weights::bytes() const {
+  int64_t n = 0;
+  for (auto& t : const_cast<Weights*>(this)->tensors()) n += t.rows * t.cols * precision_bytes(t.type);
+  return n;
+}
+
+Weights Weights::zeros(const Config& c, Precision p) {
+  Weights w = zeros_f32(c);
+  if (p == Precision::F32) return w;
+  // Swap the float32 matrices for 16-bit ones, one at a time.
+  auto swap16 = [&](MatRM& m, Mat16& h) {
+    if (!m.size()) return;
+    h.resize(p, m.rows(), m.cols());
+    m = MatRM();
+  };
+  swap16(w.tok_embed, w.tok_embed16);
+  swap16(w.lm_head, w.lm_head16);
+  swap16(w.enc_tok_embed, w.enc_tok_embed16);
+  for (auto& b : w.blocks) zeros16(b, p);
+  for (auto& b : w.enc_blocks) zeros16(b, p);
+  return w;
+}
+
+
 Weights Weights::random(const Config& c, uint64_t seed, float scale) {
   Weights w = zeros(c);
   std::mt19937_64 gen(seed);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (auto& t : w.tensors()) {
+    if (!t.data) continue;
     bool is_norm_gain = t.name.size() > 2 && t.name.compare(t.name.size() - 2, 2, ".g") == 0;
     for (int64_t i = 0; i < t.rows * t.cols; ++i) {
       float r = nd(gen);
@@ -105,12 +190,12 @@ Weights Weights::random(const Config& c, uint64_t seed, float scale) {
 
 std::vector<Weights::TensorRef> Weights::tensors() {
   std::vector<TensorRef> out;
-  add(out, "tok_embed", tok_embed);
+  add(out, "tok_embed", tok_embed, tok_embed16);
   add(out, "pos_embed", pos_embed);
   for (size_t l = 0; l < blocks.size(); ++l) add_block(out, "blocks." + std::to_string(l), blocks[l]);
   add_norm(out, "ln_final", ln_final);
-  add(out, "lm_head", lm_head);
-  add(out, "encoder.tok_embed", enc_tok_embed);
+  add(out, "lm_head", lm_head, lm_head16);
+  add(out, "encoder.tok_embed", enc_tok_embed, enc_tok_embed16);
   add(out, "encoder.pos_embed", enc_pos_embed);
   for (size_t l = 0; l < enc_blocks.size(); ++l)
     add_block(out, "encoder.blocks." + std::to_string(l), enc_blocks[l]);
@@ -127,8 +212,10 @@ int64_t Weights::parameter_count() const {
 void Weights::check_finite() const {
   for (auto& t : const_cast<Weights*>(this)->tensors()) {
     for (int64_t i = 0; i < t.rows * t.cols; ++i) {
-      if (!std::isfinite(t.data[i])) {
-        throw Error("weight tensor " + t.name + " holds a " + (std::isnan(t.data[i]) ? "NaN" : "infinite") +
+      const float v = t.data ? t.data[i]
+                             : (t.type == Precision::BF16 ? bf16_to_f32(t.data16[i]) : f16_to_f32(t.data16[i]));
+      if (!std::isfinite(v)) {
+        throw Error("weight tensor " + t.name + " holds a " + (std::isnan(v) ? "NaN" : "infinite") +
                     " value at flat index " + std::to_string(i));
       }
     }

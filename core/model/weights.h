@@ -7,15 +7,44 @@
 #include <vector>
 
 #include "model/config.h"
+#include "perf/gemv.h"
 
 namespace ds {
 
 using MatRM = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using Vec = Eigen::VectorXf;
 
+// A [rows, cols] row-major matrix kept as 16-bit floats (bfloat16 or float16) to
+// halve the bytes a token reads; the engine widens values as it multiplies.
+struct Mat16 {
+  Precision type = Precision::BF16;
+  int64_t rows = 0, cols = 0;
+  std::vector<uint16_t> data;
+  bool empty() const { return data.empty(); }
+  int64_t size() const { return rows * cols; }
+  void resize(Precision p, int64_t r, int64_t c);
+  void row(int64_t r, float* out) const;  // widens one row
+};
+
+// A read-only view of a weight matrix in whichever storage it has.
+struct MatView {
+  const void* data = nullptr;
+  Precision type = Precision::F32;
+  int64_t rows = 0, cols = 0;
+  bool empty() const { return rows * cols == 0; }
+  void row(int64_t r, float* out) const;
+};
+inline MatView view(const MatRM& m, const Mat16& h) {
+  if (!h.empty()) return {h.data.data(), h.type, h.rows, h.cols};
+  return {m.data(), Precision::F32, m.rows(), m.cols()};
+}
+
+// A matrix is in W (float32) or, after Weights::narrow, in W16; never both.
 struct Linear {
-  MatRM W;  // [out, in]
-  Vec b;    // [out], empty when the layer has no bias
+  MatRM W;    // [out, in]
+  Vec b;      // [out], empty when the layer has no bias
+  Mat16 W16;  // [out, in] when stored as 16-bit floats
+  MatView view() const { return ds::view(W, W16); }
 };
 
 struct Norm {
@@ -51,6 +80,9 @@ struct Weights {
   std::vector<Block> blocks;
   Norm ln_final;
   MatRM lm_head;  // [vocab, d_model]; empty when tied to tok_embed
+  // 16-bit storage of the embedding and head (after narrow): these replace the
+  // float32 matrices above, which are then empty.
+  Mat16 tok_embed16, lm_head16, enc_tok_embed16;
 
   // Encoder (encoder-decoder models). Its token embedding is enc_tok_embed when
   // present, else shared with tok_embed.
@@ -59,21 +91,44 @@ struct Weights {
   std::vector<Block> enc_blocks;
   Norm enc_ln_final;
 
-  // Allocates every tensor at its shape for cfg, filled with zeros.
-  static Weights zeros(const Config& cfg);
+  // Allocates every tensor at its shape for cfg, filled with zeros. With a 16-bit
+  // precision the matrices narrow() would convert (linear layers, token embeddings,
+  // head) are allocated as Mat16 instead, so a loader can fill them directly.
+  static Weights zeros(const Config& cfg, Precision p = Precision::F32);
   // Deterministic random init (normal, std scale) for tests and benchmarks;
   // norm gains start at 1 plus noise so that every parameter matters.
   static Weights random(const Config& cfg, uint64_t seed, float scale = 0.08f);
 
+  // Float32 views (valid only while precision() is F32).
   const MatRM& head() const { return lm_head.size() ? lm_head : tok_embed; }
   const MatRM& enc_embed() const { return enc_tok_embed.size() ? enc_tok_embed : tok_embed; }
+  // Views in any precision.
+  MatView embed_view() const { return view(tok_embed, tok_embed16); }
+  MatView head_view() const {
+    return lm_head.size() || !lm_head16.empty() ? view(lm_head, lm_head16) : embed_view();
+  }
+  MatView enc_embed_view() const {
+    return enc_tok_embed.size() || !enc_tok_embed16.empty() ? view(enc_tok_embed, enc_tok_embed16) : embed_view();
+  }
+
+  // The storage of the large matrices: F32, or the 16-bit type after narrow().
+  Precision precision() const { return tok_embed16.empty() ? Precision::F32 : tok_embed16.type; }
+  // Converts every linear layer's W, the token embeddings and the head to p (BF16
+  // or F16), one tensor at a time, freeing the float32 copies. Norms, biases and
+  // position tables stay float32. p == F32 with float32 weights does nothing;
+  // narrowing 16-bit weights to another type throws.
+  void narrow(Precision p);
+  // Bytes of every parameter in its storage type.
+  int64_t bytes() const;
 
   // Every non-empty parameter tensor with a stable name, e.g. "blocks.0.attn.q.W"
   // (used by checks, loaders, training and tests).
   struct TensorRef {
     std::string name;
-    float* data;
+    float* data;         // float32 storage, or null when the tensor is 16-bit
     int64_t rows, cols;  // a vector has cols == 1
+    uint16_t* data16 = nullptr;  // 16-bit storage (type)
+    Precision type = Precision::F32;
   };
   std::vector<TensorRef> tensors();
   int64_t parameter_count() const;

@@ -210,7 +210,7 @@ json spec_json(const TrainSpec& s) {
 }
 
 struct State {
-  std::vector<float> theta, m, v;
+  AVec<float> theta, m, v;
   int step = 0;
   uint64_t rng = 0;
   double elapsed = 0;
@@ -322,11 +322,11 @@ TrainResult run_training(const TrainSpec& spec, const std::string& dir, int thre
   // buffer, summed in order: results do not depend on the thread count.
   const int chunks = std::min(spec.batch, 8);
   threads = std::max(1, std::min(threads, chunks));
-  std::vector<std::vector<float>> grads(static_cast<size_t>(chunks), std::vector<float>(n));
+  std::vector<AVec<float>> grads(static_cast<size_t>(chunks), AVec<float>(n));
   std::vector<double> chunk_loss(static_cast<size_t>(chunks));
   std::vector<std::unique_ptr<Trainer<float>::Workspace, void (*)(Trainer<float>::Workspace*)>> wss;
   for (int i = 0; i < threads; ++i) wss.emplace_back(tr.new_workspace(), &Trainer<float>::delete_workspace);
-  std::vector<float> g(n);
+  AVec<float> g(n);
 
   SplitMix rng(0);
   rng.state = st.rng;

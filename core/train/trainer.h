@@ -16,6 +16,7 @@
 #include <Eigen/Core>
 #include <cstddef>
 #include <cstdint>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,25 @@
 #include "train/tasks.h"
 
 namespace ds::train {
+
+// Parameter and gradient vectors start on a 64-byte boundary: Eigen's vectorised
+// reductions peel a few elements until they reach alignment, so an arbitrary base
+// address would change the summation order, and with it the last bits of a run.
+template <class T>
+struct Aligned64 {
+  using value_type = T;
+  Aligned64() = default;
+  template <class U>
+  Aligned64(const Aligned64<U>&) {}
+  T* allocate(size_t n) {
+    return static_cast<T*>(::operator new[](n * sizeof(T), std::align_val_t(64)));
+  }
+  void deallocate(T* p, size_t) { ::operator delete[](p, std::align_val_t(64)); }
+  template <class U>
+  bool operator==(const Aligned64<U>&) const { return true; }
+};
+template <class T>
+using AVec = std::vector<T, Aligned64<T>>;
 
 struct ParamTensor {
   std::string name;
@@ -47,8 +67,8 @@ class Trainer {
   const Config& config() const { return cfg_; }
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   size_t size() const { return theta_.size(); }
-  std::vector<T>& params() { return theta_; }
-  const std::vector<T>& params() const { return theta_; }
+  AVec<T>& params() { return theta_; }
+  const AVec<T>& params() const { return theta_; }
 
   // GPT-2 style: weights N(0, 0.02), residual output projections scaled by
   // 1/sqrt(2 * layers), biases 0, norm gains 1.
@@ -112,7 +132,7 @@ class Trainer {
   Config cfg_;
   bool separate_enc_embed_ = false;
   std::vector<ParamTensor> tensors_;
-  std::vector<T> theta_;
+  AVec<T> theta_;
   size_t tok_ = npos, pos_ = npos, head_ = npos, enc_tok_ = npos, enc_pos_ = npos;
   Nrm lnf_, enc_lnf_;
   std::vector<Blk> blocks_, enc_blocks_;

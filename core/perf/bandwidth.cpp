@@ -1,0 +1,96 @@
+#include "perf/bandwidth.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace ds {
+
+namespace {
+
+// Sums n floats with several independent accumulators so the loop is bound by loads.
+float sum_floats(const float* p, size_t n) {
+#if defined(__AVX512F__)
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
+    a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
+    a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
+    a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
+  }
+  float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+#elif defined(__AVX2__)
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
+    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
+    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
+    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
+  }
+  __m256 t = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+  alignas(32) float v[8];
+  _mm256_store_ps(v, t);
+  float s = v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
+#else
+  float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) a[k] += p[i + k];
+  float s = a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+#endif
+  for (; i < n; ++i) s += p[i];
+  return s;
+}
+
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+
+}  // namespace
+
+Bandwidth measure_read_bandwidth(int threads, size_t bytes, int reps) {
+  threads = std::max(1, threads);
+  reps = std::max(1, reps);
+  const size_t n = std::max<size_t>(bytes / sizeof(float) / 64, 1) * 64;
+  std::unique_ptr<float, FreeDeleter> buf(static_cast<float*>(std::aligned_alloc(64, n * sizeof(float))));
+  float* p = buf.get();
+  // First touch by the thread that later reads the part.
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t i = 0; i < int64_t(n); ++i) p[i] = 1.0f;
+  std::vector<double> rates;
+  volatile float sink = 0;
+  for (int r = 0; r <= reps; ++r) {
+    float total = 0;
+    auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+    {
+      const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+      const size_t chunk = (n / 64 + nt - 1) / nt * 64;
+      const size_t b = std::min(n, chunk * size_t(t)), e = std::min(n, b + chunk);
+      total += sum_floats(p + b, e - b);
+    }
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    sink = sink + total;
+    if (r > 0) rates.push_back(double(n * sizeof(float)) / s / 1e9);  // r == 0 warms up
+  }
+  (void)sink;
+  Bandwidth b;
+  b.threads = threads;
+  b.bytes = n * sizeof(float);
+  std::sort(rates.begin(), rates.end());
+  b.gb_per_s = rates.back();
+  b.median_gb_per_s = rates[rates.size() / 2];
+  return b;
+}
+
+}  // namespace ds

@@ -18,9 +18,11 @@ namespace {
 
 constexpr const char* kBuiltin = "builtin:";
 
-LoadedModel load_llama2c_model(const std::string& path, const std::string& tokenizer_path) {
+LoadedModel load_llama2c_model(const std::string& path, const std::string& tokenizer_path, Precision precision) {
   LoadedModel out;
   Llama2cModel m = load_llama2c(path);
+  m.w.narrow(precision);
+  out.precision = precision;
   out.kind = "llama2c";
   out.name = fs::path(path).filename().string();
   out.stop_ids = {1};  // llama2.c's run.c stops when it draws BOS
@@ -37,9 +39,12 @@ LoadedModel load_llama2c_model(const std::string& path, const std::string& token
   return out;
 }
 
-LoadedModel load_folder_model(const std::string& dir, const std::string& tokenizer_path, const std::string& name) {
+LoadedModel load_folder_model(const std::string& dir, const std::string& tokenizer_path, const std::string& name,
+                              Precision precision) {
   FolderModel f = load_model_folder(dir);
+  f.w.narrow(precision);
   LoadedModel out;
+  out.precision = precision;
   out.kind = f.format;
   out.name = name;
   out.training = f.training;
@@ -92,19 +97,19 @@ std::string resolve_builtin(const std::string& name) {
               " (set DECODERSCOPE_ASSETS to the assets folder)");
 }
 
-LoadedModel load_model(const std::string& path, const std::string& tokenizer_path) {
+LoadedModel load_model(const std::string& path, const std::string& tokenizer_path, Precision precision) {
   if (path.rfind(kBuiltin, 0) == 0) {
     const std::string name = path.substr(std::string(kBuiltin).size());
-    return load_folder_model(resolve_builtin(name), tokenizer_path, name);
+    return load_folder_model(resolve_builtin(name), tokenizer_path, name, precision);
   }
   std::error_code ec;
   if (!fs::exists(path, ec)) throw Error(path + ": no such file or folder");
   if (fs::is_directory(path, ec)) {
     std::string name = fs::path(path).filename().string();
     if (name.empty()) name = fs::path(path).parent_path().filename().string();  // "dir/"
-    return load_folder_model(path, tokenizer_path, name);
+    return load_folder_model(path, tokenizer_path, name, precision);
   }
-  return load_llama2c_model(path, tokenizer_path);
+  return load_llama2c_model(path, tokenizer_path, precision);
 }
 
 std::vector<int> encode_prompt(const LoadedModel& m, std::string_view text) {

@@ -18,6 +18,7 @@ struct LoadedModel {
   std::vector<int> stop_ids;                   // tokens that end generation
   bool bos_prompt = false;                     // the tokenizer's encode starts with BOS
   std::string training;                        // decoderscope folders: the "training" JSON, or ""
+  Precision precision = Precision::F32;        // storage of the large weight matrices
 };
 
 // path:
@@ -29,8 +30,11 @@ struct LoadedModel {
 //  * "builtin:NAME": the folder assets/models/NAME, looked up under
 //    $DECODERSCOPE_ASSETS, then <executable dir>/../assets and
 //    <executable dir>/../share/decoderscope/assets, then the source tree's assets.
+// precision: how the linear layers, embeddings and head are kept in memory (F32, or
+// BF16/F16 to halve the bytes each token reads; the arithmetic stays float32).
 // Throws ds::Error.
-LoadedModel load_model(const std::string& path, const std::string& tokenizer_path = "");
+LoadedModel load_model(const std::string& path, const std::string& tokenizer_path = "",
+                       Precision precision = Precision::F32);
 
 // The folder "builtin:NAME" refers to; throws ds::Error listing the places searched.
 std::string resolve_builtin(const std::string& name);

@@ -79,13 +79,13 @@ Matrix attention_matrix(const ds::Trace& t, int layer, int head, int step, bool 
       int T = mk->shape[0], S = mk->shape[1];
       for (int r = 0; r < T && st.pos0 + r < m.rows; ++r)
         for (int j = 0; j < S && j < m.cols; ++j)
-          m.mask[size_t(st.pos0 + r) * m.cols + j] = mk->data[size_t(r) * S + j] != 0;
+          m.mask[size_t(st.pos0 + r) * m.cols + j] = mk->at(int64_t(r) * S + j) != 0;
       have_mask = true;
     } else if (sc && sc->shape.size() == 3) {
       int T = sc->shape[1], S = sc->shape[2];
       for (int r = 0; r < T && st.pos0 + r < m.rows; ++r)
         for (int j = 0; j < S && j < m.cols; ++j)
-          m.mask[size_t(st.pos0 + r) * m.cols + j] = std::isfinite(sc->data[size_t(r) * S + j]);
+          m.mask[size_t(st.pos0 + r) * m.cols + j] = std::isfinite(sc->at(int64_t(r) * S + j));
       have_mask = true;
     }
   }
@@ -137,10 +137,11 @@ bool resid_vector(const ds::Trace& t, int step, int layer, int kind, int pos, st
   if (s < 0 || s > step) return false;
   const ds::TraceStep& st = t.steps[s];
   const ds::Tensor* x = find(st, "blocks." + std::to_string(layer) + "." + kResidNames[kind]);
-  if (!x || x->shape.size() != 2) return false;
+  if (!x || x->shape.size() != 2 || !x->has_values()) return false;  // compact traces keep some as norms
   int r = pos - st.pos0, d = x->shape[1];
   if (r < 0 || r >= x->shape[0]) return false;
-  out.assign(x->data.begin() + size_t(r) * d, x->data.begin() + size_t(r + 1) * d);
+  out.resize(size_t(d));
+  x->values(int64_t(r) * d, d, out.data());
   return true;
 }
 
@@ -171,15 +172,22 @@ Matrix resid_norm_map(const ds::Trace& t, int step, int kind) {
   m.v.assign(size_t(m.rows) * m.cols, 0.0f);
   m.mask.assign(size_t(m.rows) * m.cols, 1);
   bool any = false;
-  std::vector<float> x;
-  for (int l = 0; l < m.rows; ++l)
-    for (int p = 0; p < m.cols; ++p) {
-      if (!resid_vector(t, step, l, kind, p, x)) continue;
-      double ss = 0;
-      for (float f : x) ss += double(f) * f;
-      m.v[size_t(l) * m.cols + p] = float(std::sqrt(ss));
-      any = true;
+  // Step by step: each step's tensor gives the norms of its rows (a compact trace
+  // stores only those norms for some points).
+  for (int s = 0; s <= step; ++s) {
+    const ds::TraceStep& st = t.steps[s];
+    for (int l = 0; l < m.rows; ++l) {
+      const ds::Tensor* x = find(st, "blocks." + std::to_string(l) + "." + kResidNames[kind]);
+      if (!x || x->shape.size() != 2) continue;
+      std::vector<float> norms = x->row_norms();
+      for (size_t r = 0; r < norms.size(); ++r) {
+        const int p = st.pos0 + int(r);
+        if (p >= m.cols) break;
+        m.v[size_t(l) * m.cols + p] = norms[r];
+        any = true;
+      }
     }
+  }
   if (!any) {
     m.error = std::string("the trace did not record ") + kResidNames[kind];
     return m;

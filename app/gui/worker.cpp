@@ -14,19 +14,7 @@
 
 namespace dsgui {
 
-std::vector<std::string> record_patterns(const ds::Config& cfg) {
-  static const char* kWanted[] = {"blocks.*.attn.pattern", "blocks.*.attn.scores", "blocks.*.attn.mask",
-                                  "**.cross_attn.pattern", "**.cross_attn.scores", "blocks.*.resid_pre",
-                                  "blocks.*.resid_mid",    "blocks.*.resid_post",  "encoder.blocks.*.attn.pattern"};
-  std::vector<std::string> names = ds::Hooks::names(cfg), out;
-  for (const char* p : kWanted)
-    for (auto& n : names)
-      if (ds::Hooks::matches(p, n)) {
-        out.push_back(p);
-        break;
-      }
-  return out;
-}
+std::vector<std::string> record_patterns(const ds::Config& cfg) { return ds::default_record_patterns(cfg); }
 
 Worker::Worker() {
   thread_ = std::thread([this] { run(); });
@@ -233,6 +221,7 @@ void Worker::handle(Command& c) {
       o.sampler = sampler_;
       o.stop_ids = lm_.stop_ids;
       o.record = record_patterns(cfg);
+      o.trace_options.compact = true;
       o.candidates = 20;
       o.threads = 1;
       std::vector<int> prompt, src;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "io/safetensors.h"
 #include "model/config_json.h"
 #include "util/error.h"
 
@@ -16,6 +17,58 @@ using nlohmann::json;
 int64_t Tensor::size() const {
   int64_t n = shape.empty() ? 0 : 1;
   for (int s : shape) n *= s;
+  return n;
+}
+
+float Tensor::at(int64_t i) const {
+  switch (storage) {
+    case Storage::F16:
+      return f16_to_f32(half[size_t(i)]) + (data.empty() ? 0.0f : data[size_t(i / shape.back())]);
+    case Storage::F32: return data[size_t(i)];
+    default: throw Error("this trace tensor keeps only row norms, not values");
+  }
+}
+
+void Tensor::values(int64_t begin, int64_t n, float* out) const {
+  if (storage == Storage::F32)
+    std::copy_n(data.data() + begin, n, out);
+  else if (storage == Storage::F16) {
+    widen_rows(half.data() + begin, Precision::F16, n, 0, 1, out);
+    if (!data.empty()) {
+      const int64_t d = shape.back();
+      for (int64_t i = 0; i < n; ++i) out[i] += data[size_t((begin + i) / d)];
+    }
+  } else
+    throw Error("this trace tensor keeps only row norms, not values");
+}
+
+std::vector<float> Tensor::row_norms() const {
+  if (storage == Storage::RowNorms) return data;
+  const int64_t d = shape.empty() ? 0 : shape.back();
+  const int64_t rows = d > 0 ? size() / d : 0;
+  std::vector<float> out(static_cast<size_t>(rows)), row(static_cast<size_t>(d));
+  for (int64_t r = 0; r < rows; ++r) {
+    values(r * d, d, row.data());
+    double ss = 0;
+    for (float v : row) ss += double(v) * v;
+    out[size_t(r)] = float(std::sqrt(ss));
+  }
+  return out;
+}
+
+size_t Tensor::bytes() const {
+  return data.capacity() * sizeof(float) + half.capacity() * sizeof(uint16_t) + shape.capacity() * sizeof(int);
+}
+
+size_t Trace::bytes() const {
+  size_t n = 0;
+  for (auto& [k, t] : encoder) n += t.bytes() + k.capacity();
+  for (auto& s : steps) {
+    for (auto& [k, t] : s.tensors) n += t.bytes() + k.capacity();
+    if (s.sample)
+      for (auto& c : s.sample->candidates) n += sizeof(Candidate) + c.text.capacity();
+    n += s.input.capacity() * sizeof(int);
+  }
   return n;
 }
 
@@ -40,23 +93,45 @@ int Trace::positions(int step) const {
 MatRM Trace::attention(int layer, int head, int step, bool cross, bool scores) const {
   if (step < 0 || step >= int(steps.size()))
     throw Error("trace has no step " + std::to_string(step) + " (it has " + std::to_string(steps.size()) + ")");
-  const std::string name = "blocks." + std::to_string(layer) + (cross ? ".cross_attn." : ".attn.") +
-                           (scores ? "scores" : "pattern");
+  const std::string base = "blocks." + std::to_string(layer) + (cross ? ".cross_attn." : ".attn.");
+  const std::string name = base + (scores ? "scores" : "pattern");
+  const std::string scores_name = base + "scores";
   const int Q = positions(step);
   const int S = cross ? int(source.size()) : Q;
-  const float fill = scores ? -std::numeric_limits<float>::infinity() : 0.0f;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const float fill = scores ? ninf : 0.0f;
   MatRM m = MatRM::Constant(Q, S, fill);
   bool found = false;
+  std::vector<float> row;
   for (int i = 0; i <= step; ++i) {
     auto it = steps[i].tensors.find(name);
+    bool derive = false;  // a compact trace: the pattern is the softmax of the scores
+    if (it == steps[i].tensors.end() && !scores) {
+      it = steps[i].tensors.find(scores_name);
+      derive = true;
+    }
     if (it == steps[i].tensors.end()) continue;
     const Tensor& t = it->second;
-    if (t.shape.size() != 3 || head < 0 || head >= t.shape[0]) throw Error("trace tensor " + name + " has the wrong shape");
+    if (t.shape.size() != 3 || head < 0 || head >= t.shape[0] || !t.has_values())
+      throw Error("trace tensor " + it->first + " has the wrong shape");
     const int T = t.shape[1], St = t.shape[2];
+    row.resize(size_t(St));
     for (int r = 0; r < T; ++r) {
       int q = steps[i].pos0 + r;
       if (q >= Q) break;
-      for (int j = 0; j < St && j < S; ++j) m(q, j) = t.data[(size_t(head) * T + r) * St + j];
+      t.values((int64_t(head) * T + r) * St, St, row.data());
+      if (derive) {
+        float mx = ninf;
+        for (float v : row) mx = std::max(mx, v);
+        double z = 0;
+        for (float& v : row) {
+          v = (mx == ninf || v == ninf) ? 0.0f : std::exp(v - mx);
+          z += v;
+        }
+        if (z > 0)
+          for (float& v : row) v = float(v / z);
+      }
+      for (int j = 0; j < St && j < S; ++j) m(q, j) = row[size_t(j)];
     }
     found = true;
   }
@@ -69,11 +144,11 @@ MatRM Trace::encoder_attention(int layer, int head, bool scores) const {
   auto it = encoder.find(name);
   if (it == encoder.end()) throw Error("the trace did not record " + name);
   const Tensor& t = it->second;
-  if (t.shape.size() != 3 || head < 0 || head >= t.shape[0]) throw Error("trace tensor " + name + " has the wrong shape");
+  if (t.shape.size() != 3 || head < 0 || head >= t.shape[0] || !t.has_values())
+    throw Error("trace tensor " + name + " has the wrong shape");
   const int T = t.shape[1], S = t.shape[2];
   MatRM m(T, S);
-  for (int r = 0; r < T; ++r)
-    for (int j = 0; j < S; ++j) m(r, j) = t.data[(size_t(head) * T + r) * S + j];
+  for (int r = 0; r < T; ++r) t.values((int64_t(head) * T + r) * S, S, m.data() + size_t(r) * S);
   return m;
 }
 
@@ -100,8 +175,13 @@ float json_float(const json& j) {
 
 json tensor_json(const Tensor& t) {
   json d = json::array();
-  for (float f : t.data) d.push_back(float_json(f));
-  return json{{"shape", t.shape}, {"data", std::move(d)}};
+  if (t.storage == Storage::F16)
+    for (int64_t i = 0; i < t.size(); ++i) d.push_back(float_json(t.at(i)));
+  else
+    for (float f : t.data) d.push_back(float_json(f));
+  json o{{"shape", t.shape}, {"data", std::move(d)}};
+  if (t.storage == Storage::RowNorms) o["storage"] = "row_norms";
+  return o;
 }
 Tensor json_tensor(const json& j, const std::string& name) {
   Tensor t;
@@ -110,9 +190,14 @@ Tensor json_tensor(const json& j, const std::string& name) {
   for (int s : t.shape)
     if (s <= 0 || s > (1 << 24)) throw Error("tensor " + name + ": dimension out of range");
   const json& d = j.at("data");
-  if (!d.is_array() || int64_t(d.size()) != t.size())
+  int64_t want = t.size();
+  if (j.value("storage", "") == "row_norms") {
+    t.storage = Storage::RowNorms;
+    want /= t.shape.back();
+  }
+  if (!d.is_array() || int64_t(d.size()) != want)
     throw Error("tensor " + name + ": data has " + std::to_string(d.size()) + " values, the shape needs " +
-                std::to_string(t.size()));
+                std::to_string(want));
   t.data.reserve(d.size());
   for (auto& v : d) t.data.push_back(json_float(v));
   return t;
@@ -245,8 +330,69 @@ Trace Trace::load(const std::string& path) {
 
 // ---- recorder
 
-TraceRecorder::TraceRecorder(Hooks& hooks, const Config& cfg, Trace& trace, const std::vector<std::string>& patterns)
-    : hooks_(hooks), trace_(trace) {
+std::vector<std::string> default_record_patterns(const Config& cfg) {
+  static const char* kWanted[] = {"blocks.*.attn.pattern", "blocks.*.attn.scores", "blocks.*.attn.mask",
+                                  "**.cross_attn.pattern", "**.cross_attn.scores", "blocks.*.resid_pre",
+                                  "blocks.*.resid_mid",    "blocks.*.resid_post",  "encoder.blocks.*.attn.pattern"};
+  std::vector<std::string> names = Hooks::names(cfg), out;
+  for (const char* p : kWanted)
+    for (auto& n : names)
+      if (Hooks::matches(p, n)) {
+        out.push_back(p);
+        break;
+      }
+  return out;
+}
+
+namespace {
+
+void store_f16(Tensor& t, const TensorView& src) {
+  t.storage = Storage::F16;
+  t.data.clear();
+  t.half.resize(size_t(src.size()));
+  narrow(src.data, src.size(), Precision::F16, t.half.data());
+}
+
+// Scores: each row relative to its largest finite value (kept as a float offset), so
+// the cells that matter after the softmax, those near the maximum, keep float16's
+// finest steps whatever the scores' magnitude.
+void store_f16_rows(Tensor& t, const TensorView& src) {
+  t.storage = Storage::F16;
+  const int64_t d = src.rank ? src.shape[src.rank - 1] : 1;
+  const int64_t rows = d > 0 ? src.size() / d : 0;
+  t.data.assign(size_t(rows), 0.0f);
+  t.half.resize(size_t(src.size()));
+  std::vector<float> tmp(static_cast<size_t>(d));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = src.data + r * d;
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < d; ++j)
+      if (std::isfinite(x[j])) mx = std::max(mx, x[j]);
+    if (!std::isfinite(mx)) mx = 0;
+    for (int64_t j = 0; j < d; ++j) tmp[size_t(j)] = x[j] - mx;
+    t.data[size_t(r)] = mx;
+    narrow(tmp.data(), d, Precision::F16, t.half.data() + r * d);
+  }
+}
+
+void store_row_norms(Tensor& t, const TensorView& src) {
+  t.storage = Storage::RowNorms;
+  t.half.clear();
+  const int64_t d = src.rank ? src.shape[src.rank - 1] : 1;
+  const int64_t rows = d > 0 ? src.size() / d : 0;
+  t.data.resize(size_t(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    double ss = 0;
+    for (int64_t j = 0; j < d; ++j) ss += double(src.data[r * d + j]) * src.data[r * d + j];
+    t.data[size_t(r)] = float(std::sqrt(ss));
+  }
+}
+
+}  // namespace
+
+TraceRecorder::TraceRecorder(Hooks& hooks, const Config& cfg, Trace& trace, const std::vector<std::string>& patterns,
+                             TraceOptions options)
+    : hooks_(hooks), trace_(trace), opt_(options) {
   n_layers_ = std::max(cfg.n_layers, cfg.n_enc_layers);
   names_.resize(size_t(2) * (n_layers_ + 1) * int(Point::Count));
   for (int s = 0; s < 2; ++s)
@@ -265,9 +411,31 @@ TraceRecorder::TraceRecorder(Hooks& hooks, const Config& cfg, Trace& trace, cons
         if (trace_.steps.empty()) trace_.steps.emplace_back();
         dst = &trace_.steps.back().tensors;
       }
+      if (!opt_.compact) {
+        Tensor& t = (*dst)[nm];
+        t.shape.assign(ev.t.shape, ev.t.shape + ev.t.rank);
+        t.data.assign(ev.t.data, ev.t.data + ev.t.size());
+        return;
+      }
+      const Point p = ev.point;
+      const bool scores = p == Point::AttnScores || p == Point::CrossScores;
+      const bool pattern = p == Point::AttnPattern || p == Point::CrossPattern;
+      if (pattern) {
+        // Rebuilt from the scores when they were recorded (they fire first).
+        const std::string sc = nm.substr(0, nm.size() - 7) + "scores";
+        if (dst->count(sc)) return;
+      }
       Tensor& t = (*dst)[nm];
       t.shape.assign(ev.t.shape, ev.t.shape + ev.t.rank);
-      t.data.assign(ev.t.data, ev.t.data + ev.t.size());
+      if (scores) dst->erase(nm.substr(0, nm.size() - 6) + "mask");  // -inf cells are the mask
+      const bool norms_only = (p == Point::ResidPre && ev.layer > 0) || p == Point::ResidMid ||
+                              p == Point::ResidMidCross;
+      if (norms_only)
+        store_row_norms(t, ev.t);
+      else if (scores)
+        store_f16_rows(t, ev.t);
+      else
+        store_f16(t, ev.t);
     }));
   }
 }

@@ -19,10 +19,23 @@
 
 namespace ds {
 
+// What a hook published in one step. Full recordings keep float32 values; the
+// compact recording (TraceOptions::compact, the window's default) keeps float16
+// values, or for some residual points only the norm of each row.
+enum class Storage : uint8_t { F32 = 0, F16 = 1, RowNorms = 2 };
+
 struct Tensor {
-  std::vector<int> shape;
-  std::vector<float> data;
-  int64_t size() const;
+  std::vector<int> shape;        // as published
+  std::vector<float> data;       // F32: the values; RowNorms: one L2 norm per last-axis row
+  std::vector<uint16_t> half;    // F16: the values
+  Storage storage = Storage::F32;
+
+  int64_t size() const;                     // product of shape
+  bool has_values() const { return storage != Storage::RowNorms; }
+  float at(int64_t i) const;                // value i (F32 or F16 storage)
+  void values(int64_t begin, int64_t n, float* out) const;
+  std::vector<float> row_norms() const;     // L2 norm of each last-axis row, any storage
+  size_t bytes() const;                     // heap bytes held by the values
 };
 
 // One row of the candidate table of a step.
@@ -73,6 +86,10 @@ struct Trace {
   // Encoder self-attention [S, S] of one layer and head.
   MatRM encoder_attention(int layer, int head, bool scores = false) const;
 
+  // Heap bytes held by every recorded tensor and candidate table (an estimate that
+  // counts the values, not the allocator's bookkeeping).
+  size_t bytes() const;
+
   void write_json(std::ostream& os) const;
   void save(const std::string& path) const;
   // Throws ds::Error naming what is wrong in a malformed file.
@@ -80,11 +97,31 @@ struct Trace {
   static Trace load(const std::string& path);
 };
 
+struct TraceOptions {
+  // Compact storage, sized for long generations of real models:
+  //  * attention scores are kept as float16 (masked cells stay -inf);
+  //  * an attention pattern whose scores are recorded in the same step is not kept:
+  //    Trace::attention rebuilds it as the softmax of the scores;
+  //  * an attention mask is dropped once the same layer's scores arrive (masked cells
+  //    are the -inf scores);
+  //  * resid_post and layer 0's resid_pre (what the logit lens reads) are float16;
+  //    the other residual points keep only the norm of each row;
+  //  * everything else is float16.
+  bool compact = false;
+};
+
+// The hook patterns the window records by default (attention scores, patterns and
+// masks, self and cross, the residual stream), kept to those the model has. With
+// TraceOptions{.compact = true} this is the "default observers" set the benchmarks
+// time.
+std::vector<std::string> default_record_patterns(const Config& cfg);
+
 // Copies what the hook points publish into a Trace. Subscribes on construction to
 // every hook matching the patterns and unsubscribes on destruction.
 class TraceRecorder {
  public:
-  TraceRecorder(Hooks& hooks, const Config& cfg, Trace& trace, const std::vector<std::string>& patterns);
+  TraceRecorder(Hooks& hooks, const Config& cfg, Trace& trace, const std::vector<std::string>& patterns,
+                TraceOptions options = {});
   ~TraceRecorder();
   TraceRecorder(const TraceRecorder&) = delete;
   TraceRecorder& operator=(const TraceRecorder&) = delete;
@@ -95,6 +132,7 @@ class TraceRecorder {
   std::vector<int> handles_;
   std::vector<std::string> names_;  // by slot: stack, layer + 1, point
   int n_layers_ = 0;
+  TraceOptions opt_;
 };
 
 }  // namespace ds

@@ -14,7 +14,7 @@ Session::Session(std::shared_ptr<const Model> model, std::shared_ptr<const Token
   steps_ = (opt_.steps <= 0 || opt_.steps > c.max_seq) ? c.max_seq : opt_.steps;
   trace_.config = c;
   if (!opt_.record.empty())
-    recorder_ = std::make_unique<TraceRecorder>(engine_.hooks(), c, trace_, opt_.record);
+    recorder_ = std::make_unique<TraceRecorder>(engine_.hooks(), c, trace_, opt_.record, opt_.trace_options);
 }
 
 Session::~Session() = default;

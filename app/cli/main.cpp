@@ -16,6 +16,8 @@
 
 #include "io/llama2c.h"
 #include "io/loader.h"
+#include "io/model_folder.h"
+#include "perf/decode_bench.h"
 #include "session/session.h"
 #include "train_cmds.h"
 #include "text/gpt2_tokenizer.h"
@@ -31,23 +33,33 @@ usage:
   decoderscope-cli generate --model PATH [--tokenizer FILE] [--steps N]
                             [--prompt TEXT | --prompt-ids "1 2 3"] [--source TEXT | --source-ids "..."]
                             [--temperature T] [--top-k K] [--top-p P] [--seed S]
-                            [--ids] [--trace FILE.json] [--threads N]
-  decoderscope-cli bench    --model PATH [--steps N] [--threads N] [--reps R]
-  decoderscope-cli inspect  --model PATH
+                            [--ids] [--trace FILE.json] [--threads N] [--precision P]
+  decoderscope-cli bench    --model PATH [--steps N] [--threads N] [--reps R] [--precision P]
+                            [--prefill N] [--trace-tokens N]
+  decoderscope-cli inspect  --model PATH [--precision P]
   decoderscope-cli tokenize --model PATH [--tokenizer FILE] (TEXT | --jsonl)
   decoderscope-cli tokenize --tokenizer DIR (TEXT | --jsonl)
   decoderscope-cli random   --out FILE [--dim D] [--hidden H] [--layers L] [--heads N]
                             [--kv-heads K] [--vocab V] [--seq-len S] [--seed S]
+  decoderscope-cli random   --arch gpt2 --out DIR [--dim D] [--layers L] [--heads N] [--vocab V]
+                            [--seq-len S] [--seed S] [--dtype F32|BF16|F16]
 
 generate: --steps counts positions in all, prompt included (llama2.c's -n; default and
   maximum: the model's context). Prints the text (or with --ids the generated ids).
   A llama2.c model with no prompt starts from BOS (id 1). Defaults: temperature 1,
   top-p 0.9, top-k off, seed 0; temperature 0 is greedy.
-bench: decode speed with no observer and with a trace recording every hook point.
+--precision f32|bf16|f16: how the weight matrices are kept in memory (default f32);
+  16-bit weights halve the bytes each token reads, the arithmetic stays float32.
+bench: the machine's read bandwidth, the floor it sets for one token (weight and KV-cache
+  bytes over bandwidth), decode ms/token with no observer and with the window's default
+  observers (median of --reps runs of --steps positions, default 64), their ratios,
+  a --prefill token prompt (default 512; 0 skips) against as many single steps, and with
+  --trace-tokens N the memory of the trace after generating N positions.
 tokenize: prints the ids of TEXT on one line. --tokenizer DIR alone: a GPT-2 tokenizer
   folder (vocab.json + merges.txt, or tokenizer.json). --jsonl: reads {"text": ...} lines
   on standard input and writes {"text": ..., "ids": [...]} lines.
-random: writes a llama2.c checkpoint with random weights (for benchmarks).
+random: writes a llama2.c checkpoint with random weights (for benchmarks); with --arch gpt2
+  a model folder of GPT-2's architecture (GPT-2 small by default), stored as --dtype.
 
   decoderscope-cli train --task dates|adder --out DIR [--seed S] [--steps N] [--threads N]
   decoderscope-cli eval  --model DIR --task dates|adder [--samples N] [--seed S] [--attention] [--show-wrong]
@@ -136,7 +148,15 @@ std::vector<int> parse_ids(const std::string& s, const std::string& what) {
 
 ds::LoadedModel open_model(const Args& a) {
   if (!a.has("model")) throw Error("--model PATH is required");
-  return ds::load_model(a.str("model"), a.str("tokenizer"));
+  ds::Precision p = ds::Precision::F32;
+  if (a.has("precision")) {
+    const std::string v = a.str("precision");
+    if (v == "f32" || v == "float32") p = ds::Precision::F32;
+    else if (v == "bf16" || v == "bfloat16") p = ds::Precision::BF16;
+    else if (v == "f16" || v == "float16") p = ds::Precision::F16;
+    else throw Error("--precision must be f32, bf16 or f16, not '" + v + "'");
+  }
+  return ds::load_model(a.str("model"), a.str("tokenizer"), p);
 }
 
 std::vector<int> prompt_of(const Args& a, const ds::LoadedModel& m) {
@@ -217,69 +237,40 @@ int cmd_generate(const Args& a) {
   return 0;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-// ms per decode token over one generation of `steps` positions from BOS.
-double time_decode(const ds::LoadedModel& m, int steps, int threads, bool traced) {
-  ds::SessionOptions o;
-  o.sampler.temperature = 0;
-  o.steps = steps;
-  o.threads = threads;
-  if (traced) o.record = {"**"};
-  ds::Session s(m.model, nullptr, o);
-  const ds::Config& c = m.model->cfg;
-  std::vector<int> src;
-  if (c.encoder_decoder) src.assign(std::min(c.max_src, 16), 0);
-  s.start({std::max(0, c.bos_id)}, src);
-  s.step();  // the prompt
-  auto t0 = std::chrono::steady_clock::now();
-  int n = 0;
-  while (!s.done()) {
-    s.step();
-    ++n;
-  }
-  auto t1 = std::chrono::steady_clock::now();
-  return n ? std::chrono::duration<double, std::milli>(t1 - t0).count() / n : 0.0;
-}
-
 int cmd_bench(const Args& a) {
-  only(a, {"model", "tokenizer", "steps", "threads", "reps"});
+  only(a, {"model", "tokenizer", "steps", "threads", "reps", "precision", "prefill", "trace-tokens"});
   auto m = open_model(a);
   const ds::Config& c = m.model->cfg;
-  int steps = int(a.integer("steps", std::min(c.max_seq, 128), 2, c.max_seq));
-  int threads = int(a.integer("threads", 1, 1, 256));
-  int reps = int(a.integer("reps", 5, 1, 100));
-  std::printf("model      %s: %s\n", m.name.c_str(), c.describe().c_str());
-  std::printf("params     %.2f M (%.1f MB float32)\n", m.model->w.parameter_count() / 1e6,
-              m.model->w.parameter_count() * 4 / 1e6);
-  std::printf("decode     %d positions from BOS, %d thread(s), median of %d runs after a warm-up\n", steps,
-              threads, reps);
-  time_decode(m, steps, threads, false);  // warm-up
-  std::vector<double> plain, traced;
-  for (int r = 0; r < reps; ++r) {
-    plain.push_back(time_decode(m, steps, threads, false));
-    traced.push_back(time_decode(m, steps, threads, true));
-  }
-  double p = median(plain), t = median(traced);
-  std::printf("no observer        %9.3f ms/token  %10.1f tokens/s\n", p, 1000.0 / p);
-  std::printf("trace, every hook  %9.3f ms/token  %10.1f tokens/s\n", t, 1000.0 / t);
-  std::printf("ratio traced/plain %9.3f\n", t / p);
+  ds::DecodeBenchOptions o;
+  o.steps = int(a.integer("steps", std::min(c.max_seq, 64), 2, c.max_seq));
+  o.threads = int(a.integer("threads", 1, 1, 256));
+  o.reps = int(a.integer("reps", 5, 1, 100));
+  o.prefill = int(a.integer("prefill", std::min(c.max_seq, 512), 0, c.max_seq));
+  o.trace_tokens = int(a.integer("trace-tokens", 0, 0, c.max_seq));
+  std::printf("model                   %s: %s\n", m.name.c_str(), c.describe().c_str());
+  std::printf("weights                 %.2f M parameters, %.1f MB in memory (%s)\n",
+              m.model->w.parameter_count() / 1e6, m.model->w.bytes() / 1e6, ds::precision_name(m.precision));
+  std::fflush(stdout);
+  auto r = ds::run_decode_bench(m.model, o, [](const std::string& s) {
+    std::fprintf(stderr, "  ... %s\n", s.c_str());
+  });
+  ds::print_decode_bench(stdout, r, o);
   return 0;
 }
 
 int cmd_inspect(const Args& a) {
-  only(a, {"model", "tokenizer"});
+  only(a, {"model", "tokenizer", "precision"});
   auto m = open_model(a);
   const ds::Config& c = m.model->cfg;
   std::printf("model      %s (%s)\n", m.name.c_str(), m.kind.c_str());
+  std::printf("precision  %s (%.1f MB of weights)\n", ds::precision_name(m.precision), m.model->w.bytes() / 1e6);
   std::printf("arch       %s\n", c.describe().c_str());
   std::printf("params     %lld\n", (long long)m.model->w.parameter_count());
   std::printf("tokenizer  %s\n", m.tokenizer ? "yes" : "none found");
   auto& w = const_cast<ds::Weights&>(m.model->w);
-  for (auto& t : w.tensors()) std::printf("  %-28s [%lld, %lld]\n", t.name.c_str(), (long long)t.rows, (long long)t.cols);
+  for (auto& t : w.tensors())
+    std::printf("  %-28s [%lld, %lld] %s\n", t.name.c_str(), (long long)t.rows, (long long)t.cols,
+                ds::precision_name(t.type));
   return 0;
 }
 
@@ -349,9 +340,32 @@ int cmd_tokenize(const Args& a) {
   return 0;
 }
 
+// A GPT-2-shaped model folder with random weights. Its tokenizer is a placeholder
+// vocabulary (printable ASCII, then <tN> entries), enough to run and time it.
+int random_gpt2(const Args& a) {
+  const int dim = int(a.integer("dim", 768, 2, 1 << 16));
+  const int heads = int(a.integer("heads", 12, 1, 1024));
+  if (dim % heads) throw Error("--dim must be a multiple of --heads");
+  ds::Config c = ds::gpt2_config(dim, int(a.integer("layers", 12, 1, 1024)), heads,
+                                 int(a.integer("seq-len", 1024, 1, 1 << 20)), int(a.integer("vocab", 50257, 96, 1 << 22)));
+  const std::string dtype = a.has("dtype") ? a.str("dtype") : "F32";
+  ds::Weights w = ds::Weights::random(c, uint64_t(a.integer("seed", 1, 0, 1LL << 62)), 0.02f);
+  nlohmann::json vocab = nlohmann::json::array();
+  for (int i = 0; i < c.vocab_size; ++i)
+    vocab.push_back(i < 95 ? std::string(1, char(32 + i)) : "<t" + std::to_string(i) + ">");
+  ds::save_model_folder(a.str("out"), c, w, {{"kind", "chars"}, {"vocab", vocab}}, {}, dtype);
+  std::printf("wrote %s: %s, %.1f M parameters, %s\n", a.str("out").c_str(), c.describe().c_str(),
+              w.parameter_count() / 1e6, dtype.c_str());
+  return 0;
+}
+
 int cmd_random(const Args& a) {
-  only(a, {"out", "dim", "hidden", "layers", "heads", "kv-heads", "vocab", "seq-len", "seed"});
+  only(a, {"out", "dim", "hidden", "layers", "heads", "kv-heads", "vocab", "seq-len", "seed", "arch", "dtype"});
   if (!a.has("out")) throw Error("--out FILE is required");
+  const std::string arch = a.has("arch") ? a.str("arch") : "llama2c";
+  if (arch == "gpt2") return random_gpt2(a);
+  if (arch != "llama2c") throw Error("--arch must be llama2c or gpt2");
+  if (a.has("dtype")) throw Error("--dtype is for --arch gpt2 folders; llama2.c checkpoints are float32");
   int dim = int(a.integer("dim", 768, 2, 1 << 16));
   int heads = int(a.integer("heads", 12, 1, 1024));
   ds::Config c = ds::llama2c_config(dim, int(a.integer("hidden", 2048, 1, 1 << 18)),

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "perf/vmath.h"
 #include "util/error.h"
 
 namespace ds {
@@ -58,9 +59,6 @@ void check_block(const Config& c, const std::string& p, const Block& b, bool cro
 }
 
 float gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
-float gelu_tanh(float x) {
-  return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-}
 
 }  // namespace
 
@@ -363,22 +361,19 @@ void Engine::attention(Stack st, int layer, const Attention& a, int T, int pos0,
   const float scale = 1.0f / std::sqrt(float(dh));
   const float ninf = -std::numeric_limits<float>::infinity();
   float* att = s.att.data();
-  // Scores for every head: [H, T, S], masked cells -inf.
+  // Scores for every head: [H, T, S], masked cells -inf. Per head, Q_h K_h^T and
+  // P_h V_h are matrix products over strided views of the q/k/v rows.
+  using CStrided = Eigen::Map<const MatRM, 0, Eigen::OuterStride<>>;
+  using Strided = Eigen::Map<MatRM, 0, Eigen::OuterStride<>>;
   auto scores = [&](int h) {
     const int g = h / group;
+    CStrided Qh(s.q.data() + size_t(h) * dh, T, dh, Eigen::OuterStride<>(qd));
+    CStrided Kh(K + size_t(g) * dh, S, dh, Eigen::OuterStride<>(kvd));
+    MMap A(att + size_t(h) * T * S, T, S);
+    A.noalias() = Qh * Kh.transpose();
     for (int t = 0; t < T; ++t) {
-      const float* qv = s.q.data() + size_t(t) * qd + size_t(h) * dh;
       float* row = att + (size_t(h) * T + t) * S;
-      for (int j = 0; j < S; ++j) {
-        if (!allowed(t, j)) {
-          row[j] = ninf;
-          continue;
-        }
-        const float* kv = K + size_t(j) * kvd + size_t(g) * dh;
-        float dot = 0.0f;
-        for (int i = 0; i < dh; ++i) dot += qv[i] * kv[i];
-        row[j] = dot * scale;
-      }
+      for (int j = 0; j < S; ++j) row[j] = allowed(t, j) ? row[j] * scale : ninf;
     }
   };
   auto softmax = [&](int h) {
@@ -390,28 +385,16 @@ void Engine::attention(Stack st, int layer, const Attention& a, int T, int pos0,
         std::fill_n(row, S, 0.0f);
         continue;
       }
-      float sum = 0.0f;
-      for (int j = 0; j < S; ++j) {
-        row[j] = row[j] == ninf ? 0.0f : std::exp(row[j] - mx);
-        sum += row[j];
-      }
+      const float sum = exp_shift_sum(row, S, mx);
       const float inv = 1.0f / sum;
       for (int j = 0; j < S; ++j) row[j] *= inv;
     }
   };
   auto mix = [&](int h) {
     const int g = h / group;
-    for (int t = 0; t < T; ++t) {
-      const float* row = att + (size_t(h) * T + t) * S;
-      float* zr = s.z.data() + size_t(t) * qd + size_t(h) * dh;
-      std::fill_n(zr, dh, 0.0f);
-      for (int j = 0; j < S; ++j) {
-        const float p = row[j];
-        if (p == 0.0f) continue;
-        const float* vv = V + size_t(j) * kvd + size_t(g) * dh;
-        for (int i = 0; i < dh; ++i) zr[i] += p * vv[i];
-      }
-    }
+    CStrided Vh(V + size_t(g) * dh, S, dh, Eigen::OuterStride<>(kvd));
+    Strided Zh(s.z.data() + size_t(h) * dh, T, dh, Eigen::OuterStride<>(qd));
+    Zh.noalias() = CMap(att + size_t(h) * T * S, T, S) * Vh;
   };
   const bool par = threads_ > 1 && int64_t(T) * S * H >= 4096;
   const bool hs = hooks_.active(st, layer, pScores), hp = hooks_.active(st, layer, pPattern);
@@ -451,7 +434,7 @@ void Engine::ffn(Stack st, int layer, const FeedForward& f, int T, int pos0, con
       for (size_t i = 0; i < n; ++i) a[i] = gelu(a[i]);
       break;
     case FFNKind::GELUTanh:
-      for (size_t i = 0; i < n; ++i) a[i] = gelu_tanh(a[i]);
+      gelu_tanh_inplace(a, int64_t(n));
       break;
     case FFNKind::ReLU:
       for (size_t i = 0; i < n; ++i) a[i] = std::max(a[i], 0.0f);

@@ -4,15 +4,28 @@
 #include <random>
 
 #include "io/safetensors.h"
+#include "perf/memory.h"
 #include "util/error.h"
 
 namespace ds {
 
 namespace {
 
-Linear make_linear(int out, int in, bool bias) {
+// A zero matrix whose pages are advised huge before the zeros are written.
+MatRM zero_matrix(int64_t rows, int64_t cols) {
+  MatRM m(rows, cols);
+  advise_huge_pages(m.data(), size_t(m.size()) * sizeof(float));
+  m.setZero();
+  return m;
+}
+
+// The matrices are allocated at precision p: float32 in W, else 16-bit in W16.
+Linear make_linear(int out, int in, bool bias, Precision p) {
   Linear l;
-  l.W = MatRM::Zero(out, in);
+  if (p == Precision::F32)
+    l.W = zero_matrix(out, in);
+  else
+    l.W16.resize(p, out, in);
   if (bias) l.b = Vec::Zero(out);
   return l;
 }
@@ -24,22 +37,22 @@ Norm make_norm(const Config& c) {
   return n;
 }
 
-Block make_block(const Config& c, bool cross) {
+Block make_block(const Config& c, bool cross, Precision p) {
   Block b;
   b.ln1 = make_norm(c);
   if (cross) b.ln2 = make_norm(c);
   b.ln3 = make_norm(c);
   auto attn = [&](Attention& a) {
-    a.q = make_linear(c.q_dim(), c.d_model, c.attn_bias);
-    a.k = make_linear(c.kv_dim(), c.d_model, c.attn_bias);
-    a.v = make_linear(c.kv_dim(), c.d_model, c.attn_bias);
-    a.o = make_linear(c.d_model, c.q_dim(), c.attn_bias);
+    a.q = make_linear(c.q_dim(), c.d_model, c.attn_bias, p);
+    a.k = make_linear(c.kv_dim(), c.d_model, c.attn_bias, p);
+    a.v = make_linear(c.kv_dim(), c.d_model, c.attn_bias, p);
+    a.o = make_linear(c.d_model, c.q_dim(), c.attn_bias, p);
   };
   attn(b.attn);
   if (cross) attn(b.cross);
-  b.ffn.up = make_linear(c.d_ff, c.d_model, c.ffn_bias);
-  if (c.ffn == FFNKind::SwiGLU) b.ffn.gate = make_linear(c.d_ff, c.d_model, c.ffn_bias);
-  b.ffn.down = make_linear(c.d_model, c.d_ff, c.ffn_bias);
+  b.ffn.up = make_linear(c.d_ff, c.d_model, c.ffn_bias, p);
+  if (c.ffn == FFNKind::SwiGLU) b.ffn.gate = make_linear(c.d_ff, c.d_model, c.ffn_bias, p);
+  b.ffn.down = make_linear(c.d_model, c.d_ff, c.ffn_bias, p);
   return b;
 }
 
@@ -85,6 +98,10 @@ void Mat16::resize(Precision p, int64_t r, int64_t c) {
   type = p;
   rows = r;
   cols = c;
+  data.clear();
+  data.shrink_to_fit();
+  data.reserve(size_t(r * c));
+  advise_huge_pages(data.data(), size_t(r * c) * sizeof(uint16_t));
   data.assign(size_t(r * c), 0);
 }
 
@@ -109,14 +126,6 @@ void narrow_block(Block& b, Precision p) {
                     &b.ffn.up, &b.ffn.gate, &b.ffn.down})
     narrow_one(l->W, l->W16, p);
 }
-void zeros16(Block& b, Precision p) {
-  for (Linear* l : {&b.attn.q, &b.attn.k, &b.attn.v, &b.attn.o, &b.cross.q, &b.cross.k, &b.cross.v, &b.cross.o,
-                    &b.ffn.up, &b.ffn.gate, &b.ffn.down}) {
-    if (!l->W.size()) continue;
-    l->W16.resize(p, l->W.rows(), l->W.cols());
-    l->W = MatRM();
-  }
-}
 }  // namespace
 
 void Weights::narrow(Precision p) {
@@ -133,22 +142,6 @@ void Weights::narrow(Precision p) {
   for (auto& b : enc_blocks) narrow_block(b, p);
 }
 
-static Weights zeros_f32(const Config& c) {
-  c.validate();
-  Weights w;
-  w.tok_embed = MatRM::Zero(c.vocab_size, c.d_model);
-  if (c.pos == PosKind::Learned) w.pos_embed = MatRM::Zero(c.max_seq, c.d_model);
-  for (int l = 0; l < c.n_layers; ++l) w.blocks.push_back(make_block(c, c.encoder_decoder));
-  if (c.final_norm) w.ln_final = make_norm(c);
-  if (!c.tied_head) w.lm_head = MatRM::Zero(c.vocab_size, c.d_model);
-  if (c.encoder_decoder) {
-    if (c.pos == PosKind::Learned) w.enc_pos_embed = MatRM::Zero(c.max_src, c.d_model);
-    for (int l = 0; l < c.n_enc_layers; ++l) w.enc_blocks.push_back(make_block(c, false));
-    if (c.enc_final_norm) w.enc_ln_final = make_norm(c);
-  }
-  return w;
-}
-
 int64_t Weights::bytes() const {
   int64_t n = 0;
   for (auto& t : const_cast<Weights*>(this)->tensors()) n += t.rows * t.cols * precision_bytes(t.type);
@@ -156,22 +149,26 @@ int64_t Weights::bytes() const {
 }
 
 Weights Weights::zeros(const Config& c, Precision p) {
-  Weights w = zeros_f32(c);
-  if (p == Precision::F32) return w;
-  // Swap the float32 matrices for 16-bit ones, one at a time.
-  auto swap16 = [&](MatRM& m, Mat16& h) {
-    if (!m.size()) return;
-    h.resize(p, m.rows(), m.cols());
-    m = MatRM();
+  c.validate();
+  Weights w;
+  auto big = [&](MatRM& m, Mat16& h, int64_t r, int64_t cols) {
+    if (p == Precision::F32)
+      m = zero_matrix(r, cols);
+    else
+      h.resize(p, r, cols);
   };
-  swap16(w.tok_embed, w.tok_embed16);
-  swap16(w.lm_head, w.lm_head16);
-  swap16(w.enc_tok_embed, w.enc_tok_embed16);
-  for (auto& b : w.blocks) zeros16(b, p);
-  for (auto& b : w.enc_blocks) zeros16(b, p);
+  big(w.tok_embed, w.tok_embed16, c.vocab_size, c.d_model);
+  if (c.pos == PosKind::Learned) w.pos_embed = MatRM::Zero(c.max_seq, c.d_model);
+  for (int l = 0; l < c.n_layers; ++l) w.blocks.push_back(make_block(c, c.encoder_decoder, p));
+  if (c.final_norm) w.ln_final = make_norm(c);
+  if (!c.tied_head) big(w.lm_head, w.lm_head16, c.vocab_size, c.d_model);
+  if (c.encoder_decoder) {
+    if (c.pos == PosKind::Learned) w.enc_pos_embed = MatRM::Zero(c.max_src, c.d_model);
+    for (int l = 0; l < c.n_enc_layers; ++l) w.enc_blocks.push_back(make_block(c, false, p));
+    if (c.enc_final_norm) w.enc_ln_final = make_norm(c);
+  }
   return w;
 }
-
 
 Weights Weights::random(const Config& c, uint64_t seed, float scale) {
   Weights w = zeros(c);

@@ -1,5 +1,7 @@
 #include "perf/bandwidth.h"
 
+#include "perf/memory.h"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -62,8 +64,9 @@ Bandwidth measure_read_bandwidth(int threads, size_t bytes, int reps) {
   threads = std::max(1, threads);
   reps = std::max(1, reps);
   const size_t n = std::max<size_t>(bytes / sizeof(float) / 64, 1) * 64;
-  std::unique_ptr<float, FreeDeleter> buf(static_cast<float*>(std::aligned_alloc(64, n * sizeof(float))));
+  std::unique_ptr<float, FreeDeleter> buf(static_cast<float*>(std::aligned_alloc(size_t(2) << 20, n * sizeof(float))));
   float* p = buf.get();
+  advise_huge_pages(p, n * sizeof(float));  // as the weight matrices are
   // First touch by the thread that later reads the part.
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t i = 0; i < int64_t(n); ++i) p[i] = 1.0f;

@@ -1,16 +1,15 @@
-// decoderscope_bench decode: decode speed of a random model of a given shape, built in
-// memory, with no observer and with a trace recording every hook point.
+// decoderscope_bench decode: the decode benchmark (core/perf/decode_bench.h) on a
+// random model of a given shape built in memory, so no checkpoint file is needed.
 //   decoderscope_bench decode [--shape gpt2-small|llama-110m] [--steps N] [--threads N]
-#include <algorithm>
-#include <chrono>
+//                             [--reps R] [--precision f32|bf16|f16] [--prefill N] [--trace-tokens N]
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "model/model.h"
-#include "session/session.h"
+#include "perf/decode_bench.h"
 
 namespace {
 
@@ -31,51 +30,32 @@ ds::Config shape(const std::string& name) {
   return c;
 }
 
-double ms_per_token(const std::shared_ptr<const ds::Model>& m, int steps, int threads, bool traced) {
-  ds::SessionOptions o;
-  o.sampler.temperature = 0;
-  o.steps = steps;
-  o.threads = threads;
-  if (traced) o.record = {"**"};
-  ds::Session s(m, nullptr, o);
-  s.start({m->cfg.bos_id});
-  s.step();
-  auto t0 = std::chrono::steady_clock::now();
-  int n = 0;
-  while (!s.done()) {
-    s.step();
-    ++n;
-  }
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / std::max(1, n);
-}
-
 }  // namespace
 
 int bench_decode(int argc, char** argv) {
-  std::string name = "gpt2-small";
-  int steps = 64, threads = 1, reps = 3;
+  std::string name = "gpt2-small", precision = "f32";
+  ds::DecodeBenchOptions o;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--shape")) name = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--steps")) o.steps = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--threads")) o.threads = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--reps")) o.reps = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--prefill")) o.prefill = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--trace-tokens")) o.trace_tokens = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--precision")) precision = argv[i + 1];
   }
   ds::Config c = shape(name);
-  auto m = std::make_shared<const ds::Model>(c, ds::Weights::random(c, 1, 0.02f));
-  double mb = m->w.parameter_count() * 4 / 1e6;
-  std::printf("%s: %.1f M parameters (%.0f MB float32), %d positions, %d thread(s)\n", name.c_str(),
-              m->w.parameter_count() / 1e6, mb, steps, threads);
-  ms_per_token(m, 8, threads, false);  // warm-up
-  std::vector<double> plain, traced;
-  for (int r = 0; r < reps; ++r) {
-    plain.push_back(ms_per_token(m, steps, threads, false));
-    traced.push_back(ms_per_token(m, steps, threads, true));
+  ds::Weights w = ds::Weights::random(c, 1, 0.02f);
+  if (precision == "bf16") w.narrow(ds::Precision::BF16);
+  else if (precision == "f16") w.narrow(ds::Precision::F16);
+  else if (precision != "f32") {
+    std::fprintf(stderr, "--precision must be f32, bf16 or f16\n");
+    return 2;
   }
-  std::sort(plain.begin(), plain.end());
-  std::sort(traced.begin(), traced.end());
-  double p = plain[plain.size() / 2], t = traced[traced.size() / 2];
-  std::printf("no observer        %8.2f ms/token  %7.1f tokens/s  (%.1f GB/s of weights)\n", p, 1000 / p, mb / p);
-  std::printf("trace, every hook  %8.2f ms/token  %7.1f tokens/s\n", t, 1000 / t);
-  std::printf("ratio traced/plain %8.3f\n", t / p);
+  auto m = std::make_shared<const ds::Model>(c, std::move(w));
+  std::printf("model                   %s (random, in memory): %.1f M parameters, %.1f MB as %s\n", name.c_str(),
+              m->w.parameter_count() / 1e6, m->w.bytes() / 1e6, ds::precision_name(m->w.precision()));
+  auto r = ds::run_decode_bench(m, o);
+  ds::print_decode_bench(stdout, r, o);
   return 0;
 }

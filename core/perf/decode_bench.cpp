@@ -1,0 +1,171 @@
+#include "perf/decode_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "probe/trace.h"
+#include "session/session.h"
+
+namespace ds {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+int start_token(const Config& c) { return c.bos_id >= 0 ? c.bos_id : (c.eos_id >= 0 ? c.eos_id : 0); }
+
+// ms per decoded token over positions 1 .. steps-1 (the first step, a one-token
+// prompt, is not counted).
+double time_decode(const std::shared_ptr<const Model>& m, int steps, int threads, bool observed, size_t* trace_bytes) {
+  SessionOptions o;
+  o.sampler.temperature = 0;
+  o.steps = steps;
+  o.threads = threads;
+  if (observed) {
+    o.record = default_record_patterns(m->cfg);
+    o.trace_options.compact = true;
+  }
+  Session s(m, nullptr, o);
+  std::vector<int> src;
+  if (m->cfg.encoder_decoder) src.assign(std::min(8, m->cfg.max_src), start_token(m->cfg));
+  s.start({start_token(m->cfg)}, src);
+  s.step();
+  auto t0 = Clock::now();
+  int n = 0;
+  while (!s.done()) {
+    s.step();
+    ++n;
+  }
+  double ms = ms_since(t0) / std::max(1, n);
+  if (trace_bytes) *trace_bytes = s.trace().bytes();
+  return ms;
+}
+
+}  // namespace
+
+double decode_weight_bytes(const Model& m) {
+  double n = 0;
+  auto& w = const_cast<Weights&>(m.w);
+  const bool tied = w.lm_head.size() == 0 && w.lm_head16.empty();
+  for (auto& t : w.tensors()) {
+    const std::string& nm = t.name;
+    const bool block = nm.rfind("blocks.", 0) == 0;
+    const bool head = nm == "lm_head" || (tied && nm == "tok_embed");
+    if (block || head || nm.rfind("ln_final", 0) == 0) n += double(t.rows) * t.cols * precision_bytes(t.type);
+  }
+  return n;
+}
+
+double prefill_flops(const Config& c, int T) {
+  const double d = c.d_model, q = c.q_dim(), kv = c.kv_dim(), f = c.d_ff;
+  double per_token = 2 * (d * q + 2 * d * kv + q * d);              // q, k, v, o
+  per_token += 2 * d * f * (c.ffn == FFNKind::SwiGLU ? 3 : 2);      // up (gate) down
+  double flops = double(T) * per_token * c.n_layers;
+  // Causal attention: the products are computed over the full T x T square (masked
+  // cells are then discarded), scores and mix: 2 * 2 * T * T * d_head per head.
+  flops += 4.0 * T * T * c.d_head * c.n_heads * c.n_layers;
+  flops += 2.0 * c.vocab_size * d;  // head, last position only
+  return flops;
+}
+
+DecodeBenchResult run_decode_bench(std::shared_ptr<const Model> m, const DecodeBenchOptions& o,
+                                   const std::function<void(const std::string&)>& log) {
+  auto say = [&](const std::string& s) {
+    if (log) log(s);
+  };
+  const Config& c = m->cfg;
+  DecodeBenchResult r;
+  const int steps = std::clamp(o.steps, 2, c.max_seq);
+  r.weight_bytes = decode_weight_bytes(*m);
+  // Keys and values of every layer up to the position, averaged over positions 1..steps-1.
+  r.kv_bytes = 2.0 * c.n_layers * c.kv_dim() * sizeof(float) * (steps / 2.0);
+
+  say("bandwidth and warm-up");
+  auto probe = [&] {
+    Bandwidth b = measure_read_bandwidth(o.threads, o.bandwidth_bytes, 3);
+    if (b.gb_per_s > r.bandwidth.gb_per_s) r.bandwidth = b;
+  };
+  probe();
+  time_decode(m, std::min(steps, 16), o.threads, false, nullptr);  // warm-up: caches, pages, thread pool
+  std::vector<double> plain, observed;
+  for (int i = 0; i < std::max(1, o.reps); ++i) {
+    say("decode run " + std::to_string(i + 1) + " of " + std::to_string(std::max(1, o.reps)));
+    // Alternating, so both kinds see the same machine.
+    plain.push_back(time_decode(m, steps, o.threads, false, nullptr));
+    observed.push_back(time_decode(m, steps, o.threads, true, &r.observed_trace_bytes));
+    probe();
+  }
+  r.plain_ms = median(plain);
+  r.observed_ms = median(observed);
+  r.floor_ms = (r.weight_bytes + r.kv_bytes) / (r.bandwidth.gb_per_s * 1e9) * 1e3;
+
+  if (o.prefill > 0 && !c.encoder_decoder) {
+    const int T = std::min(o.prefill, c.max_seq);
+    std::vector<int> prompt(static_cast<size_t>(T));
+    for (int i = 0; i < T; ++i) prompt[size_t(i)] = (start_token(c) + 7 * i) % c.vocab_size;
+    Engine e(m);
+    e.set_threads(o.threads);
+    say("prefill of " + std::to_string(T) + " tokens");
+    e.forward(prompt);  // warm-up (scratch buffers)
+    std::vector<double> pre;
+    for (int i = 0; i < 3; ++i) {
+      e.reset();
+      auto t0 = Clock::now();
+      e.forward(prompt);
+      pre.push_back(ms_since(t0));
+    }
+    r.prefill_ms = median(pre);
+    say("the same prompt one token at a time");
+    e.reset();
+    auto t0 = Clock::now();
+    for (int i = 0; i < T; ++i) e.forward(std::span<const int>(&prompt[size_t(i)], 1));
+    r.steps_ms = ms_since(t0);
+    r.prefill_gflop = prefill_flops(c, T) / 1e9;
+  }
+
+  if (o.trace_tokens > 0) {
+    const int n = std::min(o.trace_tokens, c.max_seq);
+    say("generating " + std::to_string(n) + " positions with the default observers");
+    auto t0 = Clock::now();
+    time_decode(m, n, o.threads, true, &r.trace_bytes);
+    r.trace_seconds = ms_since(t0) / 1e3;
+    r.trace_tokens = n;
+  }
+  return r;
+}
+
+void print_decode_bench(std::FILE* f, const DecodeBenchResult& r, const DecodeBenchOptions& o) {
+  std::fprintf(f, "threads                 %d (kernels: %s)\n", o.threads, gemv_isa());
+  std::fprintf(f, "read bandwidth          %.1f GB/s (best STREAM-style read of %zu MB, %d thread(s))\n",
+               r.bandwidth.gb_per_s, r.bandwidth.bytes >> 20, r.bandwidth.threads);
+  std::fprintf(f, "bytes per token         %.1f MB of weights + %.2f MB of KV cache (mean over %d positions)\n",
+               r.weight_bytes / 1e6, r.kv_bytes / 1e6, o.steps);
+  std::fprintf(f, "floor                   %.2f ms/token\n", r.floor_ms);
+  std::fprintf(f, "decode, no observer     %.2f ms/token (%.1f tokens/s)   measured/floor %.3f\n", r.plain_ms,
+               1e3 / r.plain_ms, r.plain_ms / r.floor_ms);
+  std::fprintf(f, "decode, default observers %.2f ms/token               measured/floor %.3f  observed/plain %.3f\n",
+               r.observed_ms, r.observed_ms / r.floor_ms, r.observed_ms / r.plain_ms);
+  std::fprintf(f, "trace of one run        %.2f MB for %d positions\n", r.observed_trace_bytes / 1e6, o.steps);
+  if (r.prefill_ms > 0) {
+    std::fprintf(f, "prefill %d tokens       %.1f ms (%.1f GFLOP/s)\n", o.prefill, r.prefill_ms,
+                 r.prefill_gflop / (r.prefill_ms / 1e3));
+    std::fprintf(f, "%d single steps         %.1f ms   steps/prefill %.1f\n", o.prefill, r.steps_ms,
+                 r.steps_ms / r.prefill_ms);
+  }
+  if (r.trace_tokens > 0)
+    std::fprintf(f, "trace after %d positions %.1f MB (default observers, %.1f s)\n", r.trace_tokens,
+                 r.trace_bytes / 1e6, r.trace_seconds);
+}
+
+}  // namespace ds

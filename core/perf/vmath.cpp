@@ -1,0 +1,110 @@
+#include "perf/vmath.h"
+
+#include <cmath>
+#include <limits>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#define DS_VMATH_AVX2 1
+#include <immintrin.h>
+#endif
+
+namespace ds {
+
+namespace {
+
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2/pi)
+
+#ifdef DS_VMATH_AVX2
+// exp(x) for 8 lanes. Below -87.3 the result is 0 (and -inf gives 0); above 88.7,
+// +inf.
+inline __m256 exp8(__m256 x) {
+  const __m256 hi = _mm256_set1_ps(88.72283f), lo = _mm256_set1_ps(-87.33654f);
+  const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  const __m256 over = _mm256_cmp_ps(x, hi, _CMP_GT_OQ);
+  x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+  // x = k ln2 + r, with ln2 split in two parts for an exact reduction.
+  const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+  // e^r = 1 + r + r^2/2! + ... + r^7/7!, Horner form.
+  __m256 p = _mm256_set1_ps(1.0f / 5040);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  // times 2^k: k in [-126, 128]; 2^k built as (k + 127) << 23, split for k = 128.
+  const __m256i ki = _mm256_cvtps_epi32(k);
+  const __m256i half = _mm256_srai_epi32(ki, 1);
+  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half, _mm256_set1_epi32(127)), 23));
+  const __m256 s2 =
+      _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ki, half), _mm256_set1_epi32(127)), 23));
+  __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+  y = _mm256_andnot_ps(under, y);
+  y = _mm256_blendv_ps(y, _mm256_set1_ps(std::numeric_limits<float>::infinity()), over);
+  return y;
+}
+#endif
+
+}  // namespace
+
+void gelu_tanh_inplace(float* x, int64_t n) {
+  int64_t i = 0;
+#ifdef DS_VMATH_AVX2
+  const __m256 c = _mm256_set1_ps(-2.0f * kGeluC), c3 = _mm256_set1_ps(0.044715f), one = _mm256_set1_ps(1.0f);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256 v3 = _mm256_mul_ps(_mm256_mul_ps(v, v), v);
+    const __m256 u = _mm256_fmadd_ps(c3, v3, v);                  // x + 0.044715 x^3
+    const __m256 e = exp8(_mm256_mul_ps(c, u));                    // exp(-2 sqrt(2/pi) u)
+    _mm256_storeu_ps(x + i, _mm256_div_ps(v, _mm256_add_ps(one, e)));  // x * sigmoid(2 ...)
+  }
+#endif
+  for (; i < n; ++i) {
+    const float v = x[i];
+    x[i] = v / (1.0f + std::exp(-2.0f * kGeluC * (v + 0.044715f * v * v * v)));
+  }
+}
+
+void silu_mul_inplace(float* a, const float* u, int64_t n) {
+  int64_t i = 0;
+#ifdef DS_VMATH_AVX2
+  const __m256 one = _mm256_set1_ps(1.0f), neg = _mm256_set1_ps(-0.0f);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(a + i);
+    const __m256 e = exp8(_mm256_xor_ps(v, neg));
+    _mm256_storeu_ps(a + i, _mm256_mul_ps(_mm256_div_ps(v, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + i)));
+  }
+#endif
+  for (; i < n; ++i) {
+    const float v = a[i];
+    a[i] = v / (1.0f + std::exp(-v)) * u[i];
+  }
+}
+
+float exp_shift_sum(float* x, int64_t n, float shift) {
+  int64_t i = 0;
+  float sum = 0.0f;
+#ifdef DS_VMATH_AVX2
+  const __m256 s = _mm256_set1_ps(shift);
+  __m256 acc = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), s));
+    _mm256_storeu_ps(x + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, acc);
+  for (float v : lanes) sum += v;
+#endif
+  for (; i < n; ++i) {
+    x[i] = x[i] == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(x[i] - shift);
+    sum += x[i];
+  }
+  return sum;
+}
+
+}  // namespace ds

@@ -1,0 +1,206 @@
+// The decode kernels and 16-bit weights: the matrix-vector products against a naive
+// double-precision sum, the vectorised activations against the C library, and
+// models kept as bfloat16/float16 against the same models in float32.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "io/loader.h"
+#include "io/safetensors.h"
+#include "model/model.h"
+#include "perf/gemv.h"
+#include "perf/vmath.h"
+
+using namespace ds;
+
+namespace {
+
+double widen(uint16_t h, Precision p) { return p == Precision::BF16 ? bf16_to_f32(h) : f16_to_f32(h); }
+
+}  // namespace
+
+TEST(Kernels, GemvMatchesANaiveSumForEveryPrecisionAndShape) {
+  std::mt19937 gen(4);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int cols : {1, 7, 8, 31, 32, 33, 100, 768}) {
+    for (int rows : {1, 3, 9, 64}) {
+      std::vector<float> W(static_cast<size_t>(rows) * cols), x(static_cast<size_t>(cols));
+      for (auto& v : W) v = nd(gen);
+      for (auto& v : x) v = nd(gen);
+      for (Precision p : {Precision::F32, Precision::BF16, Precision::F16}) {
+        std::vector<uint16_t> H(W.size());
+        if (p != Precision::F32) narrow(W.data(), int64_t(W.size()), p, H.data());
+        const void* data = p == Precision::F32 ? static_cast<const void*>(W.data()) : H.data();
+        // A slice of rows, as the threads split them.
+        const int r0 = rows / 3, r1 = rows;
+        std::vector<float> y(size_t(r1 - r0), std::nanf(""));
+        gemv_rows(data, p, cols, x.data(), y.data(), r0, r1);
+        for (int r = r0; r < r1; ++r) {
+          double ref = 0, mag = 0;
+          for (int c = 0; c < cols; ++c) {
+            double w = p == Precision::F32 ? W[size_t(r) * cols + c] : widen(H[size_t(r) * cols + c], p);
+            ref += w * x[size_t(c)];
+            mag += std::abs(w * x[size_t(c)]);
+          }
+          EXPECT_NEAR(y[size_t(r - r0)], ref, 1e-6 * mag + 1e-6)
+              << precision_name(p) << " rows " << rows << " cols " << cols << " row " << r;
+        }
+      }
+    }
+  }
+}
+
+TEST(Kernels, WidenAndNarrowAreExactInverses) {
+  for (Precision p : {Precision::BF16, Precision::F16}) {
+    std::vector<uint16_t> all(65536), back(65536);
+    for (int i = 0; i < 65536; ++i) all[size_t(i)] = uint16_t(i);
+    std::vector<float> f(65536);
+    widen_rows(all.data(), p, 65536, 0, 1, f.data());
+    for (int i = 0; i < 65536; ++i) {
+      const float ref = float(widen(all[size_t(i)], p));
+      if (std::isnan(ref))
+        EXPECT_TRUE(std::isnan(f[size_t(i)]));
+      else
+        EXPECT_EQ(f[size_t(i)], ref) << precision_name(p) << " bits " << i;
+    }
+    narrow(f.data(), 65536, p, back.data());
+    for (int i = 0; i < 65536; ++i)
+      if (!std::isnan(f[size_t(i)])) {
+        EXPECT_EQ(back[size_t(i)], all[size_t(i)]) << precision_name(p) << " bits " << i;
+      }
+  }
+}
+
+TEST(Kernels, VectorisedActivationsMatchTheCLibrary) {
+  std::vector<float> xs;
+  for (float v = -30.0f; v <= 30.0f; v += 0.0137f) xs.push_back(v);
+  for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 87.0f, -87.0f, -100.0f}) xs.push_back(v);
+  // GELU (tanh form) in double precision, as x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)),
+  // which equals 0.5 x (1 + tanh(...)) without its cancellation for negative x.
+  std::vector<float> g = xs;
+  gelu_tanh_inplace(g.data(), int64_t(g.size()));
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double x = xs[i];
+    const double ref = x / (1 + std::exp(-2 * std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    if (x > -5) {
+      EXPECT_NEAR(ref, 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))), 1e-12);
+    }
+    // Rounding the exponent's argument a (in float) alone moves the result by about
+    // |a| 2^-24 relative; the exponential and the division add a few ulp.
+    const double a = std::abs(2 * std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x));
+    EXPECT_NEAR(g[i], ref, (4e-7 + 2.4e-7 * a) * std::abs(ref) + 1e-37) << "x = " << x;
+  }
+  // Softmax exponentials: exp(x - shift) and their sum; -inf gives exactly 0.
+  std::vector<float> e = xs;
+  e.push_back(-std::numeric_limits<float>::infinity());
+  const float shift = 30.0f;
+  std::vector<float> in = e;
+  float sum = exp_shift_sum(e.data(), int64_t(e.size()), shift);
+  double ref_sum = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    // Of the argument as float computes it: this checks the exponential itself.
+    const double ref = std::exp(double(in[i] - shift));
+    ref_sum += ref;
+    EXPECT_NEAR(e[i], ref, 3e-7 * ref + 1e-44) << "x = " << in[i];
+  }
+  EXPECT_EQ(e.back(), 0.0f);
+  EXPECT_NEAR(sum, ref_sum, 1e-5 * ref_sum);
+}
+
+namespace {
+
+Config gpt2_like() {
+  Config c = gpt2_config(64, 3, 4, 48, 97);
+  return c;
+}
+Config llama_like() {
+  Config c;
+  c.d_model = 64, c.n_layers = 3, c.n_heads = 4, c.n_kv_heads = 2, c.d_head = 16, c.d_ff = 160;
+  c.vocab_size = 97, c.max_seq = 48;
+  c.norm = NormKind::RMSNorm, c.pos = PosKind::Rotary, c.ffn = FFNKind::SwiGLU;
+  c.attn_bias = c.ffn_bias = c.norm_bias = false;
+  c.tied_head = false;
+  c.bos_id = 1;
+  return c;
+}
+
+// Logits of every position: step by step through the KV cache (the decode kernels)
+// and in one full forward (the matrix-matrix path).
+void logits_both_ways(const std::shared_ptr<const Model>& m, const std::vector<int>& toks, MatRM& steps,
+                      MatRM& full) {
+  Engine e(m);
+  steps.resize(Eigen::Index(toks.size()), m->cfg.vocab_size);
+  for (size_t i = 0; i < toks.size(); ++i) steps.row(Eigen::Index(i)) = e.forward(std::span<const int>(&toks[i], 1));
+  full = e.forward_full(toks);
+}
+
+}  // namespace
+
+TEST(Precision16, LogitsStayWithinTwoHundredthsOfFloat32) {
+  std::vector<std::pair<std::string, std::shared_ptr<const Model>>> models;
+  for (auto [name, cfg] : {std::pair<std::string, Config>{"gpt2-like", gpt2_like()}, {"llama-like", llama_like()}})
+    models.emplace_back(name, std::make_shared<const Model>(cfg, Weights::random(cfg, 9)));
+  for (auto& [name, m32] : models) {
+    std::vector<int> toks;
+    for (int i = 0; i < std::min(40, m32->cfg.max_seq); ++i) toks.push_back((i * 37 + 5) % m32->cfg.vocab_size);
+    MatRM ref_steps, ref_full;
+    logits_both_ways(m32, toks, ref_steps, ref_full);
+    ASSERT_GT(std::sqrt((ref_steps.array() - ref_steps.mean()).square().mean()), 0.5) << name << ": logits too flat";
+    for (Precision p : {Precision::BF16, Precision::F16}) {
+      Weights w = m32->w;
+      w.narrow(p);
+      EXPECT_EQ(w.precision(), p);
+      EXPECT_NEAR(double(w.bytes()), 0.5 * m32->w.bytes(), 0.05 * m32->w.bytes());
+      auto m16 = std::make_shared<const Model>(m32->cfg, std::move(w));
+      MatRM s16, f16;
+      logits_both_ways(m16, toks, s16, f16);
+      const float worst = (s16 - ref_steps).cwiseAbs().maxCoeff();
+      std::printf("[ precision ] %s %s: worst logit difference %.4f\n", name.c_str(), precision_name(p), worst);
+      EXPECT_LE(worst, 2e-2f) << name << " " << precision_name(p);
+      // The decode kernels and the matrix-matrix path read the same 16-bit weights.
+      EXPECT_LE((s16 - f16).cwiseAbs().maxCoeff(), 1e-4f) << name << " " << precision_name(p);
+    }
+  }
+}
+
+// The shipped models are confident (logits of tens), so 16-bit weights move their
+// logits by more than 2e-2 in absolute terms (bfloat16 keeps 8 bits); measured
+// against the logits' own scale the change stays small, and every greedy answer
+// stays the same.
+TEST(Precision16, BuiltinModelsKeepTheirAnswers) {
+  for (const char* b : {"dates", "adder"}) {
+    auto m32 = load_model(std::string("builtin:") + b).model;
+    const Config& c = m32->cfg;
+    for (Precision p : {Precision::BF16, Precision::F16}) {
+      Weights w = m32->w;
+      w.narrow(p);
+      auto m16 = std::make_shared<const Model>(c, std::move(w));
+      Engine e32(m32), e16(m16);
+      if (c.encoder_decoder) {
+        std::vector<int> src;
+        for (int i = 0; i < std::min(12, c.max_src); ++i) src.push_back(3 + (i * 5) % (c.vocab_size - 3));
+        e32.encode(src);
+        e16.encode(src);
+      }
+      std::vector<int> toks = {c.bos_id >= 0 ? c.bos_id : 0};
+      float worst = 0, scale = 0;
+      for (int i = 0; i < std::min(10, c.max_seq); ++i) {
+        auto a = e32.forward(std::span<const int>(&toks.back(), 1));
+        auto d = e16.forward(std::span<const int>(&toks.back(), 1));
+        worst = std::max(worst, (a - d).cwiseAbs().maxCoeff());
+        scale = std::max(scale, a.cwiseAbs().maxCoeff());
+        Eigen::Index arg32, arg16;
+        a.row(0).maxCoeff(&arg32);
+        d.row(0).maxCoeff(&arg16);
+        EXPECT_EQ(arg16, arg32) << b << " " << precision_name(p) << " step " << i;
+        toks.push_back(int(arg32));
+      }
+      std::printf("[ precision ] builtin:%s %s: worst logit difference %.4f (largest logit %.1f)\n", b,
+                  precision_name(p), worst, scale);
+      EXPECT_LE(worst, (p == Precision::BF16 ? 1e-2f : 2e-3f) * scale) << b << " " << precision_name(p);
+    }
+  }
+}

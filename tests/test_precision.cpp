@@ -204,3 +204,24 @@ TEST(Precision16, BuiltinModelsKeepTheirAnswers) {
     }
   }
 }
+
+// A prompt longer than the attention's row blocks (64), in one piece and in two
+// pieces (the second starting at position 70), gives the logits of single steps.
+TEST(Prefill, LongPromptsInBlocksMatchSingleSteps) {
+  for (Config c : {gpt2_like(), llama_like()}) {
+    c.max_seq = 200;
+    auto m = std::make_shared<const Model>(c, Weights::random(c, 21));
+    std::vector<int> toks;
+    for (int i = 0; i < 150; ++i) toks.push_back((i * 29 + 3) % c.vocab_size);
+    Engine e(m);
+    MatRM steps(150, c.vocab_size);
+    for (int i = 0; i < 150; ++i) steps.row(i) = e.forward(std::span<const int>(&toks[size_t(i)], 1));
+    MatRM full = e.forward_full(toks);
+    e.reset();
+    MatRM a = e.forward(std::span<const int>(toks.data(), 70), true);
+    MatRM b = e.forward(std::span<const int>(toks.data() + 70, 80), true);
+    EXPECT_LE((full - steps).cwiseAbs().maxCoeff(), 1e-4f);
+    EXPECT_LE((a - steps.topRows(70)).cwiseAbs().maxCoeff(), 1e-4f);
+    EXPECT_LE((b - steps.bottomRows(80)).cwiseAbs().maxCoeff(), 1e-4f);
+  }
+}

@@ -364,13 +364,24 @@ void Engine::attention(Stack st, int layer, const Attention& a, int T, int pos0,
   // Scores for every head: [H, T, S], masked cells -inf. Per head, Q_h K_h^T and
   // P_h V_h are matrix products over strided views of the q/k/v rows.
   using CStrided = Eigen::Map<const MatRM, 0, Eigen::OuterStride<>>;
+  constexpr int kBlock = 64;
+  const bool causal_blocks = !cross && !enc && T > kBlock;
   using Strided = Eigen::Map<MatRM, 0, Eigen::OuterStride<>>;
   auto scores = [&](int h) {
     const int g = h / group;
     CStrided Qh(s.q.data() + size_t(h) * dh, T, dh, Eigen::OuterStride<>(qd));
     CStrided Kh(K + size_t(g) * dh, S, dh, Eigen::OuterStride<>(kvd));
     MMap A(att + size_t(h) * T * S, T, S);
-    A.noalias() = Qh * Kh.transpose();
+    if (causal_blocks) {
+      // Row block [t0, t1) reads keys 0 .. pos0 + t1 - 1 only: half the work of a
+      // long prompt. Cells past that are masked below without being computed.
+      for (int t0 = 0; t0 < T; t0 += kBlock) {
+        const int nb = std::min(kBlock, T - t0), keys = pos0 + t0 + nb;
+        A.block(t0, 0, nb, keys).noalias() = Qh.middleRows(t0, nb) * Kh.topRows(keys).transpose();
+      }
+    } else {
+      A.noalias() = Qh * Kh.transpose();
+    }
     for (int t = 0; t < T; ++t) {
       float* row = att + (size_t(h) * T + t) * S;
       for (int j = 0; j < S; ++j) row[j] = allowed(t, j) ? row[j] * scale : ninf;
@@ -394,7 +405,15 @@ void Engine::attention(Stack st, int layer, const Attention& a, int T, int pos0,
     const int g = h / group;
     CStrided Vh(V + size_t(g) * dh, S, dh, Eigen::OuterStride<>(kvd));
     Strided Zh(s.z.data() + size_t(h) * dh, T, dh, Eigen::OuterStride<>(qd));
-    Zh.noalias() = CMap(att + size_t(h) * T * S, T, S) * Vh;
+    CMap A(att + size_t(h) * T * S, T, S);
+    if (causal_blocks) {
+      for (int t0 = 0; t0 < T; t0 += kBlock) {
+        const int nb = std::min(kBlock, T - t0), keys = pos0 + t0 + nb;
+        Zh.middleRows(t0, nb).noalias() = A.block(t0, 0, nb, keys) * Vh.topRows(keys);
+      }
+    } else {
+      Zh.noalias() = A * Vh;
+    }
   };
   const bool par = threads_ > 1 && int64_t(T) * S * H >= 4096;
   const bool hs = hooks_.active(st, layer, pScores), hp = hooks_.active(st, layer, pPattern);

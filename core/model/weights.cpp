@@ -1,6 +1,8 @@
 #include "model/weights.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "io/safetensors.h"
@@ -11,21 +13,52 @@ namespace ds {
 
 namespace {
 
-// A zero matrix whose pages are advised huge before the zeros are written.
-MatRM zero_matrix(int64_t rows, int64_t cols) {
-  MatRM m(rows, cols);
-  advise_huge_pages(m.data(), size_t(m.size()) * sizeof(float));
-  m.setZero();
-  return m;
-}
+// Allocates the large matrices of a Weights without touching them, then asks for
+// huge pages over each one and, when the allocations sit next to each other (large
+// allocations are separate mappings that the kernel places side by side), over the
+// whole span, which also covers the 2 MB pages that straddle two matrices. Only then
+// are the zeros written, so the first touch faults in huge pages.
+class BigAlloc {
+ public:
+  explicit BigAlloc(Precision p) : p_(p) {}
+  // The buffers keep their addresses when the matrices are moved into place.
+  void matrix(MatRM& m, Mat16& h, int64_t rows, int64_t cols) {
+    if (p_ == Precision::F32) {
+      m.resize(rows, cols);  // uninitialised
+      add(m.data(), size_t(m.size()) * sizeof(float));
+    } else {
+      h.type = p_;
+      h.rows = rows;
+      h.cols = cols;
+      h.data.resize(size_t(rows * cols));  // default-initialised: not touched
+      add(h.data.data(), size_t(rows * cols) * sizeof(uint16_t));
+    }
+  }
+  void finish() {
+    size_t sum = 0;
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (auto [q, n] : spans_) {
+      advise_huge_pages(q, n);
+      sum += n;
+      lo = std::min(lo, reinterpret_cast<uintptr_t>(q));
+      hi = std::max(hi, reinterpret_cast<uintptr_t>(q) + n);
+    }
+    if (hi > lo && double(hi - lo) <= 1.02 * double(sum)) advise_huge_pages(reinterpret_cast<void*>(lo), hi - lo);
+    for (auto [q, n] : spans_) std::memset(q, 0, n);
+  }
+
+ private:
+  void add(void* q, size_t n) {
+    if (n) spans_.push_back({q, n});
+  }
+  Precision p_;
+  std::vector<std::pair<void*, size_t>> spans_;
+};
 
 // The matrices are allocated at precision p: float32 in W, else 16-bit in W16.
-Linear make_linear(int out, int in, bool bias, Precision p) {
+Linear make_linear(int out, int in, bool bias, BigAlloc& big) {
   Linear l;
-  if (p == Precision::F32)
-    l.W = zero_matrix(out, in);
-  else
-    l.W16.resize(p, out, in);
+  big.matrix(l.W, l.W16, out, in);
   if (bias) l.b = Vec::Zero(out);
   return l;
 }
@@ -37,22 +70,22 @@ Norm make_norm(const Config& c) {
   return n;
 }
 
-Block make_block(const Config& c, bool cross, Precision p) {
+Block make_block(const Config& c, bool cross, BigAlloc& big) {
   Block b;
   b.ln1 = make_norm(c);
   if (cross) b.ln2 = make_norm(c);
   b.ln3 = make_norm(c);
   auto attn = [&](Attention& a) {
-    a.q = make_linear(c.q_dim(), c.d_model, c.attn_bias, p);
-    a.k = make_linear(c.kv_dim(), c.d_model, c.attn_bias, p);
-    a.v = make_linear(c.kv_dim(), c.d_model, c.attn_bias, p);
-    a.o = make_linear(c.d_model, c.q_dim(), c.attn_bias, p);
+    a.q = make_linear(c.q_dim(), c.d_model, c.attn_bias, big);
+    a.k = make_linear(c.kv_dim(), c.d_model, c.attn_bias, big);
+    a.v = make_linear(c.kv_dim(), c.d_model, c.attn_bias, big);
+    a.o = make_linear(c.d_model, c.q_dim(), c.attn_bias, big);
   };
   attn(b.attn);
   if (cross) attn(b.cross);
-  b.ffn.up = make_linear(c.d_ff, c.d_model, c.ffn_bias, p);
-  if (c.ffn == FFNKind::SwiGLU) b.ffn.gate = make_linear(c.d_ff, c.d_model, c.ffn_bias, p);
-  b.ffn.down = make_linear(c.d_model, c.d_ff, c.ffn_bias, p);
+  b.ffn.up = make_linear(c.d_ff, c.d_model, c.ffn_bias, big);
+  if (c.ffn == FFNKind::SwiGLU) b.ffn.gate = make_linear(c.d_ff, c.d_model, c.ffn_bias, big);
+  b.ffn.down = make_linear(c.d_model, c.d_ff, c.ffn_bias, big);
   return b;
 }
 
@@ -100,9 +133,9 @@ void Mat16::resize(Precision p, int64_t r, int64_t c) {
   cols = c;
   data.clear();
   data.shrink_to_fit();
-  data.reserve(size_t(r * c));
+  data.resize(size_t(r * c));  // default-initialised: not yet touched
   advise_huge_pages(data.data(), size_t(r * c) * sizeof(uint16_t));
-  data.assign(size_t(r * c), 0);
+  std::fill(data.begin(), data.end(), uint16_t(0));
 }
 
 void Mat16::row(int64_t r, float* out) const { widen_rows(data.data(), type, cols, r, r + 1, out); }
@@ -151,22 +184,21 @@ int64_t Weights::bytes() const {
 Weights Weights::zeros(const Config& c, Precision p) {
   c.validate();
   Weights w;
-  auto big = [&](MatRM& m, Mat16& h, int64_t r, int64_t cols) {
-    if (p == Precision::F32)
-      m = zero_matrix(r, cols);
-    else
-      h.resize(p, r, cols);
-  };
-  big(w.tok_embed, w.tok_embed16, c.vocab_size, c.d_model);
+  BigAlloc big(p);
+  // Blocks first, in the order a token reads them, then the head.
+  w.blocks.reserve(size_t(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) w.blocks.push_back(make_block(c, c.encoder_decoder, big));
+  big.matrix(w.tok_embed, w.tok_embed16, c.vocab_size, c.d_model);
+  if (!c.tied_head) big.matrix(w.lm_head, w.lm_head16, c.vocab_size, c.d_model);
   if (c.pos == PosKind::Learned) w.pos_embed = MatRM::Zero(c.max_seq, c.d_model);
-  for (int l = 0; l < c.n_layers; ++l) w.blocks.push_back(make_block(c, c.encoder_decoder, p));
   if (c.final_norm) w.ln_final = make_norm(c);
-  if (!c.tied_head) big(w.lm_head, w.lm_head16, c.vocab_size, c.d_model);
   if (c.encoder_decoder) {
     if (c.pos == PosKind::Learned) w.enc_pos_embed = MatRM::Zero(c.max_src, c.d_model);
-    for (int l = 0; l < c.n_enc_layers; ++l) w.enc_blocks.push_back(make_block(c, false, p));
+    w.enc_blocks.reserve(size_t(c.n_enc_layers));
+    for (int l = 0; l < c.n_enc_layers; ++l) w.enc_blocks.push_back(make_block(c, false, big));
     if (c.enc_final_norm) w.enc_ln_final = make_norm(c);
   }
+  big.finish();
   return w;
 }
 

@@ -3,6 +3,8 @@
 // y = W x + b; this is also llama2.c's layout.
 #include <Eigen/Core>
 #include <cstdint>
+#include <memory>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -14,12 +16,33 @@ namespace ds {
 using MatRM = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using Vec = Eigen::VectorXf;
 
+// An allocator that leaves new elements uninitialised (resize does not write them),
+// so large buffers can be advised before their first touch.
+template <class T>
+struct UninitAlloc : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = UninitAlloc<U>;
+  };
+  UninitAlloc() = default;
+  template <class U>
+  UninitAlloc(const UninitAlloc<U>&) {}
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... A>
+  void construct(U* p, A&&... a) {
+    ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+  }
+};
+
 // A [rows, cols] row-major matrix kept as 16-bit floats (bfloat16 or float16) to
 // halve the bytes a token reads; the engine widens values as it multiplies.
 struct Mat16 {
   Precision type = Precision::BF16;
   int64_t rows = 0, cols = 0;
-  std::vector<uint16_t> data;
+  std::vector<uint16_t, UninitAlloc<uint16_t>> data;
   bool empty() const { return data.empty(); }
   int64_t size() const { return rows * cols; }
   void resize(Precision p, int64_t r, int64_t c);

@@ -24,10 +24,10 @@ struct DecodeBenchOptions {
 };
 
 struct DecodeBenchResult {
-  Bandwidth bandwidth;       // best read rate seen during the run
+  Bandwidth bandwidth;       // read rate: median and best of every probe pass, interleaved with the decode runs
   double weight_bytes = 0;   // bytes of parameters one token reads (decoder blocks, final norm, head)
   double kv_bytes = 0;       // KV-cache bytes one token reads, averaged over the timed positions
-  double floor_ms = 0;       // (weight_bytes + kv_bytes) / bandwidth
+  double floor_ms = 0;       // (weight_bytes + kv_bytes) / median bandwidth
   double plain_ms = 0;       // median decode ms/token, no observer
   double observed_ms = 0;    // median decode ms/token, default observers recording (compact trace)
   size_t observed_trace_bytes = 0;  // the trace of one observed run (steps positions)

@@ -1,15 +1,18 @@
 #include "io/llama2c.h"
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <vector>
 
+#include "io/model_folder.h"  // weights_for_loading
 #include "util/error.h"
 
 namespace ds {
@@ -91,16 +94,56 @@ class Reader {
   int64_t pos_ = 0;
 };
 
-// Reads rows*cols floats into dst and rejects NaN or infinity, naming the tensor.
+std::string tensor_label(const std::string& llama_name, int layer) {
+  return llama_name + (layer >= 0 ? " (layer " + std::to_string(layer) + ")" : std::string());
+}
+
+// Rejects NaN or infinity among the count values at v, which are values first ..
+// first+count-1 of the tensor, naming it.
+void check_finite(const std::string& path, const float* v, int64_t count, int64_t first, const std::string& what,
+                  const std::string& our_name) {
+  for (int64_t i = 0; i < count; ++i) {
+    if (!std::isfinite(v[i])) {
+      throw Error(path + ": tensor " + what + " [" + our_name + "] holds " +
+                  (std::isnan(v[i]) ? "a NaN" : "an infinite value") + " at index " + std::to_string(first + i));
+    }
+  }
+}
+
+// Reads count floats into dst and rejects NaN or infinity, naming the tensor.
 void read_tensor(Reader& r, const std::string& path, float* dst, int64_t count, const std::string& llama_name,
                  int layer, const std::string& our_name) {
-  std::string what = llama_name + (layer >= 0 ? " (layer " + std::to_string(layer) + ")" : std::string());
+  const std::string what = tensor_label(llama_name, layer);
   r.read(dst, count * 4, what);
   to_host(dst, count);
-  for (int64_t i = 0; i < count; ++i) {
-    if (!std::isfinite(dst[i])) {
-      throw Error(path + ": tensor " + what + " [" + our_name + "] holds " +
-                  (std::isnan(dst[i]) ? "a NaN" : "an infinite value") + " at index " + std::to_string(i));
+  check_finite(path, dst, count, 0, what, our_name);
+}
+
+// Reads a float32 matrix of count values into m, or, when h holds a 16-bit matrix,
+// into h a piece at a time through buf (rounded to nearest even): only the 16-bit
+// copy of the whole matrix is ever held.
+void read_matrix(Reader& r, const std::string& path, MatRM& m, Mat16& h, int64_t count,
+                 const std::string& llama_name, int layer, const std::string& our_name, std::vector<float>& buf) {
+  if (h.empty()) return read_tensor(r, path, m.data(), count, llama_name, layer, our_name);
+  const std::string what = tensor_label(llama_name, layer);
+  constexpr int64_t kChunk = int64_t{1} << 18;
+  buf.resize(static_cast<size_t>(std::min(count, kChunk)));
+  for (int64_t i0 = 0; i0 < count; i0 += kChunk) {
+    const int64_t n = std::min(kChunk, count - i0);
+    r.read(buf.data(), n * 4, what);
+    to_host(buf.data(), n);
+    check_finite(path, buf.data(), n, i0, what, our_name);
+    uint16_t* out = h.data.data() + i0;
+    narrow(buf.data(), n, h.type, out);
+    const uint16_t exp = h.type == Precision::BF16 ? 0x7F80 : 0x7C00;
+    for (int64_t i = 0; i < n; ++i) {
+      if ((out[i] & exp) == exp) {  // finite in the file, too large once narrowed
+        char v[32];
+        std::snprintf(v, sizeof v, "%.9g", static_cast<double>(buf[static_cast<size_t>(i)]));
+        throw Error(path + ": tensor " + what + " [" + our_name + "] holds " + v + " at index " +
+                    std::to_string(i0 + i) + ", beyond the range of " + precision_name(h.type) + " (load it as " +
+                    (h.type == Precision::F16 ? "bfloat16 or float32)" : "float32)"));
+      }
     }
   }
 }
@@ -141,7 +184,7 @@ Config llama2c_config(int dim, int hidden_dim, int n_layers, int n_heads, int n_
   return c;
 }
 
-Llama2cModel load_llama2c(const std::string& path) {
+Llama2cModel load_llama2c(const std::string& path, Precision precision) {
   std::error_code ec;
   const auto st = std::filesystem::status(path, ec);
   if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
@@ -212,34 +255,35 @@ Llama2cModel load_llama2c(const std::string& path) {
   } catch (const Error& e) {
     throw Error(path + ": header (" + describe(h) + ") is outside the supported range: " + e.what());
   }
-  // Every allocation below is bounded by the file size checked above.
-  m.w = Weights::zeros(m.cfg);
+  // Every allocation below is bounded by the file size checked above. The matrices
+  // are allocated in their final precision; norms stay float32.
+  m.w = weights_for_loading(m.cfg, precision);
   Weights& w = m.w;
   const int nl = h.layers;
   const int64_t d = h.dim, hd = h.hidden;
+  std::vector<float> buf;
+  auto matrix = [&](MatRM& mat, Mat16& h16, int64_t count, const char* llama_name, int layer, const std::string& ours) {
+    read_matrix(r, path, mat, h16, count, llama_name, layer, ours, buf);
+  };
+  auto linear = [&](Linear& lin, int64_t count, const char* llama_name, int layer, const char* ours) {
+    matrix(lin.W, lin.W16, count, llama_name, layer, layer_name(layer, ours));
+  };
 
-  read_tensor(r, path, w.tok_embed.data(), vocab * d, "token_embedding_table", -1, "tok_embed");
+  matrix(w.tok_embed, w.tok_embed16, vocab * d, "token_embedding_table", -1, "tok_embed");
   for (int l = 0; l < nl; ++l)
     read_tensor(r, path, w.blocks[l].ln1.g.data(), d, "rms_att_weight", l, layer_name(l, "ln1.g"));
-  for (int l = 0; l < nl; ++l)
-    read_tensor(r, path, w.blocks[l].attn.q.W.data(), d * d, "wq", l, layer_name(l, "attn.q.W"));
-  for (int l = 0; l < nl; ++l)
-    read_tensor(r, path, w.blocks[l].attn.k.W.data(), kv_dim * d, "wk", l, layer_name(l, "attn.k.W"));
-  for (int l = 0; l < nl; ++l)
-    read_tensor(r, path, w.blocks[l].attn.v.W.data(), kv_dim * d, "wv", l, layer_name(l, "attn.v.W"));
-  for (int l = 0; l < nl; ++l)
-    read_tensor(r, path, w.blocks[l].attn.o.W.data(), d * d, "wo", l, layer_name(l, "attn.o.W"));
+  for (int l = 0; l < nl; ++l) linear(w.blocks[l].attn.q, d * d, "wq", l, "attn.q.W");
+  for (int l = 0; l < nl; ++l) linear(w.blocks[l].attn.k, kv_dim * d, "wk", l, "attn.k.W");
+  for (int l = 0; l < nl; ++l) linear(w.blocks[l].attn.v, kv_dim * d, "wv", l, "attn.v.W");
+  for (int l = 0; l < nl; ++l) linear(w.blocks[l].attn.o, d * d, "wo", l, "attn.o.W");
   for (int l = 0; l < nl; ++l)
     read_tensor(r, path, w.blocks[l].ln3.g.data(), d, "rms_ffn_weight", l, layer_name(l, "ln3.g"));
-  for (int l = 0; l < nl; ++l)
-    read_tensor(r, path, w.blocks[l].ffn.gate.W.data(), hd * d, "w1", l, layer_name(l, "mlp.gate.W"));
-  for (int l = 0; l < nl; ++l)
-    read_tensor(r, path, w.blocks[l].ffn.down.W.data(), d * hd, "w2", l, layer_name(l, "mlp.down.W"));
-  for (int l = 0; l < nl; ++l)
-    read_tensor(r, path, w.blocks[l].ffn.up.W.data(), hd * d, "w3", l, layer_name(l, "mlp.up.W"));
+  for (int l = 0; l < nl; ++l) linear(w.blocks[l].ffn.gate, hd * d, "w1", l, "mlp.gate.W");
+  for (int l = 0; l < nl; ++l) linear(w.blocks[l].ffn.down, d * hd, "w2", l, "mlp.down.W");
+  for (int l = 0; l < nl; ++l) linear(w.blocks[l].ffn.up, hd * d, "w3", l, "mlp.up.W");
   read_tensor(r, path, w.ln_final.g.data(), d, "rms_final_weight", -1, "ln_final.g");
   r.skip(4 * int64_t{h.seq_len} * head_size);  // freq_cis_real, freq_cis_imag: unused
-  if (!shared) read_tensor(r, path, w.lm_head.data(), vocab * d, "wcls", -1, "lm_head");
+  if (!shared) matrix(w.lm_head, w.lm_head16, vocab * d, "wcls", -1, "lm_head");
   return m;
 }
 
@@ -262,7 +306,7 @@ void save_llama2c(const std::string& path, const Config& c, const Weights& w) {
   c.validate();
   if (std::string why = llama2c_incompatibility(c); !why.empty())
     throw Error(path + ": cannot save as a llama2.c checkpoint: " + why);
-  const bool shared = w.lm_head.size() == 0;
+  const bool shared = w.lm_head.size() == 0 && w.lm_head16.empty();
   const int64_t d = c.d_model, hd = c.d_ff, v = c.vocab_size, kv = c.kv_dim();
 
   auto shape = [&](const std::string& name, int64_t rows, int64_t cols, int64_t want_rows, int64_t want_cols) {
@@ -271,7 +315,11 @@ void save_llama2c(const std::string& path, const Config& c, const Weights& w) {
                   ", expected " + std::to_string(want_rows) + "x" + std::to_string(want_cols));
     }
   };
-  shape("tok_embed", w.tok_embed.rows(), w.tok_embed.cols(), v, d);
+  // Matrices in whichever storage they have (float32 or 16-bit).
+  auto matrix = [&](const std::string& name, const MatView& m, int64_t want_rows, int64_t want_cols) {
+    shape(name, m.rows, m.cols, want_rows, want_cols);
+  };
+  matrix("tok_embed", w.embed_view(), v, d);
   if (static_cast<int>(w.blocks.size()) != c.n_layers)
     throw Error(path + ": cannot save: " + std::to_string(w.blocks.size()) + " blocks but n_layers " +
                 std::to_string(c.n_layers));
@@ -279,16 +327,16 @@ void save_llama2c(const std::string& path, const Config& c, const Weights& w) {
     const Block& b = w.blocks[l];
     shape(layer_name(l, "ln1.g"), b.ln1.g.size(), 1, d, 1);
     shape(layer_name(l, "ln3.g"), b.ln3.g.size(), 1, d, 1);
-    shape(layer_name(l, "attn.q.W"), b.attn.q.W.rows(), b.attn.q.W.cols(), d, d);
-    shape(layer_name(l, "attn.k.W"), b.attn.k.W.rows(), b.attn.k.W.cols(), kv, d);
-    shape(layer_name(l, "attn.v.W"), b.attn.v.W.rows(), b.attn.v.W.cols(), kv, d);
-    shape(layer_name(l, "attn.o.W"), b.attn.o.W.rows(), b.attn.o.W.cols(), d, d);
-    shape(layer_name(l, "mlp.gate.W"), b.ffn.gate.W.rows(), b.ffn.gate.W.cols(), hd, d);
-    shape(layer_name(l, "mlp.down.W"), b.ffn.down.W.rows(), b.ffn.down.W.cols(), d, hd);
-    shape(layer_name(l, "mlp.up.W"), b.ffn.up.W.rows(), b.ffn.up.W.cols(), hd, d);
+    matrix(layer_name(l, "attn.q.W"), b.attn.q.view(), d, d);
+    matrix(layer_name(l, "attn.k.W"), b.attn.k.view(), kv, d);
+    matrix(layer_name(l, "attn.v.W"), b.attn.v.view(), kv, d);
+    matrix(layer_name(l, "attn.o.W"), b.attn.o.view(), d, d);
+    matrix(layer_name(l, "mlp.gate.W"), b.ffn.gate.view(), hd, d);
+    matrix(layer_name(l, "mlp.down.W"), b.ffn.down.view(), d, hd);
+    matrix(layer_name(l, "mlp.up.W"), b.ffn.up.view(), hd, d);
   }
   shape("ln_final.g", w.ln_final.g.size(), 1, d, 1);
-  if (!shared) shape("lm_head", w.lm_head.rows(), w.lm_head.cols(), v, d);
+  if (!shared) matrix("lm_head", w.head_view(), v, d);
 
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   if (!f) throw Error(path + ": cannot create file (" + std::strerror(errno) + ")");
@@ -301,21 +349,32 @@ void save_llama2c(const std::string& path, const Config& c, const Weights& w) {
       f.write(reinterpret_cast<const char*>(p), static_cast<std::streamsize>(n * 4));
     }
   };
+  std::vector<float> wide;
+  auto put_matrix = [&](const MatView& m) {
+    if (m.type == Precision::F32) return put(static_cast<const float*>(m.data), m.rows * m.cols);
+    const int64_t step = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(m.cols, 1));
+    for (int64_t r0 = 0; r0 < m.rows; r0 += step) {
+      const int64_t r1 = std::min(m.rows, r0 + step);
+      wide.resize(static_cast<size_t>((r1 - r0) * m.cols));
+      widen_rows(static_cast<const uint16_t*>(m.data), m.type, m.cols, r0, r1, wide.data());
+      put(wide.data(), (r1 - r0) * m.cols);
+    }
+  };
   int32_t header[7] = {c.d_model, c.d_ff, c.n_layers, c.n_heads, c.n_kv_heads,
                        shared ? c.vocab_size : -c.vocab_size, c.max_seq};
   to_host(header, 7);
   f.write(reinterpret_cast<const char*>(header), sizeof header);
 
-  put(w.tok_embed.data(), v * d);
+  put_matrix(w.embed_view());
   for (const Block& b : w.blocks) put(b.ln1.g.data(), d);
-  for (const Block& b : w.blocks) put(b.attn.q.W.data(), d * d);
-  for (const Block& b : w.blocks) put(b.attn.k.W.data(), kv * d);
-  for (const Block& b : w.blocks) put(b.attn.v.W.data(), kv * d);
-  for (const Block& b : w.blocks) put(b.attn.o.W.data(), d * d);
+  for (const Block& b : w.blocks) put_matrix(b.attn.q.view());
+  for (const Block& b : w.blocks) put_matrix(b.attn.k.view());
+  for (const Block& b : w.blocks) put_matrix(b.attn.v.view());
+  for (const Block& b : w.blocks) put_matrix(b.attn.o.view());
   for (const Block& b : w.blocks) put(b.ln3.g.data(), d);
-  for (const Block& b : w.blocks) put(b.ffn.gate.W.data(), hd * d);
-  for (const Block& b : w.blocks) put(b.ffn.down.W.data(), d * hd);
-  for (const Block& b : w.blocks) put(b.ffn.up.W.data(), hd * d);
+  for (const Block& b : w.blocks) put_matrix(b.ffn.gate.view());
+  for (const Block& b : w.blocks) put_matrix(b.ffn.down.view());
+  for (const Block& b : w.blocks) put_matrix(b.ffn.up.view());
   put(w.ln_final.g.data(), d);
   // freq_cis_real then freq_cis_imag, [seq_len, head_size/2] each, as the legacy
   // exporter wrote them (llama2.c's run.c ignores them).
@@ -330,7 +389,7 @@ void save_llama2c(const std::string& path, const Config& c, const Weights& w) {
   }
   put(re.data(), static_cast<int64_t>(re.size()));
   put(im.data(), static_cast<int64_t>(im.size()));
-  if (!shared) put(w.lm_head.data(), v * d);
+  if (!shared) put_matrix(w.head_view());
   f.flush();
   if (!f) throw Error(path + ": write failed");
 }

@@ -20,8 +20,7 @@ constexpr const char* kBuiltin = "builtin:";
 
 LoadedModel load_llama2c_model(const std::string& path, const std::string& tokenizer_path, Precision precision) {
   LoadedModel out;
-  Llama2cModel m = load_llama2c(path);
-  m.w.narrow(precision);
+  Llama2cModel m = load_llama2c(path, precision);
   out.precision = precision;
   out.kind = "llama2c";
   out.name = fs::path(path).filename().string();
@@ -41,8 +40,7 @@ LoadedModel load_llama2c_model(const std::string& path, const std::string& token
 
 LoadedModel load_folder_model(const std::string& dir, const std::string& tokenizer_path, const std::string& name,
                               Precision precision) {
-  FolderModel f = load_model_folder(dir);
-  f.w.narrow(precision);
+  FolderModel f = load_model_folder(dir, precision);
   LoadedModel out;
   out.precision = precision;
   out.kind = f.format;

@@ -1,16 +1,29 @@
 #include "io/model_folder.h"
 
+#include <sys/mman.h>
+
+#if defined(__AVX2__) || defined(__SSE2__)
+#include <immintrin.h>  // the 8x8 transposes
+#endif
+
 #include <algorithm>
+#include <atomic>
+#include <bit>
+#include <chrono>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <thread>
 #include <map>
 #include <set>
 
 #include "io/safetensors.h"
 #include "model/config_json.h"
+#include "perf/memory.h"
 #include "text/char_tokenizer.h"
 #include "util/error.h"
 
@@ -69,15 +82,422 @@ json read_json_file(const std::string& path) {
   return j;
 }
 
-// Copies a tensor as float32, gives its file pages back, and rejects NaN/infinity.
-void read_tensor(const SafeTensors& st, const SafeTensors::Entry& e, float* out) {
-  st.read_f32(e, out, true);
-  const int64_t n = e.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    if (!std::isfinite(out[i]))
-      throw Error(st.path() + ": tensor " + e.name + " holds " + (std::isnan(out[i]) ? "a NaN" : "an infinite value") +
-                  " at flat index " + std::to_string(i));
+// ------------------------------------------------------------------ weights to fill
+
+// The large matrices of a Weights being allocated for a loader: each is allocated
+// untouched (MatRM::resize and Mat16's allocator do not write), then, as
+// Weights::zeros does, advised for transparent huge pages (each one, and the whole
+// span when the allocations lie side by side) so that decoding reads them through
+// few TLB entries. Unlike Weights::zeros nothing is written: the loader's first
+// write faults the pages in.
+class Untouched {
+ public:
+  explicit Untouched(Precision p) : p_(p) {}
+  void matrix(MatRM& m, Mat16& h, int64_t rows, int64_t cols) {
+    if (p_ == Precision::F32) {
+      m.resize(rows, cols);
+      add(m.data(), static_cast<size_t>(m.size()) * sizeof(float));
+    } else {
+      h.type = p_;
+      h.rows = rows;
+      h.cols = cols;
+      h.data.resize(static_cast<size_t>(rows * cols));
+      add(h.data.data(), h.data.size() * sizeof(uint16_t));
+    }
   }
+  void advise() const {
+    size_t sum = 0;
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (const auto& [q, n] : spans_) {
+      advise_huge_pages(q, n);
+      sum += n;
+      lo = std::min(lo, reinterpret_cast<uintptr_t>(q));
+      hi = std::max(hi, reinterpret_cast<uintptr_t>(q) + n);
+    }
+    if (hi > lo && double(hi - lo) <= 1.02 * double(sum)) advise_huge_pages(reinterpret_cast<void*>(lo), hi - lo);
+  }
+
+ private:
+  void add(void* q, size_t n) {
+    if (n) spans_.push_back({q, n});
+  }
+  Precision p_;
+  std::vector<std::pair<void*, size_t>> spans_;
+};
+
+Linear linear_to_fill(int64_t out, int64_t in, bool bias, Untouched& big) {
+  Linear l;
+  big.matrix(l.W, l.W16, out, in);
+  if (bias) l.b = Vec::Zero(out);
+  return l;
+}
+
+Norm norm_to_fill(const Config& c) {
+  Norm n;
+  n.g = Vec::Ones(c.d_model);
+  if (c.norm == NormKind::LayerNorm && c.norm_bias) n.b = Vec::Zero(c.d_model);
+  return n;
+}
+
+Block block_to_fill(const Config& c, bool cross, Untouched& big) {
+  Block b;
+  b.ln1 = norm_to_fill(c);
+  if (cross) b.ln2 = norm_to_fill(c);
+  b.ln3 = norm_to_fill(c);
+  auto attn = [&](Attention& a) {
+    a.q = linear_to_fill(c.q_dim(), c.d_model, c.attn_bias, big);
+    a.k = linear_to_fill(c.kv_dim(), c.d_model, c.attn_bias, big);
+    a.v = linear_to_fill(c.kv_dim(), c.d_model, c.attn_bias, big);
+    a.o = linear_to_fill(c.d_model, c.q_dim(), c.attn_bias, big);
+  };
+  attn(b.attn);
+  if (cross) attn(b.cross);
+  b.ffn.up = linear_to_fill(c.d_ff, c.d_model, c.ffn_bias, big);
+  if (c.ffn == FFNKind::SwiGLU) b.ffn.gate = linear_to_fill(c.d_ff, c.d_model, c.ffn_bias, big);
+  b.ffn.down = linear_to_fill(c.d_model, c.d_ff, c.ffn_bias, big);
+  return b;
+}
+
+// ------------------------------------------------------------------ reading tensors
+
+// Where one tensor's values go: float32, or 16-bit floats of type `type`.
+struct Dest {
+  float* f32 = nullptr;
+  uint16_t* h = nullptr;
+  Precision type = Precision::F32;
+};
+Dest dest_of(MatRM& m, Mat16& h) {
+  if (!h.empty()) return {nullptr, h.data.data(), h.type};
+  return {m.data(), nullptr, Precision::F32};
+}
+Dest dest_of(Vec& v) { return {v.data(), nullptr, Precision::F32}; }
+Dest dest_of(MatRM& m) { return {m.data(), nullptr, Precision::F32}; }
+Dest dest_of(const Weights::TensorRef& t) {
+  if (t.data) return {t.data, nullptr, Precision::F32};
+  return {nullptr, t.data16, t.type};
+}
+
+// Whether all n values are finite (no NaN or infinity): a branch-free scan of the
+// exponent bits, cheap enough to run on every chunk as it is read.
+bool all_finite(const float* v, int64_t n) {
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) bad |= (~std::bit_cast<uint32_t>(v[i]) & 0x7F800000u) == 0 ? 1u : 0u;
+  return bad == 0;
+}
+bool all_finite(const uint16_t* v, int64_t n, Precision p) {
+  const uint16_t exp = p == Precision::BF16 ? 0x7F80 : 0x7C00;
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) bad |= (~v[i] & exp) == 0 ? 1u : 0u;
+  return bad == 0;
+}
+std::string number(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
+  return buf;
+}
+float widen(uint16_t v, Precision p) { return p == Precision::BF16 ? bf16_to_f32(v) : f16_to_f32(v); }
+
+// 8x8 blocks: d[j * ds + i] = s[i * ss + j] for i, j < 8; in vector registers where
+// the build targets AVX2 (float32) or SSE2 (16-bit values).
+template <class T>
+inline void transpose8_scalar(const T* s, int64_t ss, T* d, int64_t ds) {
+  for (int j = 0; j < 8; ++j)
+    for (int i = 0; i < 8; ++i) d[j * ds + i] = s[i * ss + j];
+}
+
+inline void transpose8(const float* s, int64_t ss, float* d, int64_t ds) {
+#ifdef __AVX2__
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(s + i * ss);
+  for (int i = 0; i < 8; i += 2) {  // rows a = i, b = i + 1
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);      // a0 b0 a1 b1 | a4 b4 a5 b5
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);  // a2 b2 a3 b3 | a6 b6 a7 b7
+  }
+  for (int i = 0; i < 8; i += 4) {  // four rows per step: columns 0|4, 1|5, 2|6, 3|7
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int j = 0; j < 4; ++j) {  // join the halves of rows 0-3 and 4-7
+    _mm256_storeu_ps(d + j * ds, _mm256_permute2f128_ps(r[j], r[j + 4], 0x20));
+    _mm256_storeu_ps(d + (j + 4) * ds, _mm256_permute2f128_ps(r[j], r[j + 4], 0x31));
+  }
+#else
+  transpose8_scalar(s, ss, d, ds);
+#endif
+}
+
+inline void transpose8(const uint16_t* s, int64_t ss, uint16_t* d, int64_t ds) {
+#ifdef __SSE2__
+  __m128i a[8], b[8];
+  for (int i = 0; i < 8; ++i) a[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i * ss));
+  for (int i = 0; i < 8; i += 2) {
+    b[i] = _mm_unpacklo_epi16(a[i], a[i + 1]);      // columns 0-3 of rows i, i+1, interleaved
+    b[i + 1] = _mm_unpackhi_epi16(a[i], a[i + 1]);  // columns 4-7
+  }
+  for (int h = 0; h < 2; ++h) {  // columns 0-3, then 4-7
+    const __m128i c0 = _mm_unpacklo_epi32(b[h], b[h + 2]), c1 = _mm_unpackhi_epi32(b[h], b[h + 2]);
+    const __m128i c2 = _mm_unpacklo_epi32(b[h + 4], b[h + 6]), c3 = _mm_unpackhi_epi32(b[h + 4], b[h + 6]);
+    uint16_t* o = d + 4 * h * ds;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm_unpacklo_epi64(c0, c2));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + ds), _mm_unpackhi_epi64(c0, c2));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 2 * ds), _mm_unpacklo_epi64(c1, c3));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 3 * ds), _mm_unpackhi_epi64(c1, c3));
+  }
+#else
+  transpose8_scalar(s, ss, d, ds);
+#endif
+}
+
+// dst[c * ld + r] = src[r * cols + c0 + c] for r < rows, c < width: columns c0 ..
+// c0+width-1 of a row-major [rows, cols] block, transposed, 8x8 at a time.
+template <class T>
+void transpose_cols(const T* src, int64_t rows, int64_t cols, int64_t c0, int64_t width, T* dst, int64_t ld) {
+  const int64_t r8 = rows / 8 * 8, w8 = width / 8 * 8;
+  for (int64_t r = 0; r < r8; r += 8) {
+    for (int64_t c = 0; c < w8; c += 8) {
+      const T* s = src + r * cols + c0 + c;
+      transpose8(s, cols, dst + c * ld + r, ld);
+    }
+  }
+  // The edges: the last rows % 8 rows, and the last width % 8 columns.
+  for (int64_t c = 0; c < width; ++c)
+    for (int64_t r = (c < w8 ? r8 : 0); r < rows; ++r) dst[c * ld + r] = src[r * cols + c0 + c];
+}
+
+// Reads tensors of one file into their destinations, a chunk at a time: values are
+// converted to the destination's type as they are read and checked while they are
+// still in cache.
+class Filler {
+ public:
+  explicit Filler(const SafeTensors& st) : st_(st) {}
+
+  // All of e, in its flat order, into d.
+  void copy(const SafeTensors::Entry& e, Dest d) {
+    const int64_t n = e.numel();
+    for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+      const int64_t m = std::min(kChunk, n - i0);
+      if (d.type == Precision::F32) {
+        st_.read_f32(e, i0, m, d.f32 + i0);
+        check(e, i0, d.f32 + i0, m);
+      } else {
+        st_.read_16(e, i0, m, d.type, d.h + i0);
+        check(e, i0, d.h + i0, m, d.type);
+      }
+    }
+  }
+
+  // e holds a row-major [rows, cols] matrix (a Conv1D weight, [in, out]). Its columns
+  // are cut, in order, into parts of the given widths, and each part goes transposed
+  // into its destination, a row-major [width, rows] matrix (a Linear W, [out, in]).
+  void transpose(const SafeTensors::Entry& e, int64_t rows, int64_t cols,
+                 const std::vector<std::pair<Dest, int64_t>>& parts) {
+    const Precision p = parts.front().first.type;
+    const int64_t step = std::max<int64_t>(1, kChunk / std::max<int64_t>(cols, 1));
+    for (int64_t r0 = 0; r0 < rows; r0 += step) {
+      const int64_t m = std::min(step, rows - r0);
+      if (p == Precision::F32) {
+        f32_.resize(static_cast<size_t>(m * cols));
+        st_.read_f32(e, r0 * cols, m * cols, f32_.data());
+        check(e, r0 * cols, f32_.data(), m * cols);
+      } else {
+        h_.resize(static_cast<size_t>(m * cols));
+        st_.read_16(e, r0 * cols, m * cols, p, h_.data());
+        check(e, r0 * cols, h_.data(), m * cols, p);
+      }
+      int64_t c0 = 0;
+      for (const auto& [d, width] : parts) {
+        if (p == Precision::F32)
+          transpose_cols(f32_.data(), m, cols, c0, width, d.f32 + r0, rows);
+        else
+          transpose_cols(h_.data(), m, cols, c0, width, d.h + r0, rows);
+        c0 += width;
+      }
+    }
+  }
+
+  // Whether tensors a and b hold the same values (as float32; both numel() long).
+  bool same_values(const SafeTensors::Entry& a, const SafeTensors::Entry& b) {
+    const int64_t n = a.numel();
+    if (b.numel() != n) return false;
+    f32_.resize(static_cast<size_t>(std::min(n, kChunk)));
+    std::vector<float> other(f32_.size());
+    for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+      const int64_t m = std::min(kChunk, n - i0);
+      st_.read_f32(a, i0, m, f32_.data());
+      st_.read_f32(b, i0, m, other.data());
+      if (!std::equal(f32_.begin(), f32_.begin() + m, other.begin())) return false;
+    }
+    return true;
+  }
+
+ private:
+  static constexpr int64_t kChunk = int64_t{1} << 18;  // values per read: 1 MB of float32
+
+  void check(const SafeTensors::Entry& e, int64_t first, const float* v, int64_t n) const {
+    if (all_finite(v, n)) return;
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(v[i])) bad_value(e, first + i, v[i], Precision::F32);
+  }
+  void check(const SafeTensors::Entry& e, int64_t first, const uint16_t* v, int64_t n, Precision p) const {
+    if (all_finite(v, n, p)) return;
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(widen(v[i], p))) bad_value(e, first + i, widen(v[i], p), p);
+  }
+  // Throws for the value at flat index i of e, which is `got` once stored as p.
+  [[noreturn]] void bad_value(const SafeTensors::Entry& e, int64_t i, float got, Precision p) const {
+    float file_value = got;
+    if (p != Precision::F32) st_.read_f32(e, i, 1, &file_value);
+    if (std::isfinite(file_value))  // finite in the file, out of range once narrowed
+      throw Error(st_.path() + ": tensor " + e.name + " holds " + number(file_value) + " at flat index " +
+                  std::to_string(i) + ", beyond the range of " + precision_name(p) + " (load it as " +
+                  (p == Precision::F16 ? "bfloat16 or float32)" : "float32)"));
+    throw Error(st_.path() + ": tensor " + e.name + " holds " +
+                (std::isnan(file_value) ? "a NaN" : "an infinite value") + " at flat index " + std::to_string(i));
+  }
+
+  const SafeTensors& st_;
+  std::vector<float> f32_;
+  std::vector<uint16_t> h_;
+};
+
+// One tensor to read, with the memory it writes that may not have been touched yet.
+struct ReadJob {
+  const SafeTensors::Entry* e;
+  std::function<void(const SafeTensors::Entry&)> run;
+  std::vector<std::pair<void*, size_t>> fresh;  // (start, bytes)
+};
+
+// Works ahead of the reader on a second thread, so that what would make the reader
+// wait happens while it copies and converts:
+//  * the file: asks the kernel to read the next kAhead bytes after the tensor being
+//    read into the page cache, so the disk keeps streaming;
+//  * the memory: faults in the pages the next jobs will write. The first write to a
+//    new page costs a page fault in which the kernel finds and zeroes the page; for a
+//    whole model that is about as much work as copying it, and here it runs on
+//    another core. It uses madvise(MADV_POPULATE_WRITE) (Linux 5.14), which maps
+//    pages without writing to them, so it cannot disturb values the reader has
+//    stored; where that is missing the reader takes the faults itself.
+// Nothing is started for files below kMinBytes.
+class ReadAhead {
+ public:
+  ReadAhead(const SafeTensors& st, const std::vector<ReadJob>& jobs) : st_(st), jobs_(jobs) {
+    uint64_t bytes = 0;
+    for (const ReadJob& j : jobs_) {
+      bytes += j.e->end - j.e->begin;
+      end_ = std::max(end_, j.e->end);
+    }
+    if (bytes >= kMinBytes) thread_ = std::thread([this] { run(); });
+  }
+  ReadAhead(const ReadAhead&) = delete;
+  ReadAhead& operator=(const ReadAhead&) = delete;
+  ~ReadAhead() {
+    stop_.store(true, std::memory_order_relaxed);
+    if (thread_.joinable()) thread_.join();
+  }
+  // The reader has started jobs[k] (jobs are in file order).
+  void reading(size_t k) { reader_.store(k, std::memory_order_relaxed); }
+
+ private:
+  static constexpr uint64_t kMinBytes = uint64_t{32} << 20;  // smaller files are read before a thread starts
+  static constexpr uint64_t kAhead = uint64_t{128} << 20;    // page cache asked for ahead of the reader
+  static constexpr uint64_t kFetchStep = uint64_t{1} << 20;  // about what the kernel reads per request
+  static constexpr uintptr_t kFaultStep = uintptr_t{2} << 20;
+
+  void run() {
+    uint64_t fetched = jobs_.front().e->begin;
+    while (!stop_.load(std::memory_order_relaxed)) {
+      const size_t k = reader_.load(std::memory_order_relaxed);
+      fetched = std::max(fetched, jobs_[k].e->begin);  // what the reader has reached needs no asking
+      const uint64_t want = std::min(end_, jobs_[k].e->begin + kAhead);
+      if (fetched < want) {
+        const uint64_t to = std::min(want, fetched + kFetchStep);
+        st_.prefetch(fetched, to);
+        fetched = to;
+      } else if (!fault_in_step(k)) {
+        if (fetched >= end_) return;  // all asked for, all faulted in
+        std::this_thread::sleep_for(std::chrono::microseconds(200));  // until the reader moves on
+      }
+    }
+  }
+
+  // Faults in the next kFaultStep bytes of fresh memory of jobs k onwards; false when
+  // there is none left (or it cannot be done).
+  bool fault_in_step(size_t k) {
+#ifdef MADV_POPULATE_WRITE
+    if (!can_fault_in_) return false;
+    if (job_ < k) {  // the reader got there first
+      job_ = k;
+      range_ = 0;
+      done_ = 0;
+    }
+    while (job_ < jobs_.size()) {
+      const auto& ranges = jobs_[job_].fresh;
+      if (range_ >= ranges.size()) {
+        ++job_;
+        range_ = 0;
+        done_ = 0;
+        continue;
+      }
+      // Whole pages only; the partial pages at the ends are left to the reader.
+      const uintptr_t start = reinterpret_cast<uintptr_t>(ranges[range_].first);
+      const uintptr_t a = (start + page_ - 1) / page_ * page_ + done_;
+      const uintptr_t b = (start + ranges[range_].second) / page_ * page_;
+      if (a >= b) {
+        ++range_;
+        done_ = 0;
+        continue;
+      }
+      const uintptr_t n = std::min(kFaultStep, b - a);
+      if (::madvise(reinterpret_cast<void*>(a), n, MADV_POPULATE_WRITE) != 0) {
+        can_fault_in_ = false;  // not supported, or no memory: the reader faults pages in as it writes
+        return false;
+      }
+      done_ += n;
+      return true;
+    }
+#else
+    (void)k;
+#endif
+    return false;
+  }
+
+  const SafeTensors& st_;
+  const std::vector<ReadJob>& jobs_;
+  const uintptr_t page_ = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  uint64_t end_ = 0;  // end of the last tensor, relative to the data section
+  std::atomic<size_t> reader_{0};
+  std::atomic<bool> stop_{false};
+  // Where fault_in_step has got to: job, range of it, bytes of that range.
+  size_t job_ = 0, range_ = 0;
+  uintptr_t done_ = 0;
+  bool can_fault_in_ = true;
+  std::thread thread_;
+};
+
+// Reads in the order the tensors lie in the file, so the file streams from front to
+// back whatever order the loader lists them in, with a ReadAhead working ahead.
+void run_in_file_order(const SafeTensors& st, std::vector<ReadJob>& jobs) {
+  if (jobs.empty()) return;
+  std::stable_sort(jobs.begin(), jobs.end(), [](const ReadJob& a, const ReadJob& b) { return a.e->begin < b.e->begin; });
+  ReadAhead ahead(st, jobs);
+  for (size_t k = 0; k < jobs.size(); ++k) {
+    ahead.reading(k);
+    jobs[k].run(*jobs[k].e);
+  }
+}
+
+// The memory destinations of n values each span (not yet touched when they are
+// large matrices from weights_for_loading).
+std::vector<std::pair<void*, size_t>> fresh_memory(const std::vector<Dest>& ds, int64_t n_each) {
+  std::vector<std::pair<void*, size_t>> out;
+  for (const Dest& d : ds) {
+    if (n_each <= 0) continue;
+    if (d.f32) out.push_back({d.f32, static_cast<size_t>(n_each) * sizeof(float)});
+    else if (d.h) out.push_back({d.h, static_cast<size_t>(n_each) * sizeof(uint16_t)});
+  }
+  return out;
 }
 
 const SafeTensors::Entry& need_tensor(const SafeTensors& st, const std::string& name, const Shape& shape) {
@@ -159,7 +579,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-void load_gpt2(FolderModel& m, const json& j, const std::string& config_path, const std::string& st_path) {
+void load_gpt2(FolderModel& m, const json& j, const std::string& config_path, const std::string& st_path,
+               Precision p) {
   m.format = "gpt2";
   m.tokenizer_kind = "gpt2-bpe";
   m.cfg = gpt2_config_from(j, config_path);
@@ -212,53 +633,69 @@ void load_gpt2(FolderModel& m, const json& j, const std::string& config_path, co
     throw Error(st_path + ": holds weights a GPT-2 of this config does not have (n_layer " + std::to_string(c.n_layers) +
                 "): " + list_names(unknown));
 
-  m.w = Weights::zeros(c);
+  m.w = weights_for_loading(c, p);
   Weights& w = m.w;
-  read_tensor(st, *st.find(prefix + "wte.weight"), w.tok_embed.data());
-  read_tensor(st, *st.find(prefix + "wpe.weight"), w.pos_embed.data());
-  std::vector<float> tmp;
-  // A Conv1D weight [in, out] into tmp, as a row-major map.
-  auto conv = [&](const std::string& name, int64_t in, int64_t out) {
-    tmp.resize(static_cast<size_t>(in * out));
-    read_tensor(st, *st.find(name), tmp.data());
-    return Eigen::Map<const MatRM>(tmp.data(), in, out);
+  Filler fill(st);
+  std::vector<ReadJob> jobs;
+  auto job = [&](const std::string& name, std::function<void(const SafeTensors::Entry&)> run,
+                 std::vector<std::pair<void*, size_t>> fresh = {}) {
+    jobs.push_back({st.find(name), std::move(run), std::move(fresh)});  // present: checked above
   };
-  auto vec = [&](const std::string& name, Vec& v) { read_tensor(st, *st.find(name), v.data()); };
+  auto vec = [&](const std::string& name, Vec& v) {
+    job(name, [&fill, &v](const SafeTensors::Entry& e) { fill.copy(e, dest_of(v)); });
+  };
+  // A Conv1D weight [in, out] into Linear weights [out, in], the columns split evenly.
+  auto conv = [&](const std::string& name, int64_t in, int64_t out, const std::vector<Linear*>& parts) {
+    std::vector<std::pair<Dest, int64_t>> dests;
+    std::vector<Dest> all;
+    for (Linear* l : parts) {
+      dests.push_back({dest_of(l->W, l->W16), out / static_cast<int64_t>(parts.size())});
+      all.push_back(dests.back().first);
+    }
+    job(name, [&fill, in, out, dests](const SafeTensors::Entry& e) { fill.transpose(e, in, out, dests); },
+        fresh_memory(all, in * out / static_cast<int64_t>(parts.size())));
+  };
+  const Dest embed = dest_of(w.tok_embed, w.tok_embed16);
+  job(prefix + "wte.weight", [&fill, embed](const SafeTensors::Entry& e) { fill.copy(e, embed); },
+      fresh_memory({embed}, V * d));
+  job(prefix + "wpe.weight", [&](const SafeTensors::Entry& e) { fill.copy(e, dest_of(w.pos_embed)); });
   for (int l = 0; l < c.n_layers; ++l) {
     Block& b = w.blocks[static_cast<size_t>(l)];
     vec(lname(l, "ln_1.weight"), b.ln1.g);
     vec(lname(l, "ln_1.bias"), b.ln1.b);
-    {
-      auto T = conv(lname(l, "attn.c_attn.weight"), d, 3 * d);
-      b.attn.q.W = T.middleCols(0, d).transpose();
-      b.attn.k.W = T.middleCols(d, d).transpose();
-      b.attn.v.W = T.middleCols(2 * d, d).transpose();
+    conv(lname(l, "attn.c_attn.weight"), d, 3 * d, {&b.attn.q, &b.attn.k, &b.attn.v});  // q, k, v columns
+    job(lname(l, "attn.c_attn.bias"), [&fill, &b, d](const SafeTensors::Entry& e) {
       Vec qkv(3 * d);
-      vec(lname(l, "attn.c_attn.bias"), qkv);
+      fill.copy(e, dest_of(qkv));
       b.attn.q.b = qkv.segment(0, d);
       b.attn.k.b = qkv.segment(d, d);
       b.attn.v.b = qkv.segment(2 * d, d);
-    }
-    b.attn.o.W = conv(lname(l, "attn.c_proj.weight"), d, d).transpose();
+    });
+    conv(lname(l, "attn.c_proj.weight"), d, d, {&b.attn.o});
     vec(lname(l, "attn.c_proj.bias"), b.attn.o.b);
     vec(lname(l, "ln_2.weight"), b.ln3.g);
     vec(lname(l, "ln_2.bias"), b.ln3.b);
-    b.ffn.up.W = conv(lname(l, "mlp.c_fc.weight"), d, ff).transpose();
+    conv(lname(l, "mlp.c_fc.weight"), d, ff, {&b.ffn.up});
     vec(lname(l, "mlp.c_fc.bias"), b.ffn.up.b);
-    b.ffn.down.W = conv(lname(l, "mlp.c_proj.weight"), ff, d).transpose();
+    conv(lname(l, "mlp.c_proj.weight"), ff, d, {&b.ffn.down});
     vec(lname(l, "mlp.c_proj.bias"), b.ffn.down.b);
   }
   vec(prefix + "ln_f.weight", w.ln_final.g);
   vec(prefix + "ln_f.bias", w.ln_final.b);
   if (lm_head) {
-    // GPT2LMHeadModel ties lm_head to wte; a file whose head differs is loaded untied.
-    MatRM head(V, d);
-    read_tensor(st, *lm_head, head.data());
-    if (head != w.tok_embed) {
-      w.lm_head = std::move(head);
+    // GPT2LMHeadModel ties lm_head to wte; a file whose head differs (compared as
+    // float32 values, in the file) is loaded untied.
+    const SafeTensors::Entry* wte = st.find(prefix + "wte.weight");
+    job(lm_head->name, [&, wte](const SafeTensors::Entry& e) {
+      if (fill.same_values(e, *wte)) return;
+      Untouched head(p);
+      head.matrix(w.lm_head, w.lm_head16, V, d);
+      head.advise();
       c.tied_head = false;
-    }
+      fill.copy(e, dest_of(w.lm_head, w.lm_head16));
+    });
   }
+  run_in_file_order(st, jobs);
 }
 
 // ------------------------------------------------------------------ decoderscope
@@ -278,7 +715,8 @@ double matrix_params(const Config& c) {
   return n;
 }
 
-void load_own(FolderModel& m, const json& j, const std::string& config_path, const std::string& st_path) {
+void load_own(FolderModel& m, const json& j, const std::string& config_path, const std::string& st_path,
+              Precision p) {
   m.format = "decoderscope";
   try {
     const int version = json_int(j, "version");
@@ -323,13 +761,19 @@ void load_own(FolderModel& m, const json& j, const std::string& config_path, con
     throw Error(config_path + ": describes a model of at least " + std::to_string(int64_t(matrix_params(c))) +
                 " parameters but " + st_path + " holds only " + std::to_string(int64_t(held)) + " values");
 
-  m.w = Weights::zeros(c);
+  m.w = weights_for_loading(c, p);
   Weights& w = m.w;
-  if (c.encoder_decoder && st.find("encoder.tok_embed")) w.enc_tok_embed = MatRM::Zero(c.vocab_size, c.d_model);
+  if (c.encoder_decoder && st.find("encoder.tok_embed")) {
+    Untouched big(p);
+    big.matrix(w.enc_tok_embed, w.enc_tok_embed16, c.vocab_size, c.d_model);
+    big.advise();
+  }
+  // Every tensor present with its shape, and nothing else, before any is read.
   std::set<std::string> used;
+  std::vector<std::pair<const SafeTensors::Entry*, Dest>> todo;
   for (auto& t : w.tensors()) {
     const Shape shape = is_vector_name(t.name) ? Shape{t.rows} : Shape{t.rows, t.cols};
-    read_tensor(st, need_tensor(st, t.name, shape), t.data);
+    todo.push_back({&need_tensor(st, t.name, shape), dest_of(t)});
     used.insert(t.name);
   }
   std::vector<std::string> unknown;
@@ -337,11 +781,38 @@ void load_own(FolderModel& m, const json& j, const std::string& config_path, con
     if (!used.count(e.name)) unknown.push_back(e.name);
   if (!unknown.empty())
     throw Error(st_path + ": holds tensors this configuration does not use: " + list_names(unknown));
+  Filler fill(st);
+  std::vector<ReadJob> jobs;
+  for (auto& [e, dest] : todo)
+    jobs.push_back({e, [&fill, d = dest](const SafeTensors::Entry& en) { fill.copy(en, d); },
+                    fresh_memory({dest}, e->numel())});
+  run_in_file_order(st, jobs);
 }
 
 }  // namespace
 
-FolderModel load_model_folder(const std::string& dir) {
+Weights weights_for_loading(const Config& c, Precision p) {
+  c.validate();
+  Weights w;
+  Untouched big(p);
+  // The order of Weights::zeros: blocks as a token reads them, then the embeddings.
+  w.blocks.reserve(static_cast<size_t>(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) w.blocks.push_back(block_to_fill(c, c.encoder_decoder, big));
+  big.matrix(w.tok_embed, w.tok_embed16, c.vocab_size, c.d_model);
+  if (!c.tied_head) big.matrix(w.lm_head, w.lm_head16, c.vocab_size, c.d_model);
+  if (c.pos == PosKind::Learned) w.pos_embed = MatRM::Zero(c.max_seq, c.d_model);
+  if (c.final_norm) w.ln_final = norm_to_fill(c);
+  if (c.encoder_decoder) {
+    if (c.pos == PosKind::Learned) w.enc_pos_embed = MatRM::Zero(c.max_src, c.d_model);
+    w.enc_blocks.reserve(static_cast<size_t>(c.n_enc_layers));
+    for (int l = 0; l < c.n_enc_layers; ++l) w.enc_blocks.push_back(block_to_fill(c, false, big));
+    if (c.enc_final_norm) w.enc_ln_final = norm_to_fill(c);
+  }
+  big.advise();
+  return w;
+}
+
+FolderModel load_model_folder(const std::string& dir, Precision precision) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw Error(dir + ": not a folder");
   const fs::path d(dir);
@@ -372,9 +843,9 @@ FolderModel load_model_folder(const std::string& dir) {
     if (format != "decoderscope")
       throw Error(config_path + ": field \"format\" is " +
                   json(format).dump(-1, ' ', true, json::error_handler_t::replace) + ", expected \"decoderscope\"");
-    load_own(m, j, config_path, st_path);
+    load_own(m, j, config_path, st_path, precision);
   } else {
-    load_gpt2(m, j, config_path, st_path);
+    load_gpt2(m, j, config_path, st_path, precision);
   }
   return m;
 }
@@ -386,7 +857,7 @@ void save_model_folder(const std::string& dir, const Config& cfg, const Weights&
   // The tensors cfg implies, by name and shape.
   std::map<std::string, std::pair<int64_t, int64_t>> want;
   {
-    Weights z = Weights::zeros(cfg);
+    Weights z = weights_for_loading(cfg, Precision::F32);  // large matrices never written: address space only
     for (auto& t : z.tensors()) want[t.name] = {t.rows, t.cols};
     if (cfg.encoder_decoder) want["encoder.tok_embed"] = {cfg.vocab_size, cfg.d_model};
   }
@@ -402,8 +873,13 @@ void save_model_folder(const std::string& dir, const Config& cfg, const Weights&
     SafeTensorOut o;
     o.name = t.name;
     o.shape = is_vector_name(t.name) ? Shape{t.rows} : Shape{t.rows, t.cols};
-    o.data = t.data;
-    o.dtype = dtype;
+    if (t.data) {
+      o.data = t.data;
+      o.dtype = dtype;
+    } else {  // kept as 16-bit floats: written in their own type, unchanged
+      o.data16 = t.data16;
+      o.dtype = t.type == Precision::BF16 ? "BF16" : "F16";
+    }
     out.push_back(std::move(o));
   }
   want.erase("encoder.tok_embed");  // optional

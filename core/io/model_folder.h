@@ -16,9 +16,14 @@
 //    are named as Weights::tensors() names them, shaped [rows, cols] for matrices and
 //    [n] for vectors, stored as F32, F16 or BF16.
 //
-// Everything is checked before the float32 weights are allocated (each expected
-// tensor present with its shape); each tensor's file pages are given back after it
-// is copied, so peak memory stays near the size of the float32 weights.
+// The weights are loaded straight into the precision asked for: the large matrices
+// (linear layers, token embeddings, head) as float32, or as bfloat16/float16 with no
+// float32 copy of them ever held (a tensor stored in that 16-bit dtype is copied bit
+// for bit, one in another dtype is rounded to nearest even); norms, biases and
+// position tables stay float32. Every expected tensor is checked (present, with its
+// shape, nothing unexpected) before any value is read; tensors are then read in file
+// order, straight into the weights, so loading streams the file once and peak memory
+// stays near the size of the weights themselves.
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -41,14 +46,25 @@ struct FolderModel {
 // Throws ds::Error naming the folder or file and the problem: missing files (with a
 // hint when only pytorch_model.bin is there), bad JSON, wrong or missing config
 // fields, missing or mis-shaped tensors, unexpected weight tensors, unsupported
-// dtypes, NaN or infinite values (naming the tensor).
-FolderModel load_model_folder(const std::string& dir);
+// dtypes, NaN or infinite values, values too large for float16 when loading as F16
+// (naming the tensor).
+FolderModel load_model_folder(const std::string& dir, Precision precision = Precision::F32);
+
+// The tensors Weights::zeros(cfg, p) holds, at the same shapes and in the same
+// storage, for a loader that overwrites every value: norm gains are 1 and the other
+// vectors 0 as there, but the large matrices (linear layers, token embeddings, head)
+// are allocated without being written, so their values are unspecified. Their memory
+// is advised for huge pages as Weights::zeros does; the loader's first write is what
+// faults it in, so no time goes into zeros that are overwritten anyway.
+Weights weights_for_loading(const Config& cfg, Precision p);
 
 // Writes dir/config.json and dir/model.safetensors in decoderscope's own format,
 // creating dir. tokenizer: {"kind": "chars", "vocab": [...vocab_size strings]} or
 // {"kind": "gpt2-bpe"}. extra: more top-level keys for config.json (e.g.
 // {"training": {...}}); they may not replace the format's own keys. dtype: "F32",
-// "F16" or "BF16". Throws ds::Error if a tensor does not have the shape cfg implies.
+// "F16" or "BF16": the type of the float32 tensors in the file; tensors w keeps as
+// 16-bit floats are written in their own type, bit for bit. Throws ds::Error if a
+// tensor does not have the shape cfg implies.
 void save_model_folder(const std::string& dir, const Config& cfg, const Weights& w, const nlohmann::json& tokenizer,
                        const nlohmann::json& extra = {}, const std::string& dtype = "F32");
 

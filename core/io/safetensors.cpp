@@ -1,7 +1,6 @@
 #include "io/safetensors.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -50,16 +49,12 @@ std::string brief(const nlohmann::ordered_json& j) {
   return printable(s);
 }
 
-uint16_t load_u16(const unsigned char* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
-
-struct Mapping {
-  const unsigned char* p = nullptr;
-  uint64_t n = 0;
-};
-
-// Maps a regular file read-only.
-Mapping map_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+// Opens a regular file read-only; returns the descriptor and sets size.
+int open_file(const std::string& path, uint64_t& size) {
+  int fd;
+  do {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
   if (fd < 0) throw Error(path + ": cannot open (" + std::strerror(errno) + ")");
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -71,18 +66,50 @@ Mapping map_file(const std::string& path) {
     ::close(fd);
     throw Error(path + ": not a regular file");
   }
-  const uint64_t n = static_cast<uint64_t>(st.st_size);
-  if (n < 8) {
-    ::close(fd);
-    throw Error(path + ": file is " + std::to_string(n) +
-                " bytes, shorter than the 8-byte length that starts a safetensors file");
-  }
-  void* p = ::mmap(nullptr, n, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int err = errno;
-  ::close(fd);
-  if (p == MAP_FAILED) throw Error(path + ": cannot map the file (" + std::strerror(err) + ")");
-  return {static_cast<const unsigned char*>(p), n};
+  size = static_cast<uint64_t>(st.st_size);
+  return fd;
 }
+
+// Reads exactly n bytes at offset into out, or says why not (an empty string on success).
+std::string pread_exact(int fd, void* out, uint64_t n, uint64_t offset) {
+  auto* p = static_cast<unsigned char*>(out);
+  while (n > 0) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(n, uint64_t{1} << 30));
+    const ssize_t r = ::pread(fd, p, want, static_cast<off_t>(offset));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return std::string(std::strerror(errno)) + " at file offset " + std::to_string(offset);
+    }
+    if (r == 0)
+      return "the file ends at offset " + std::to_string(offset) + " (did it change while loading?)";
+    p += r;
+    n -= static_cast<uint64_t>(r);
+    offset += static_cast<uint64_t>(r);
+  }
+  return "";
+}
+
+// Little-endian 16-bit values as host values, in place (nothing to do on little-endian hosts).
+void le16_to_host(uint16_t* v, int64_t n) {
+  if constexpr (std::endian::native == std::endian::big) {
+    for (int64_t i = 0; i < n; ++i) v[i] = static_cast<uint16_t>((v[i] >> 8) | (v[i] << 8));
+  } else {
+    (void)v;
+    (void)n;
+  }
+}
+void le32_to_host(void* data, int64_t n) {
+  if constexpr (std::endian::native == std::endian::big) {
+    auto* v = static_cast<uint32_t*>(data);
+    for (int64_t i = 0; i < n; ++i) v[i] = __builtin_bswap32(v[i]);
+  } else {
+    (void)data;
+    (void)n;
+  }
+}
+
+// Values per step when a conversion goes through a buffer.
+constexpr int64_t kConvertChunk = int64_t{1} << 16;
 
 // A non-negative JSON integer that fits int64.
 bool as_count(const ojson& j, uint64_t& out) {
@@ -178,9 +205,9 @@ SafeTensors::SafeTensors(SafeTensors&& o) noexcept { *this = std::move(o); }
 
 SafeTensors& SafeTensors::operator=(SafeTensors&& o) noexcept {
   if (this != &o) {
-    unmap();
+    close_file();
     path_ = std::move(o.path_);
-    map_ = std::exchange(o.map_, nullptr);
+    fd_ = std::exchange(o.fd_, -1);
     size_ = std::exchange(o.size_, 0);
     data_start_ = std::exchange(o.data_start_, 0);
     entries_ = std::move(o.entries_);
@@ -190,24 +217,27 @@ SafeTensors& SafeTensors::operator=(SafeTensors&& o) noexcept {
   return *this;
 }
 
-SafeTensors::~SafeTensors() { unmap(); }
+SafeTensors::~SafeTensors() { close_file(); }
 
-void SafeTensors::unmap() {
-  if (map_) ::munmap(const_cast<unsigned char*>(map_), size_);
-  map_ = nullptr;
+void SafeTensors::close_file() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
   size_ = 0;
 }
 
 SafeTensors SafeTensors::open(const std::string& path) {
   SafeTensors st;
   st.path_ = path;
-  Mapping m = map_file(path);
-  st.map_ = m.p;
-  st.size_ = m.n;  // from here on the destructor unmaps, also when a check throws
-
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | st.map_[i];
+  st.fd_ = open_file(path, st.size_);  // from here on the destructor closes it, also when a check throws
   const std::string file = path + ": ";
+  if (st.size_ < 8)
+    throw Error(file + "file is " + std::to_string(st.size_) +
+                " bytes, shorter than the 8-byte length that starts a safetensors file");
+  unsigned char len[8];
+  if (std::string why = pread_exact(st.fd_, len, 8, 0); !why.empty())
+    throw Error(file + "cannot read the header length: " + why);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | len[i];
   if (n > kMaxHeader)
     throw Error(file + "safetensors header length " + std::to_string(n) + " (bytes 0-7) exceeds the " +
                 std::to_string(kMaxHeader) + "-byte limit (not a safetensors file?)");
@@ -228,10 +258,12 @@ SafeTensors SafeTensors::open(const std::string& path) {
     }
     return true;
   };
+  std::string text(static_cast<size_t>(n), '\0');  // n <= kMaxHeader and <= the file size
+  if (std::string why = pread_exact(st.fd_, text.data(), n, 8); !why.empty())
+    throw Error(file + "cannot read the header (bytes 8-" + std::to_string(8 + n) + "): " + why);
   ojson header;
   try {
-    const char* begin = reinterpret_cast<const char*>(st.map_ + 8);
-    header = ojson::parse(begin, begin + n, cb);
+    header = ojson::parse(text.begin(), text.end(), cb);
   } catch (const nlohmann::json::exception& e) {
     throw Error(file + "safetensors header (bytes 8-" + std::to_string(8 + n) + ") is not valid JSON: " +
                 printable(e.what(), true));
@@ -308,8 +340,6 @@ SafeTensors SafeTensors::open(const std::string& path) {
                   "] and " + qname(b.name) + " [" + std::to_string(b.begin) + ", " + std::to_string(b.end) +
                   "] overlap in the data section");
   }
-  // Advise sequential access: loaders copy tensors front to back.
-  ::madvise(const_cast<unsigned char*>(st.map_), st.size_, MADV_SEQUENTIAL);
   return st;
 }
 
@@ -318,60 +348,78 @@ const SafeTensors::Entry* SafeTensors::find(const std::string& name) const {
   return it == index_.end() ? nullptr : &entries_[it->second];
 }
 
-void SafeTensors::release_bytes(uint64_t begin, uint64_t end) const {
-  if (!map_ || end <= begin) return;
-  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-  const uint64_t a = begin / page * page;
-  const uint64_t b = std::min<uint64_t>((end + page - 1) / page * page, (size_ + page - 1) / page * page);
-  if (b > a) ::madvise(const_cast<unsigned char*>(map_) + a, b - a, MADV_DONTNEED);
+void SafeTensors::release(const Entry&) const {}
+
+void SafeTensors::prefetch(uint64_t begin, uint64_t end) const {
+  if (fd_ < 0 || end <= begin || data_start_ + begin >= size_) return;
+  const uint64_t a = data_start_ + begin, b = std::min(size_, data_start_ + end);
+  ::posix_fadvise(fd_, static_cast<off_t>(a), static_cast<off_t>(b - a), POSIX_FADV_WILLNEED);
 }
 
-void SafeTensors::release(const Entry& e) const { release_bytes(data_start_ + e.begin, data_start_ + e.end); }
+void SafeTensors::read_bytes(const Entry& e, uint64_t offset, uint64_t n, void* out) const {
+  if (n == 0) return;
+  if (fd_ < 0) throw Error(path_ + ": reading tensor " + qname(e.name) + " from a closed file");
+  // open() checked e's range against the file size; offset and n lie inside it.
+  const uint64_t at = data_start_ + e.begin + offset;
+  if (std::string why = pread_exact(fd_, out, n, at); !why.empty())
+    throw Error(path_ + ": cannot read tensor " + qname(e.name) + " (bytes " + std::to_string(at) + "-" +
+                std::to_string(at + n) + " of the file): " + why);
+}
 
-void SafeTensors::read_f32(const Entry& e, float* out, bool release_as_read) const {
-  const int esize = dtype_size(e.dtype);
+void SafeTensors::check_range(const Entry& e, int64_t first, int64_t count) const {
   if (e.dtype != "F32" && e.dtype != "F16" && e.dtype != "BF16")
     throw Error(path_ + ": unsupported dtype " + e.dtype + " for tensor " + qname(e.name) +
                 " (decoderscope reads F32, F16 and BF16)");
-  const int64_t n = e.numel();
-  const unsigned char* src = map_ + data_start_ + e.begin;
-  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-  constexpr int64_t kChunk = int64_t{1} << 20;  // elements per step
-  auto prefetch = [&](int64_t i0) {  // start reading a chunk ahead while this one is copied
-    if (i0 >= n) return;
-    const uint64_t a = (data_start_ + e.begin + static_cast<uint64_t>(i0) * esize) / page * page;
-    const uint64_t b = std::min<uint64_t>(data_start_ + e.begin + static_cast<uint64_t>(std::min(n, i0 + kChunk)) * esize, size_);
-    if (b > a) ::madvise(const_cast<unsigned char*>(map_) + a, b - a, MADV_WILLNEED);
-  };
-  prefetch(0);
-  for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
-    const int64_t m = std::min(kChunk, n - i0);
-    prefetch(i0 + kChunk);
-    const unsigned char* p = src + i0 * esize;
-    float* o = out + i0;
-    if (e.dtype == "F32") {
-      if constexpr (std::endian::native == std::endian::little) {
-        std::memcpy(o, p, static_cast<size_t>(m) * 4);
-      } else {
-        for (int64_t i = 0; i < m; ++i) {
-          const unsigned char* q = p + 4 * i;
-          o[i] = std::bit_cast<float>(static_cast<uint32_t>(q[0]) | static_cast<uint32_t>(q[1]) << 8 |
-                                      static_cast<uint32_t>(q[2]) << 16 | static_cast<uint32_t>(q[3]) << 24);
-        }
-      }
-    } else if (e.dtype == "F16") {
-      for (int64_t i = 0; i < m; ++i) o[i] = f16_to_f32(load_u16(p + 2 * i));
-    } else {
-      for (int64_t i = 0; i < m; ++i) o[i] = bf16_to_f32(load_u16(p + 2 * i));
-    }
-    if (release_as_read) {
-      // Only whole pages already copied; the tail page may still hold the next values.
-      const uint64_t a = data_start_ + e.begin + static_cast<uint64_t>(i0) * esize;
-      const uint64_t b = (data_start_ + e.begin + static_cast<uint64_t>(i0 + m) * esize) / page * page;
-      if (b > a) release_bytes(a, b);
-    }
+  if (first < 0 || count < 0 || first > e.numel() || count > e.numel() - first)
+    throw Error(path_ + ": tensor " + qname(e.name) + " has " + std::to_string(e.numel()) +
+                " values; cannot read " + std::to_string(count) + " from index " + std::to_string(first));
+}
+
+void SafeTensors::read_f32(const Entry& e, float* out, bool) const { read_f32(e, 0, e.numel(), out); }
+
+void SafeTensors::read_f32(const Entry& e, int64_t first, int64_t count, float* out) const {
+  check_range(e, first, count);
+  if (count == 0) return;
+  if (e.dtype == "F32") {
+    read_bytes(e, static_cast<uint64_t>(first) * 4, static_cast<uint64_t>(count) * 4, out);
+    le32_to_host(out, count);
+    return;
   }
-  if (release_as_read) release(e);
+  const bool f16 = e.dtype == "F16";
+  std::vector<uint16_t> buf(static_cast<size_t>(std::min(count, kConvertChunk)));
+  for (int64_t i0 = 0; i0 < count; i0 += kConvertChunk) {
+    const int64_t m = std::min(kConvertChunk, count - i0);
+    read_bytes(e, static_cast<uint64_t>(first + i0) * 2, static_cast<uint64_t>(m) * 2, buf.data());
+    le16_to_host(buf.data(), m);
+    float* o = out + i0;
+    if (f16)
+      for (int64_t i = 0; i < m; ++i) o[i] = f16_to_f32(buf[static_cast<size_t>(i)]);
+    else
+      for (int64_t i = 0; i < m; ++i) o[i] = bf16_to_f32(buf[static_cast<size_t>(i)]);
+  }
+}
+
+void SafeTensors::read_16(const Entry& e, int64_t first, int64_t count, Precision p, uint16_t* out) const {
+  if (p == Precision::F32) throw Error(path_ + ": read_16 of tensor " + qname(e.name) + " needs BF16 or F16");
+  check_range(e, first, count);
+  if (count == 0) return;
+  const char* want = p == Precision::BF16 ? "BF16" : "F16";
+  if (e.dtype == want) {  // the file's bits, unchanged
+    read_bytes(e, static_cast<uint64_t>(first) * 2, static_cast<uint64_t>(count) * 2, out);
+    le16_to_host(out, count);
+    return;
+  }
+  // Through float32: exact for the widening, one rounding to p.
+  std::vector<float> buf(static_cast<size_t>(std::min(count, kConvertChunk)));
+  for (int64_t i0 = 0; i0 < count; i0 += kConvertChunk) {
+    const int64_t m = std::min(kConvertChunk, count - i0);
+    read_f32(e, first + i0, m, buf.data());
+    uint16_t* o = out + i0;  // the conversions are defined in this file, so these loops inline them
+    if (p == Precision::BF16)
+      for (int64_t i = 0; i < m; ++i) o[i] = f32_to_bf16(buf[static_cast<size_t>(i)]);
+    else
+      for (int64_t i = 0; i < m; ++i) o[i] = f32_to_f16(buf[static_cast<size_t>(i)]);
+  }
 }
 
 void save_safetensors(const std::string& path, const std::vector<SafeTensorOut>& tensors,
@@ -395,7 +443,9 @@ void save_safetensors(const std::string& path, const std::vector<SafeTensorOut>&
       if (d < 0 || __builtin_mul_overflow(count, static_cast<uint64_t>(d), &count))
         throw Error(what + "bad shape");
     }
-    if (count > 0 && !t.data) throw Error(what + "no data");
+    if (t.data && t.data16) throw Error(what + "both float32 and 16-bit data given");
+    if (t.data16 && t.dtype == "F32") throw Error(what + "16-bit data needs dtype F16 or BF16, not F32");
+    if (count > 0 && !t.data && !t.data16) throw Error(what + "no data");
     const uint64_t bytes = count * static_cast<uint64_t>(dtype_size(t.dtype));
     header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
@@ -417,19 +467,23 @@ void save_safetensors(const std::string& path, const std::vector<SafeTensorOut>&
   f.write(text.data(), static_cast<std::streamsize>(text.size()));
   std::vector<unsigned char> buf;
   constexpr uint64_t kChunk = uint64_t{1} << 18;
+  auto put16 = [&](uint16_t u) {
+    buf.push_back(static_cast<unsigned char>(u & 0xFF));
+    buf.push_back(static_cast<unsigned char>(u >> 8));
+  };
   for (size_t ti = 0; ti < tensors.size(); ++ti) {
     const SafeTensorOut& t = tensors[ti];
     for (uint64_t i0 = 0; i0 < counts[ti]; i0 += kChunk) {
       const uint64_t m = std::min(kChunk, counts[ti] - i0);
       buf.clear();
       for (uint64_t i = i0; i < i0 + m; ++i) {
-        if (t.dtype == "F32") {
+        if (t.data16) {
+          put16(t.data16[i]);
+        } else if (t.dtype == "F32") {
           const uint32_t u = std::bit_cast<uint32_t>(t.data[i]);
           for (int b = 0; b < 4; ++b) buf.push_back(static_cast<unsigned char>((u >> (8 * b)) & 0xFF));
         } else {
-          const uint16_t u = t.dtype == "F16" ? f32_to_f16(t.data[i]) : f32_to_bf16(t.data[i]);
-          buf.push_back(static_cast<unsigned char>(u & 0xFF));
-          buf.push_back(static_cast<unsigned char>(u >> 8));
+          put16(t.dtype == "F16" ? f32_to_f16(t.data[i]) : f32_to_bf16(t.data[i]));
         }
       }
       f.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size()));

@@ -51,6 +51,39 @@ RenderTarget& App::target(const std::string& name) {
   return *p;
 }
 
+HeatTexture& App::heat_texture(const std::string& name) {
+  auto& p = heat_textures[name];
+  if (!p) p = std::make_unique<HeatTexture>();
+  return *p;
+}
+
+const App::GrowingMatrix& App::attention_view(const std::string& slot, int layer, int head, bool cross,
+                                              bool scores) {
+  char what[96];
+  std::snprintf(what, sizeof what, "%llu/%d/%d/%d/%d", (unsigned long long)trace_epoch, layer, head, int(cross),
+                int(scores));
+  GrowingMatrix& g = growing[slot];
+  // Within one trace epoch steps are only appended, so the matrix as of a later step
+  // is the one as of an earlier step plus the rows of the steps in between.
+  bool fresh = g.what != what || cursor < g.step || g.lineage == 0 || !g.m.ok();
+  for (int s = g.step + 1; !fresh && s <= cursor; ++s) {
+    Matrix rows = attention_step_rows(trace, layer, head, s, cross, scores);
+    if (!rows.error.empty()) {
+      fresh = true;
+      break;
+    }
+    append_rows(g.m, rows, trace.steps[s].pos0, scores);
+    g.step = s;
+  }
+  if (fresh) {
+    g.m = attention_matrix(trace, layer, head, cursor, cross, scores);
+    g.what = what;
+    g.step = cursor;
+    g.lineage = ++last_lineage;
+  }
+  return g;
+}
+
 std::vector<std::string> App::position_labels(int n) const {
   std::vector<std::string> out;
   auto toks = tokens();
@@ -85,11 +118,13 @@ void App::load_model(const std::string& spec, const std::string& tokenizer) {
   c.kind = Command::Load;
   c.a = spec;
   c.b = tokenizer;
+  c.precision = precision;
   worker.post(c);
   send_sampler();
   loading = true;
   loading_since = ImGui::GetTime();
   loading_what = spec;
+  if (precision != ds::Precision::F32) loading_what += std::string(" in ") + ds::precision_name(precision);
   error.clear();
 }
 
@@ -106,6 +141,7 @@ void App::start() {
   c.kind = Command::Start;
   c.a = prompt;
   c.b = source;
+  c.threads = engine_threads;
   worker.post(c);
   error.clear();
 }
@@ -262,6 +298,7 @@ bool App::open_trace(const std::string& path) {
     trace = std::move(t);
     replay_lens = std::move(lens_by_pos);
     ++version;
+    ++trace_epoch;
     replay = true;
     done = true;
     cursor = int(trace.steps.size()) - 1;
@@ -309,6 +346,7 @@ void App::handle_events() {
         trace.config = model->cfg;
         trace.model_name = model->name;
         ++version;
+        ++trace_epoch;
         cursor = -1;
         sel_pos = -1;
         done = false;
@@ -326,8 +364,8 @@ void App::handle_events() {
         }
         keep_text = false;
         char buf[64];
-        std::snprintf(buf, sizeof buf, " in %.1f s", model->load_seconds);
-        say("loaded " + model->name + (scripted ? "" : buf));
+        std::snprintf(buf, sizeof buf, ", %.1f s", model->load_seconds);
+        say("loaded " + model->name + " in " + ds::precision_name(model->precision) + (scripted ? "" : buf));
         start();
         break;
       }
@@ -339,13 +377,17 @@ void App::handle_events() {
         trace.source_text = std::move(e.source_text);
         trace.encoder = std::move(e.encoder);
         ++version;
+        ++trace_epoch;
         cursor = -1;
         sel_pos = -1;
         done = false;
         started = true;
         break;
       case Event::Step: {
-        if (e.index < int(trace.steps.size())) trace.steps.resize(e.index);
+        if (e.index < int(trace.steps.size())) {  // a step taken again
+          trace.steps.resize(e.index);
+          ++trace_epoch;
+        }
         bool follow = cursor >= int(trace.steps.size()) - 1;
         trace.steps.push_back(*e.step);
         ++version;
@@ -361,6 +403,7 @@ void App::handle_events() {
       case Event::Truncate:
         if (e.index < int(trace.steps.size())) trace.steps.resize(e.index);
         ++version;
+        ++trace_epoch;
         cursor = std::min(cursor, int(trace.steps.size()) - 1);
         done = false;
         break;
@@ -504,6 +547,28 @@ void App::menu_bar() {
   }
 }
 
+bool App::precision_combo(const char* id) {
+  static const ds::Precision kAll[] = {ds::Precision::F32, ds::Precision::BF16, ds::Precision::F16};
+  bool changed = false;
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 6.5f);
+  ImGui::BeginDisabled(loading);
+  if (ImGui::BeginCombo(id, ds::precision_name(precision))) {
+    for (ds::Precision p : kAll)
+      if (ImGui::Selectable(precision_label(p), precision == p) && p != precision) {
+        precision = p;
+        changed = true;
+      }
+    ImGui::EndCombo();
+  }
+  ImGui::EndDisabled();
+  tooltip(*this,
+          "How the model's weights are kept in memory. float32 takes 4 bytes a weight; bfloat16 and float16 take 2, "
+          "which halves the memory each token has to read, so a big model writes faster. The arithmetic stays "
+          "float32: only the stored weights are rounded, which costs a little accuracy (bfloat16 keeps float32's "
+          "range with fewer digits, float16 more digits in a smaller range). Changing it loads the model again.");
+  return changed;
+}
+
 void App::toolbar() {
   const float font = ImGui::GetFontSize();
   // Row 1: model and text.
@@ -523,6 +588,11 @@ void App::toolbar() {
     ImGui::EndCombo();
   }
   tooltip(*this, "Which transformer writes the text. Built-in and random models load at once; big ones take a while.");
+  ImGui::SameLine();
+  if (precision_combo("##precision") && model && !replay) {
+    keep_text = true;  // the same model again, in the new precision
+    load_model(model->spec, model->tokenizer);
+  }
   const bool encdec = model && model->cfg.encoder_decoder;
   ImGui::SameLine();
   float avail = ImGui::GetContentRegionAvail().x;
@@ -732,11 +802,32 @@ void App::status_bar() {
                 trace.model_name.empty() ? "a saved trace" : trace.model_name.c_str(), trace.config.n_layers,
                 trace.config.n_heads);
   } else if (model) {
+    // "GPT-2 · 124.4M · bfloat16 (249 MB)": name, size and how the weights are kept.
     const ds::Config& c = model->cfg;
-    ImGui::Text("%s: %s, %d layers x %d heads, d_model %d, vocab %d, %.2fM parameters", model->name.c_str(),
-                c.encoder_decoder ? "encoder-decoder" : "decoder-only", c.n_layers, c.n_heads, c.d_model, c.vocab_size,
-                double(model->params) / 1e6);
-    if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", c.describe().c_str());
+    const double p = double(model->params), b = double(model->weight_bytes);
+    char params[32], bytes[32];
+    if (p >= 1e9)
+      std::snprintf(params, sizeof params, "%.2fB", p / 1e9);
+    else
+      std::snprintf(params, sizeof params, "%.*fM", p >= 1e7 ? 1 : 2, p / 1e6);
+    if (b >= 1e9)
+      std::snprintf(bytes, sizeof bytes, "%.2f GB", b / 1e9);
+    else
+      std::snprintf(bytes, sizeof bytes, "%.*f MB", b >= 1e7 ? 0 : 1, b / 1e6);
+    const bool narrow = model->precision != ds::Precision::F32;
+    ImGui::BeginGroup();
+    ImGui::Text("%s \xC2\xB7 %s \xC2\xB7", model->name.c_str(), params);
+    ImGui::SameLine(0, font * 0.3f);
+    ImGui::TextColored(narrow ? ImVec4(0.45f, 0.8f, 1.0f, 1) : ImGui::GetStyleColorVec4(ImGuiCol_Text), "%s",
+                       ds::precision_name(model->precision));
+    ImGui::SameLine(0, font * 0.3f);
+    ImGui::Text("(%s of weights): %s, %d layers x %d heads, d_model %d, vocab %d", bytes,
+                c.encoder_decoder ? "encoder-decoder" : "decoder-only", c.n_layers, c.n_heads, c.d_model,
+                c.vocab_size);
+    ImGui::EndGroup();
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip("%s\nweights kept as %s%s", c.describe().c_str(), ds::precision_name(model->precision),
+                        narrow ? " (computed in float32)" : "");
   }
   if (!act.empty()) {
     ImGui::SameLine();
@@ -782,6 +873,7 @@ void App::frame() {
     ImGui::InputText("model", &model_path);
     ImGui::SetNextItemWidth(ImGui::GetFontSize() * 30);
     ImGui::InputText("tokenizer (optional)", &tokenizer_path);
+    precision_combo("weights in memory##open");
     if (ImGui::Button("Open")) {
       load_model(model_path, tokenizer_path);
       ImGui::CloseCurrentPopup();

@@ -55,6 +55,8 @@ class App {
   bool loading = false;
   double loading_since = 0;
   std::string loading_what;
+  ds::Precision precision = ds::Precision::F32;  // how the next model loaded keeps its weights
+  int engine_threads = 1;                        // threads the engine computes a step with
   bool replay = false;   // showing a trace opened from a file
   bool done = false;     // the session takes no more steps
   int steps_wanted = 0;  // steps asked of the worker and not yet arrived
@@ -123,19 +125,54 @@ class App {
   double status_time = 0;
 
   // ---- matrices, rebuilt only when their key changes
-  std::map<std::string, std::pair<std::string, Matrix>> matrix_cache;
+  // Every matrix made gets a new lineage id; a matrix that only gains rows keeps it,
+  // so that its texture is sent only the rows it gained.
+  uint64_t trace_epoch = 1;   // bumped when steps are removed or the trace is replaced
+  uint64_t last_lineage = 0;  // the last lineage id given out
+  struct CachedMatrix {
+    std::string key;
+    uint64_t lineage = 0;
+    Matrix m;
+  };
+  std::map<std::string, CachedMatrix> matrix_cache;
   template <class F>
-  const Matrix& cached(const std::string& slot, const std::string& key, F&& make) {
+  const CachedMatrix& cached(const std::string& slot, const std::string& key, F&& make) {
     auto& e = matrix_cache[slot];
-    if (e.first != key) {
-      e.second = make();
-      e.first = key;
+    if (e.key != key || e.lineage == 0) {
+      e.m = make();
+      e.key = key;
+      e.lineage = ++last_lineage;
     }
-    return e.second;
+    return e;
   }
+  // An attention matrix as of the cursor that grows a step at a time while the cursor
+  // moves forward in the same trace, and is made again for anything else.
+  struct GrowingMatrix {
+    std::string what;  // trace epoch, layer, head, kind
+    int step = -1;     // the step it is built to
+    uint64_t lineage = 0;
+    Matrix m;
+  };
+  std::map<std::string, GrowingMatrix> growing;
+  const GrowingMatrix& attention_view(const std::string& slot, int layer, int head, bool cross, bool scores);
+  // The All heads grid: every head's matrix stays on the GPU and grows with the trace.
+  struct HeadTile {
+    HeatTexture tex;
+    float lo = 0, hi = -1;  // Matrix::lo and hi of what tex holds
+    bool ok = false;
+  };
+  struct HeadsGrid {
+    std::string what;  // trace epoch and kind
+    int step = -1;
+    uint64_t serial = 0;  // bumped whenever a tile changes
+    std::vector<std::unique_ptr<HeadTile>> tiles;  // layer-major
+  } grid;
   std::string heads_key;                          // what the heads grid target shows
   std::map<std::string, std::string> drawn_keys;  // heatmap target -> what it shows
-  bool started = false;                           // the worker has a session with the current prompt
+  std::map<std::string, std::unique_ptr<HeatTexture>> heat_textures;  // heatmap name -> its cells on the GPU
+  HeatTexture& heat_texture(const std::string& name);
+  UploadStats uploads;
+  bool started = false;  // the worker has a session with the current prompt
 
   // ---- GPU
   HeatmapRenderer heat;
@@ -177,6 +214,7 @@ class App {
 
  private:
   void menu_bar();
+  bool precision_combo(const char* id);  // true when the choice changed
   void toolbar();
   void token_strip();
   void status_bar();
@@ -205,9 +243,11 @@ struct HeatmapArgs {
   float max_cell = 40, min_cell = 3;
   ImVec2 size;  // space for cells and labels
   bool causal = false;
-  // When set, the cells are drawn again only when this key (what the matrix and its
-  // style are) or the size changes; the target keeps the last picture.
-  std::string cache_key;
+  // The matrix's lineage id (App::cached, App::attention_view): while it stays the
+  // same the matrix has only gained rows or columns, and only those are sent to the
+  // GPU; the cells are drawn again only when the matrix, its style or the size
+  // changes. 0: sent and drawn again every frame.
+  uint64_t lineage = 0;
 };
 struct HeatmapHit {
   bool hovered = false, clicked = false;

@@ -179,26 +179,12 @@ bool HeatmapRenderer::init(const std::string& dir, std::string& error) {
   u_gap_ = glGetUniformLocation(prog_, "u_gap");
   u_gap_px_ = glGetUniformLocation(prog_, "u_gap_px");
   glGenVertexArrays(1, &vao_);
-  GLuint t[2];
-  glGenTextures(2, t);
-  tex_vals_ = t[0];
-  tex_mask_ = t[1];
-  for (GLuint tex : t) {
-    glBindTexture(GL_TEXTURE_2D, tex);
-    glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MIN_FILTER, GL_NEAREST);
-    glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MAG_FILTER, GL_NEAREST);
-    glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_S, GL_CLAMP_TO_EDGE);
-    glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_T, GL_CLAMP_TO_EDGE);
-  }
-  glBindTexture(GL_TEXTURE_2D, 0);
   return true;
 }
 
 HeatmapRenderer::~HeatmapRenderer() {
   if (prog_) glDeleteProgram(prog_);
   if (vao_) glDeleteVertexArrays(1, &vao_);
-  if (tex_vals_) glDeleteTextures(1, &tex_vals_);
-  if (tex_mask_) glDeleteTextures(1, &tex_mask_);
 }
 
 void HeatmapRenderer::clear(float r, float g, float b) {
@@ -208,18 +194,19 @@ void HeatmapRenderer::clear(float r, float g, float b) {
 }
 
 void HeatmapRenderer::draw(int rows, int cols, const float* values, const uint8_t* mask, const HeatStyle& st, int x,
-                           int y, int w, int h) {
+                           int y, int w, int h, UploadStats& stats) {
   if (!prog_ || rows <= 0 || cols <= 0 || w <= 0 || h <= 0) return;
-  glPixelStorei(GL_UNPACK_ALIGNMENT, 1);
+  scratch_.set(rows, cols, values, mask, stats);
+  draw(scratch_, st, x, y, w, h);
+}
+
+void HeatmapRenderer::draw(const HeatTexture& tex, const HeatStyle& st, int x, int y, int w, int h) {
+  const int rows = tex.rows(), cols = tex.cols();
+  if (!prog_ || rows <= 0 || cols <= 0 || w <= 0 || h <= 0) return;
   glActiveTexture(GL_TEXTURE0);
-  glBindTexture(GL_TEXTURE_2D, tex_vals_);
-  glTexImage2D(GL_TEXTURE_2D, 0, GL_R32F, cols, rows, 0, GL_RED, GL_FLOAT, values);
+  glBindTexture(GL_TEXTURE_2D, tex.values_texture());
   glActiveTexture(GL_TEXTURE1);
-  glBindTexture(GL_TEXTURE_2D, tex_mask_);
-  // R8 is normalised: 255 reads as 1.0 in the shader.
-  ones_.resize(size_t(rows) * cols);
-  for (size_t i = 0; i < ones_.size(); ++i) ones_[i] = (!mask || mask[i]) ? 255 : 0;
-  glTexImage2D(GL_TEXTURE_2D, 0, GL_R8, cols, rows, 0, GL_RED, GL_UNSIGNED_BYTE, ones_.data());
+  glBindTexture(GL_TEXTURE_2D, tex.mask_texture());
   glDisable(GL_BLEND);
   glDisable(GL_SCISSOR_TEST);
   glDisable(GL_DEPTH_TEST);
@@ -247,6 +234,125 @@ void HeatmapRenderer::draw(int rows, int cols, const float* values, const uint8_
   glBindTexture(GL_TEXTURE_2D, 0);
   glActiveTexture(GL_TEXTURE0);
   glBindTexture(GL_TEXTURE_2D, 0);
+}
+
+// ---- HeatTexture
+
+HeatTexture::~HeatTexture() {
+  if (vals_) glDeleteTextures(1, &vals_);
+  if (mask_) glDeleteTextures(1, &mask_);
+}
+
+void HeatTexture::reserve(int rows, int cols) {
+  if (fits(rows, cols)) return;
+  // Room to grow: powers of two from 32, at least as large as before.
+  auto room = [](int need, int have) {
+    int c = std::max(32, have);
+    while (c < need) c *= 2;
+    return c;
+  };
+  cap_r_ = room(rows, cap_r_);
+  cap_c_ = room(cols, cap_c_);
+  GLuint t[2];
+  glGenTextures(2, t);
+  const GLenum internal[2] = {GL_R32F, GL_R8}, type[2] = {GL_FLOAT, GL_UNSIGNED_BYTE};
+  for (int k = 0; k < 2; ++k) {
+    glBindTexture(GL_TEXTURE_2D, t[k]);
+    glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MIN_FILTER, GL_NEAREST);
+    glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MAG_FILTER, GL_NEAREST);
+    glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_S, GL_CLAMP_TO_EDGE);
+    glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_T, GL_CLAMP_TO_EDGE);
+    glTexImage2D(GL_TEXTURE_2D, 0, GLint(internal[k]), cap_c_, cap_r_, 0, GL_RED, type[k], nullptr);
+  }
+  if (vals_ && rows_ > 0 && cols_ > 0) {
+    // Keep the cells held: copy them into the larger storage on the GPU, through a
+    // framebuffer that reads the old texture.
+    GLint prev = 0;
+    glGetIntegerv(GL_READ_FRAMEBUFFER_BINDING, &prev);
+    GLuint fbo = 0;
+    glGenFramebuffers(1, &fbo);
+    glBindFramebuffer(GL_READ_FRAMEBUFFER, fbo);
+    const GLuint old[2] = {vals_, mask_};
+    for (int k = 0; k < 2; ++k) {
+      glFramebufferTexture2D(GL_READ_FRAMEBUFFER, GL_COLOR_ATTACHMENT0, GL_TEXTURE_2D, old[k], 0);
+      glReadBuffer(GL_COLOR_ATTACHMENT0);
+      glBindTexture(GL_TEXTURE_2D, t[k]);
+      glCopyTexSubImage2D(GL_TEXTURE_2D, 0, 0, 0, 0, 0, cols_, rows_);
+    }
+    glBindFramebuffer(GL_READ_FRAMEBUFFER, GLuint(prev));
+    glDeleteFramebuffers(1, &fbo);
+  } else {
+    rows_ = cols_ = 0;  // the new storage holds nothing yet
+  }
+  glBindTexture(GL_TEXTURE_2D, 0);
+  if (vals_) glDeleteTextures(1, &vals_);
+  if (mask_) glDeleteTextures(1, &mask_);
+  vals_ = t[0];
+  mask_ = t[1];
+}
+
+void HeatTexture::put(int x, int y, int w, int h, const float* values, const uint8_t* mask, int stride,
+                      UploadStats& stats) {
+  if (w <= 0 || h <= 0) return;
+  const size_t n = size_t(w) * h;
+  // R8 is normalised: 255 reads as 1.0 in the shader.
+  bytes_.resize(n);
+  if (mask) {
+    for (int r = 0; r < h; ++r)
+      for (int c = 0; c < w; ++c) bytes_[size_t(r) * w + c] = mask[size_t(r) * stride + c] ? 255 : 0;
+  } else {
+    std::fill(bytes_.begin(), bytes_.end(), uint8_t(0));
+  }
+  if (!values) {
+    zeros_.assign(n, 0.0f);
+    values = zeros_.data();
+    stride = w;
+  }
+  glPixelStorei(GL_UNPACK_ALIGNMENT, 1);
+  glActiveTexture(GL_TEXTURE0);
+  glBindTexture(GL_TEXTURE_2D, vals_);
+  glPixelStorei(GL_UNPACK_ROW_LENGTH, stride);
+  glTexSubImage2D(GL_TEXTURE_2D, 0, x, y, w, h, GL_RED, GL_FLOAT, values);
+  glPixelStorei(GL_UNPACK_ROW_LENGTH, 0);
+  glBindTexture(GL_TEXTURE_2D, mask_);
+  glTexSubImage2D(GL_TEXTURE_2D, 0, x, y, w, h, GL_RED, GL_UNSIGNED_BYTE, bytes_.data());
+  glBindTexture(GL_TEXTURE_2D, 0);
+  stats.bytes += n * (sizeof(float) + 1);
+}
+
+void HeatTexture::set(int rows, int cols, const float* values, const uint8_t* mask, UploadStats& stats) {
+  rows = std::max(rows, 0);
+  cols = std::max(cols, 0);
+  rows_ = cols_ = 0;  // nothing held is kept
+  reserve(std::max(rows, 1), std::max(cols, 1));
+  put(0, 0, cols, rows, values, mask, cols, stats);
+  rows_ = rows;
+  cols_ = cols;
+  ++stats.whole;
+}
+
+bool HeatTexture::grow(int rows, int cols, const float* values, const uint8_t* mask, UploadStats& stats) {
+  if (rows < rows_ || cols < cols_ || rows_ == 0) return false;
+  reserve(rows, cols);  // keeps what is held
+  // The rows held, in the new columns; then the new rows, whole.
+  put(cols_, 0, cols - cols_, rows_, values + cols_, mask + cols_, cols, stats);
+  put(0, rows_, cols, rows - rows_, values + size_t(rows_) * cols, mask + size_t(rows_) * cols, cols, stats);
+  rows_ = rows;
+  cols_ = cols;
+  ++stats.appends;
+  return true;
+}
+
+bool HeatTexture::append_rows(int row0, int n, int cols, const float* values, const uint8_t* mask,
+                              UploadStats& stats) {
+  if (row0 != rows_ || n < 0 || cols < cols_ || rows_ == 0) return false;
+  reserve(row0 + n, cols);  // keeps what is held
+  put(cols_, 0, cols - cols_, rows_, nullptr, nullptr, 0, stats);  // masked zeros
+  put(0, row0, cols, n, values, mask, cols, stats);
+  rows_ = row0 + n;
+  cols_ = cols;
+  ++stats.appends;
+  return true;
 }
 
 }  // namespace dsgui

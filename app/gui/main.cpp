@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
+#include <sys/resource.h>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -25,22 +27,29 @@ using dsgui::App;
 
 const char* kUsage = R"(decoderscope: watch a transformer decoder write text one token at a time.
 
-usage: decoderscope [--model M] [--tokenizer F] [--prompt T | --source T] [--trace FILE.json]
+usage: decoderscope [--model M] [--tokenizer F] [--precision f32|bf16|f16] [--threads N]
+                    [--prompt T | --source T] [--trace FILE.json]
                     [--steps N] [--view attention|heads|cross|residual|next|lens|branches]
                     [--layer L] [--head H|mean] [--select POS] [--scores] [--mask-only] [--log]
                     [--colormap viridis|magma|greys] [--light] [--scale S]
                     [--temperature T] [--top-k K] [--top-p P] [--seed S] [--head-off L:H ...]
                     [--step-back K] [--fork-at STEP [--fork-seed S]]
-                    [--screenshot out.png] [--save-trace out.json]
+                    [--screenshot out.png] [--save-heatmap cells.png] [--save-trace out.json]
                     [--bench] [--size WxH]
 
 --model: a llama2.c .bin, a GPT-2 folder, builtin:NAME, random:decoder, random:encdec or
   random:gpt2-small (default: builtin:dates, else the aidreams260K fixture, else random:decoder).
+--precision: how the model's weights are kept in memory: f32 (float32, the default), bf16
+  (bfloat16) or f16 (float16). 16-bit weights halve the memory each token reads; the
+  arithmetic stays float32, at a small cost in accuracy.
+--threads: threads the engine computes a step with (default 1, which leaves the other
+  cores to the window).
 --prompt (decoder) or --prompt as the target prefix and --source (encoder-decoder).
 --trace: open a saved trace instead of a model (replay; nothing is recomputed).
 Scripted runs: --screenshot sets up, runs --steps steps (default 8), waits for the engine,
   renders a few frames, saves the window as PNG (and PNG.json with the heatmap cells'
-  rectangles, for tests) and exits 0. --step-back K then scrubs back K steps and
+  rectangles, for tests) and exits 0; --save-heatmap also saves the cells of the view's
+  heatmap alone. --step-back K then scrubs back K steps and
   regenerates them with the engine (rewind + step) before the picture is taken.
   --head-off L:H (repeatable) re-runs the last step with those heads switched off.
   --fork-at STEP keeps the run as a branch, forks at STEP (1-based) with seed
@@ -51,10 +60,11 @@ Keys: Right step, Left step back, Space play/pause, Ctrl +/- bigger/smaller.
 )";
 
 struct Options {
-  std::string model, tokenizer, prompt, source, trace, view = "attention", screenshot, save_trace;
+  std::string model, tokenizer, prompt, source, trace, view = "attention", screenshot, save_trace, save_heatmap;
   std::string colormap;
   bool has_prompt = false, has_source = false, has_steps = false;
-  int steps = 8, layer = 0, head = 0, select = -1, step_back = 0, fork_at = 0;
+  int steps = 8, layer = 0, head = 0, select = -1, step_back = 0, fork_at = 0, threads = 1;
+  ds::Precision precision = ds::Precision::F32;
   long fork_seed = -1;
   bool scores = false, mask_only = false, log = false, light = false, bench = false;
   float scale = 1.0f;
@@ -98,6 +108,11 @@ Options parse(int argc, char** argv) {
       o.model = val();
     else if (a == "--tokenizer")
       o.tokenizer = val();
+    else if (a == "--precision") {
+      std::string v = val();
+      if (!dsgui::parse_precision(v, o.precision)) die("--precision expects f32, bf16 or f16, got '" + v + "'");
+    } else if (a == "--threads")
+      o.threads = int(to_int(val(), a));
     else if (a == "--prompt")
       o.prompt = val(), o.has_prompt = true;
     else if (a == "--source")
@@ -125,6 +140,8 @@ Options parse(int argc, char** argv) {
       o.screenshot = val();
     else if (a == "--save-trace")
       o.save_trace = val();
+    else if (a == "--save-heatmap")
+      o.save_heatmap = val();
     else if (a == "--scores")
       o.scores = true;
     else if (a == "--mask-only")
@@ -167,6 +184,7 @@ Options parse(int argc, char** argv) {
   if (o.bench && o.model.empty()) o.model = "random:gpt2-small";
   if (o.bench && !o.has_steps) o.steps = 50;
   if (o.steps < 0 || o.steps > 100000) die("--steps out of range");
+  if (o.threads < 1 || o.threads > 256) die("--threads must be between 1 and 256");
   if (o.scale < 0.5f || o.scale > 4.0f) die("--scale must be between 0.5 and 4");
   if (o.width < 320 || o.height < 240) die("--size too small");
   return o;
@@ -179,6 +197,9 @@ void glfw_error(int code, const char* msg) {
 }
 
 const char* kFontPath = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+
+// Frames a second while the window animates (see the main loop).
+constexpr double kFrameRate = 60.0;
 
 // Fonts and style for the current scale and theme. The first call happens before the
 // backend builds its font texture; later ones rebuild it.
@@ -246,6 +267,9 @@ void write_sidecar(const std::string& path, const App& app, const Options& o, in
   f << "  \"mask_colors\": [[" << int(dsgui::kMaskA[0]) << ", " << int(dsgui::kMaskA[1]) << ", "
     << int(dsgui::kMaskA[2]) << "], [" << int(dsgui::kMaskB[0]) << ", " << int(dsgui::kMaskB[1]) << ", "
     << int(dsgui::kMaskB[2]) << "]],\n";
+  f << "  \"uploads\": {\"whole\": " << app.uploads.whole << ", \"appends\": " << app.uploads.appends
+    << ", \"bytes\": " << app.uploads.bytes << "},\n";
+  f << "  \"precision\": \"" << (app.model ? ds::precision_name(app.model->precision) : "") << "\",\n";
   f << "  \"view_rect\": [" << app.view_rect.x << ", " << app.view_rect.y << ", " << app.view_rect.z << ", "
     << app.view_rect.w << "],\n";
   f << "  \"steps\": " << app.trace.steps.size() << ", \"cursor\": " << app.cursor << ",\n  \"tokens\": [";
@@ -268,11 +292,36 @@ double now_s() {
   return duration<double>(steady_clock::now().time_since_epoch()).count();
 }
 
+// CPU time of the calling thread, in seconds (what the window's thread itself ran).
+double thread_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
+// Page faults of the whole process that had to read from disk (code or data the
+// system had dropped from memory), so far.
+long major_faults() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_majflt;
+}
+
+// --bench: where the time of one frame went, in ms. A frame runs from the top of the
+// main loop to the next top: events (the worker's, folded into the trace), build
+// (ImGui and the panels, heatmap uploads and passes), render (ImGui's draw lists),
+// swap, and waiting for the window system; cpu is what the window's thread ran;
+// faults, the page faults that read from disk meanwhile (in any thread).
+struct FrameTimes {
+  double total = 0, events = 0, build = 0, render = 0, swap = 0, cpu = 0;
+  long faults = 0;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Options o = parse(argc, argv);
-  const bool scripted = !o.screenshot.empty() || o.bench;
+  const bool scripted = !o.screenshot.empty() || !o.save_heatmap.empty() || o.bench;
 
   glfwSetErrorCallback(glfw_error);
   if (!glfwInit()) {
@@ -310,6 +359,8 @@ int main(int argc, char** argv) {
     app.scripted = scripted;
     app.ui_scale = o.scale;
     app.light = o.light;
+    app.precision = o.precision;
+    app.engine_threads = o.threads;
     app.layer = std::max(0, o.layer);
     app.head = o.head;
     app.show_scores = o.scores;
@@ -345,8 +396,16 @@ int main(int argc, char** argv) {
     Phase phase = kLoad;
     int phase_frames = 0;
     const double t_start = now_s();
-    std::vector<double> frame_ms, idle_ms;  // --bench: frame times while stepping, and after
-    double bench_t0 = 0, bench_t1 = 0, last_frame = 0;
+    std::vector<FrameTimes> frames;  // --bench: frames while stepping
+    std::vector<double> idle_ms;     // --bench: frame times after
+    FrameTimes cur;
+    double bench_t0 = 0, bench_t1 = 0, last_frame = 0, last_cpu = 0, mark = 0;
+    long last_faults = 0;
+    auto lap = [&] {  // ms since the last lap
+      const double t = now_s(), d = (t - mark) * 1000.0;
+      mark = t;
+      return d;
+    };
     int gl_errors = 0;
     std::string window_title;
 
@@ -372,19 +431,42 @@ int main(int argc, char** argv) {
       app.view_request = true;
     };
 
+    // While something moves (the engine, playing, loading) frames come at most
+    // kFrameRate a second, as a display's refresh would pace them: a software renderer
+    // (Mesa llvmpipe) draws on the same cores as the engine, and frames drawn faster
+    // than that only slow the engine down. Scripted screenshots run unpaced.
+    const double frame_period = 1.0 / kFrameRate;
+    double next_frame = 0;
     while (rc == 0 && !glfwWindowShouldClose(win) && !app.quit) {
-      if (scripted || app.playing || app.loading || app.worker.busy())
+      if (scripted && !o.bench) {
         glfwPollEvents();
-      else
+      } else if (o.bench || app.playing || app.loading || app.worker.busy()) {
+        glfwPollEvents();
+        for (double now = now_s(); now < next_frame; now = now_s()) glfwWaitEventsTimeout(next_frame - now);
+      } else {
         glfwWaitEventsTimeout(0.1);
+      }
       const double t = now_s();
-      if (last_frame > 0 && phase == kStep && o.bench) frame_ms.push_back((t - last_frame) * 1000.0);
+      next_frame = t + frame_period;
+      if (o.bench) {
+        const double cpu = thread_cpu_s();
+        const long faults = major_faults();
+        cur.total = (t - last_frame) * 1000.0;
+        cur.cpu = (cpu - last_cpu) * 1000.0;
+        cur.faults = faults - last_faults;
+        if (last_frame > 0 && phase == kStep) frames.push_back(cur);
+        cur = FrameTimes{};
+        last_cpu = cpu;
+        last_faults = faults;
+        mark = t;
+      }
       const double prev_frame = last_frame;
       last_frame = t;
 
       if (app.font_dirty) apply_fonts_and_style(app, false);
       app.handle_events();
       app.tick(t);
+      if (o.bench) cur.events = lap();
 
       if (scripted) {
         if (!app.error.empty()) {
@@ -401,7 +483,8 @@ int main(int argc, char** argv) {
         switch (phase) {
           case kLoad:
             if (app.started && !app.worker.busy()) {
-              if (o.steps > 0) {
+              settle_settings();  // the view asked for is on screen while the steps run
+              if (o.bench && o.steps > 0) {  // the engine at full speed
                 dsgui::Command c;
                 c.kind = dsgui::Command::Step;
                 c.n = o.steps;
@@ -412,6 +495,15 @@ int main(int argc, char** argv) {
             }
             break;
           case kStep:
+            // Screenshots: one step a frame, as a class pressing Right would, so that
+            // the views grow with every step as they do in use.
+            if (!o.bench && !app.worker.busy() && have < o.steps && !app.done) {
+              dsgui::Command c;
+              c.kind = dsgui::Command::Step;
+              c.n = 1;
+              app.worker.post(c);
+              break;
+            }
             if (!app.worker.busy() && (have >= o.steps || app.done)) {
               bench_t1 = t;
               app.cursor = have - 1;
@@ -496,6 +588,7 @@ int main(int argc, char** argv) {
       ImGui::NewFrame();
       app.frame();
       ImGui::Render();
+      if (o.bench) cur.build = lap();
       glViewport(0, 0, fw, fh);
       ImVec4 bg = ImGui::GetStyleColorVec4(ImGuiCol_WindowBg);
       glClearColor(bg.x, bg.y, bg.z, 1.0f);
@@ -505,6 +598,7 @@ int main(int argc, char** argv) {
         ++gl_errors;
         std::fprintf(stderr, "decoderscope: OpenGL error 0x%04x\n", unsigned(e));
       }
+      if (o.bench) cur.render = lap();
 
       if (!app.heatmap_png_request.empty()) {
         auto it = app.targets.find(app.last_heatmap);
@@ -535,17 +629,40 @@ int main(int argc, char** argv) {
           }
           write_sidecar(o.screenshot + ".json", app, o, fw, fh, gl_errors);
         }
+        if (!o.save_heatmap.empty()) {
+          auto it = app.targets.find(app.last_heatmap);
+          if (it == app.targets.end() || !it->second ||
+              !write_png(o.save_heatmap, it->second->width(), it->second->height(), it->second->read())) {
+            std::fprintf(stderr, "decoderscope: cannot save the heatmap to %s\n", o.save_heatmap.c_str());
+            rc = 1;
+          }
+        }
         if (o.bench) {
-          std::sort(frame_ms.begin(), frame_ms.end());
-          size_t n = frame_ms.size();
-          double p99 = n ? frame_ms[std::min(n - 1, size_t(std::ceil(0.99 * double(n))) - 1)] : 0;
-          double med = n ? frame_ms[n / 2] : 0;
+          std::sort(frames.begin(), frames.end(),
+                    [](const FrameTimes& a, const FrameTimes& b) { return a.total < b.total; });
+          size_t n = frames.size();
+          double p99 = n ? frames[std::min(n - 1, size_t(std::ceil(0.99 * double(n))) - 1)].total : 0;
+          double med = n ? frames[n / 2].total : 0;
+          const int steps = int(app.trace.steps.size());
           std::printf(
-              "bench: %s, %d steps in %.2f s (%.0f ms a step), %zu frames while stepping: longest %.1f ms, "
-              "99th percentile %.1f ms, median %.1f ms\n",
-              app.model ? app.model->name.c_str() : "?", int(app.trace.steps.size()), bench_t1 - bench_t0,
-              app.trace.steps.empty() ? 0.0 : (bench_t1 - bench_t0) * 1000 / double(app.trace.steps.size()), n,
-              n ? frame_ms.back() : 0.0, p99, med);
+              "bench: %s (%s, engine %d thread%s), %d steps in %.2f s (%.0f ms a step, %.1f tokens/s), %zu frames "
+              "while stepping: longest %.1f ms, 99th percentile %.1f ms, median %.1f ms\n",
+              app.model ? app.model->name.c_str() : "?", app.model ? ds::precision_name(app.model->precision) : "?",
+              app.engine_threads, app.engine_threads == 1 ? "" : "s", steps, bench_t1 - bench_t0,
+              steps ? (bench_t1 - bench_t0) * 1000 / double(steps) : 0.0,
+              bench_t1 > bench_t0 ? double(steps) / (bench_t1 - bench_t0) : 0.0, n, n ? frames.back().total : 0.0,
+              p99, med);
+          for (size_t i = n; i-- > 0 && i + 3 >= n;) {
+            const FrameTimes& f = frames[i];
+            std::printf(
+                "bench:   a %.1f ms frame: events %.1f, build %.1f, render %.1f, swap %.1f, rest %.1f ms; "
+                "window thread ran %.1f ms of it; %ld page faults read from disk\n",
+                f.total, f.events, f.build, f.render, f.swap,
+                std::max(0.0, f.total - f.events - f.build - f.render - f.swap), f.cpu, f.faults);
+          }
+          std::printf("bench: heatmap uploads: %llu whole, %llu only new rows, %.2f MB\n",
+                      (unsigned long long)app.uploads.whole, (unsigned long long)app.uploads.appends,
+                      double(app.uploads.bytes) / 1e6);
           std::sort(idle_ms.begin(), idle_ms.end());
           if (!idle_ms.empty())
             std::printf("bench: %zu frames with the engine idle: median %.1f ms, longest %.1f ms\n", idle_ms.size(),
@@ -560,6 +677,7 @@ int main(int argc, char** argv) {
         break;
       }
       glfwSwapBuffers(win);
+      if (o.bench) cur.swap = lap();
     }
     app.worker.cancel();
   }

@@ -28,10 +28,14 @@ std::string fixture_path() {
   return "";
 }
 
-ds::LoadedModel random_model(const ds::Config& c, const std::string& name, uint64_t seed, float scale) {
+ds::LoadedModel random_model(const ds::Config& c, const std::string& name, uint64_t seed, float scale,
+                             ds::Precision precision) {
   c.validate();
   ds::LoadedModel m;
-  m.model = std::make_shared<const ds::Model>(c, ds::Weights::random(c, seed, scale));
+  ds::Weights w = ds::Weights::random(c, seed, scale);
+  w.narrow(precision);  // float32 stays as it is
+  m.model = std::make_shared<const ds::Model>(c, std::move(w));
+  m.precision = precision;
   m.tokenizer = demo_tokenizer(c.vocab_size);
   m.kind = "random";
   m.name = name;
@@ -83,7 +87,30 @@ std::string default_model_spec() {
   return f.empty() ? "random:decoder" : f;
 }
 
-ds::LoadedModel open_model(const std::string& spec, const std::string& tokenizer) {
+const char* precision_label(ds::Precision p) {
+  switch (p) {
+    case ds::Precision::BF16:
+      return "bfloat16 (2 bytes a weight)";
+    case ds::Precision::F16:
+      return "float16 (2 bytes a weight)";
+    default:
+      return "float32 (4 bytes a weight)";
+  }
+}
+
+bool parse_precision(const std::string& name, ds::Precision& out) {
+  if (name == "f32" || name == "float32")
+    out = ds::Precision::F32;
+  else if (name == "bf16" || name == "bfloat16")
+    out = ds::Precision::BF16;
+  else if (name == "f16" || name == "float16")
+    out = ds::Precision::F16;
+  else
+    return false;
+  return true;
+}
+
+ds::LoadedModel open_model(const std::string& spec, const std::string& tokenizer, ds::Precision precision) {
   if (spec == "random:decoder") {
     ds::Config c;
     c.d_model = 64;
@@ -96,7 +123,7 @@ ds::LoadedModel open_model(const std::string& spec, const std::string& tokenizer
     c.max_seq = 96;
     c.bos_id = kDemoBos;
     c.eos_id = -1;
-    return random_model(c, "random decoder", 7, 0.4f);
+    return random_model(c, "random decoder", 7, 0.4f, precision);
   }
   if (spec == "random:encdec") {
     ds::Config c;
@@ -120,13 +147,13 @@ ds::LoadedModel open_model(const std::string& spec, const std::string& tokenizer
     c.bos_id = kDemoBos;
     c.eos_id = -1;
     c.pad_id = kDemoPad;
-    return random_model(c, "random encoder-decoder", 11, 0.5f);
+    return random_model(c, "random encoder-decoder", 11, 0.5f, precision);
   }
   if (spec == "random:gpt2-small") {
     ds::Config c = ds::gpt2_config(768, 12, 12, 1024, 50257);
     c.bos_id = kDemoBos;
     c.eos_id = -1;
-    return random_model(c, "random GPT-2 small", 3, 0.02f);
+    return random_model(c, "random GPT-2 small", 3, 0.02f, precision);
   }
   if (spec.empty()) throw ds::Error("no model given");
   std::string tok = tokenizer;
@@ -141,7 +168,7 @@ ds::LoadedModel open_model(const std::string& spec, const std::string& tokenizer
       }
     }
   }
-  ds::LoadedModel m = ds::load_model(spec, tok);
+  ds::LoadedModel m = ds::load_model(spec, tok, precision);
   if (m.name == "model.bin") m.name = fs::path(spec).parent_path().filename().string();
   return m;
 }

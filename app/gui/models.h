@@ -25,7 +25,14 @@ std::vector<ModelChoice> model_choices();
 // The fixture aidreams260K if present, else "random:decoder".
 std::string default_model_spec();
 // Opens a spec or a path (throws ds::Error). tokenizer: a tokenizer file or "".
-ds::LoadedModel open_model(const std::string& spec, const std::string& tokenizer);
+// precision: how the large weight matrices are kept (ds::load_model); the random
+// models built here are narrowed to it before the model is made.
+ds::LoadedModel open_model(const std::string& spec, const std::string& tokenizer,
+                           ds::Precision precision = ds::Precision::F32);
+// "float32 (4 bytes a weight)", ... for the model box; and the short option names
+// f32, bf16, f16 (returns false for an unknown name).
+const char* precision_label(ds::Precision p);
+bool parse_precision(const std::string& name, ds::Precision& out);
 // A prompt and a source that suit the model, for the text boxes.
 std::string default_prompt(const ds::LoadedModel& m);
 std::string default_source(const ds::LoadedModel& m);

@@ -82,11 +82,8 @@ void panel_attention(App& app) {
   if (ImGui::Button("Save PNG")) app.heatmap_png_request = "attention.png";
   tooltip(app, "Save this heatmap (cells only) as attention.png in the current folder.");
 
-  char key[128];
-  std::snprintf(key, sizeof key, "%llu/%d/%d/%d/%d", (unsigned long long)app.version, app.cursor, app.layer, app.head,
-                int(app.show_scores));
-  const Matrix& m = app.cached(
-      "attention", key, [&] { return attention_matrix(t, app.layer, app.head, app.cursor, false, app.show_scores); });
+  const App::GrowingMatrix& g = app.attention_view("attention", app.layer, app.head, false, app.show_scores);
+  const Matrix& m = g.m;
   if (!m.ok()) {
     ImGui::TextDisabled("%s", m.error.c_str());
     return;
@@ -94,7 +91,7 @@ void panel_attention(App& app) {
   auto labels = app.position_labels(m.rows);
   HeatmapArgs a;
   a.m = &m;
-  a.cache_key = app.matrix_cache["attention"].first;
+  a.lineage = g.lineage;
   a.row_labels = &labels;
   a.col_labels = &labels;
   a.row_title = "query: the token reading";

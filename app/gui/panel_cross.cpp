@@ -34,13 +34,22 @@ void panel_cross(App& app) {
 
   const int L = app.cross_encoder ? t.config.n_enc_layers : t.config.n_layers;
   const int layer = std::clamp(app.cross_layer, 0, std::max(0, L - 1));
-  char key[128];
-  std::snprintf(key, sizeof key, "%llu/%d/%d/%d/%d", (unsigned long long)app.version, app.cursor, layer, app.cross_head,
-                int(app.cross_encoder));
-  const Matrix& m = app.cached("cross", key, [&] {
-    return app.cross_encoder ? encoder_matrix(t, layer, app.cross_head)
-                             : attention_matrix(t, layer, app.cross_head, app.cursor, true, false);
-  });
+  // The encoder's matrix stays the same for a whole run; cross-attention gains a row
+  // with every step.
+  const Matrix* mp = nullptr;
+  uint64_t lineage = 0;
+  if (app.cross_encoder) {
+    char key[96];
+    std::snprintf(key, sizeof key, "%llu/%d/%d", (unsigned long long)app.trace_epoch, layer, app.cross_head);
+    const App::CachedMatrix& c = app.cached("encoder", key, [&] { return encoder_matrix(t, layer, app.cross_head); });
+    mp = &c.m;
+    lineage = c.lineage;
+  } else {
+    const App::GrowingMatrix& g = app.attention_view("cross", layer, app.cross_head, true, false);
+    mp = &g.m;
+    lineage = g.lineage;
+  }
+  const Matrix& m = *mp;
   if (!m.ok()) {
     ImGui::TextDisabled("%s", m.error.c_str());
     return;
@@ -49,7 +58,7 @@ void panel_cross(App& app) {
   auto tgt = app.position_labels(m.rows);
   HeatmapArgs a;
   a.m = &m;
-  a.cache_key = app.matrix_cache["cross"].first;
+  a.lineage = lineage;
   a.row_labels = app.cross_encoder ? &src : &tgt;
   a.col_labels = &src;
   a.row_title = app.cross_encoder ? "source token reading" : "output token reading";

@@ -27,6 +27,76 @@ void toggle_off(App& app, int l, int h) {
   std::sort(app.heads_off.begin(), app.heads_off.end());
 }
 
+// Brings every head's texture to the cursor: the rows of the steps taken since the
+// last call, or every head again when the trace or the kind changed or the cursor
+// went back. Returns false (and keeps nothing) when one texture a head would take
+// too much memory; the grid is then drawn from matrices made for the occasion.
+bool update_grid(App& app, int L, int H) {
+  App::HeadsGrid& g = app.grid;
+  const ds::Trace& t = app.trace;
+  // The largest texture a head may have (a power of two, as HeatTexture allocates)
+  // with all of them within 256 MB.
+  const size_t budget = size_t(256) << 20, cell = sizeof(float) + 1;
+  int max_room = 32;
+  while (size_t(L) * H * size_t(2 * max_room) * size_t(2 * max_room) * cell <= budget) max_room *= 2;
+  const int P = t.positions(app.cursor);
+  if (P > max_room || size_t(L) * H * size_t(max_room) * size_t(max_room) * cell > budget) {
+    g.tiles.clear();
+    g.what.clear();
+    return false;
+  }
+  char what[64];
+  std::snprintf(what, sizeof what, "%llu/%d", (unsigned long long)app.trace_epoch, int(app.show_scores));
+  const bool fresh = g.what != what || app.cursor < g.step || int(g.tiles.size()) != L * H;
+  // Make room ahead of time, a few heads a frame, so that no single frame copies
+  // every head's texture into a larger one.
+  auto grow_ahead = [&] {
+    const int soon = std::min(P + P / 4 + 1, max_room);
+    int left = 16;
+    for (auto& tile : g.tiles)
+      if (tile->ok && tile->tex.capacity_rows() < soon && left-- > 0) tile->tex.reserve(soon, soon);
+  };
+  if (!fresh && g.step == app.cursor) {
+    grow_ahead();
+    return true;
+  }
+  if (int(g.tiles.size()) != L * H) {
+    g.tiles.clear();
+    for (int i = 0; i < L * H; ++i) g.tiles.push_back(std::make_unique<App::HeadTile>());
+  }
+  for (int l = 0; l < L; ++l)
+    for (int h = 0; h < H; ++h) {
+      App::HeadTile& tile = *g.tiles[size_t(l) * H + h];
+      bool whole = fresh || !tile.ok;
+      for (int s = g.step + 1; !whole && s <= app.cursor; ++s) {
+        Matrix rows = attention_step_rows(t, l, h, s, false, app.show_scores);
+        if (!rows.error.empty() || !tile.tex.append_rows(t.steps[s].pos0, rows.rows, rows.cols, rows.v.data(),
+                                                         rows.mask.data(), app.uploads)) {
+          whole = true;
+          break;
+        }
+        if (rows.lo <= rows.hi) {
+          if (tile.lo <= tile.hi)
+            tile.lo = std::min(tile.lo, rows.lo), tile.hi = std::max(tile.hi, rows.hi);
+          else
+            tile.lo = rows.lo, tile.hi = rows.hi;
+        }
+      }
+      if (whole) {
+        Matrix m = attention_matrix(t, l, h, app.cursor, false, app.show_scores);
+        tile.ok = m.ok();
+        if (tile.ok) tile.tex.set(m.rows, m.cols, m.v.data(), m.mask.data(), app.uploads);
+        tile.lo = m.lo;
+        tile.hi = m.hi;
+      }
+    }
+  grow_ahead();
+  g.what = what;
+  g.step = app.cursor;
+  ++g.serial;
+  return true;
+}
+
 }  // namespace
 
 void panel_heads(App& app) {
@@ -83,9 +153,11 @@ void panel_heads(App& app) {
   const int gw = int(H * (tw + gap)), gh = int(L * (th + gap));
 
   // Render the whole grid into one target, only when something changed.
+  const bool kept = update_grid(app, L, H);
   char key[160];
-  std::snprintf(key, sizeof key, "%llu/%d/%d/%d/%d/%d/%d", (unsigned long long)app.version, app.cursor,
-                int(app.show_scores), app.cmap, gw, gh, int(app.light));
+  std::snprintf(key, sizeof key, "%llu/%llu/%d/%d/%d/%d/%d/%d", (unsigned long long)(kept ? app.grid.serial : 0),
+                (unsigned long long)(kept ? 0 : app.version), kept ? 0 : app.cursor, int(app.show_scores), app.cmap, gw,
+                gh, int(app.light));
   RenderTarget& rt = app.target("heads");
   if (app.heads_key != key) {
     app.heads_key = key;
@@ -95,14 +167,24 @@ void panel_heads(App& app) {
     app.heat.clear(bg.x, bg.y, bg.z);
     for (int l = 0; l < L; ++l)
       for (int h = 0; h < H; ++h) {
-        Matrix m = attention_matrix(t, l, h, app.cursor, false, app.show_scores);
-        if (!m.ok()) continue;
         HeatStyle st;
         st.cmap = app.cmap;
-        st.vmin = app.show_scores ? m.vmin : 0.0f;
-        st.vmax = app.show_scores ? m.vmax : 1.0f;
-        int x = int(h * (tw + gap)), y_top = int(l * (th + gap));
-        app.heat.draw(m.rows, m.cols, m.v.data(), m.mask.data(), st, x, gh - y_top - int(th), int(tw), int(th));
+        const int x = int(h * (tw + gap)), y = gh - int(l * (th + gap)) - int(th);
+        if (kept) {
+          const App::HeadTile& tile = *app.grid.tiles[size_t(l) * H + h];
+          if (!tile.ok) continue;
+          float vmin, vmax;
+          display_range(tile.lo, tile.hi, app.show_scores, vmin, vmax);
+          st.vmin = app.show_scores ? vmin : 0.0f;
+          st.vmax = app.show_scores ? vmax : 1.0f;
+          app.heat.draw(tile.tex, st, x, y, int(tw), int(th));
+        } else {
+          Matrix m = attention_matrix(t, l, h, app.cursor, false, app.show_scores);
+          if (!m.ok()) continue;
+          st.vmin = app.show_scores ? m.vmin : 0.0f;
+          st.vmax = app.show_scores ? m.vmax : 1.0f;
+          app.heat.draw(m.rows, m.cols, m.v.data(), m.mask.data(), st, x, y, int(tw), int(th), app.uploads);
+        }
       }
     RenderTarget::unbind(app.fb_w, app.fb_h);
   }

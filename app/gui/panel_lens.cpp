@@ -43,7 +43,10 @@ void panel_lens(App& app) {
         app.lens.version = key;
         app.lens_pending = false;
       } else {
-        app.worker.post(std::move(c));
+        // In place of an older request still waiting: while steps stream in, one
+        // request a step would queue up behind them and keep the engine busy long
+        // after the last step.
+        app.worker.post_latest(std::move(c));
         app.lens_pending = true;
       }
     }

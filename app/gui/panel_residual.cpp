@@ -107,7 +107,8 @@ void panel_residual(App& app) {
   ImGui::Combo("##cmap", &app.cmap, kColormapNames, 3);
   char key[96];
   std::snprintf(key, sizeof key, "%llu/%d/%d", (unsigned long long)app.version, app.cursor, app.resid_kind);
-  const Matrix& m = app.cached("resid", key, [&] { return resid_norm_map(t, app.cursor, app.resid_kind); });
+  const App::CachedMatrix& cm = app.cached("resid", key, [&] { return resid_norm_map(t, app.cursor, app.resid_kind); });
+  const Matrix& m = cm.m;
   if (!m.ok()) {
     ImGui::TextDisabled("%s", m.error.c_str());
   } else {
@@ -115,7 +116,7 @@ void panel_residual(App& app) {
     for (int l = 0; l < m.rows; ++l) rows.push_back("layer " + std::to_string(l));
     HeatmapArgs a;
     a.m = &m;
-    a.cache_key = app.matrix_cache["resid"].first;
+    a.lineage = cm.lineage;
     a.row_labels = &rows;
     a.col_labels = &cols;
     a.row_title = "layer";

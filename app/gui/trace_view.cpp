@@ -28,16 +28,24 @@ void finish_range(Matrix& m, bool scores) {
       lo = std::min(lo, x);
       hi = std::max(hi, x);
     }
-  if (!(lo <= hi)) lo = 0, hi = 1;
-  if (!scores) lo = 0, hi = std::max(hi, 1e-6f);
-  if (hi - lo < 1e-9f) hi = lo + 1e-6f;
-  m.vmin = lo;
-  m.vmax = hi;
+  if (lo <= hi)
+    m.lo = lo, m.hi = hi;
+  else
+    m.lo = 0, m.hi = -1;
+  display_range(m.lo, m.hi, scores, m.vmin, m.vmax);
 }
 
 }  // namespace
 
-Matrix attention_matrix(const ds::Trace& t, int layer, int head, int step, bool cross, bool scores) {
+void display_range(float lo, float hi, bool scores, float& vmin, float& vmax) {
+  if (!(lo <= hi)) lo = 0, hi = 1;
+  if (!scores) lo = 0, hi = std::max(hi, 1e-6f);
+  if (hi - lo < 1e-9f) hi = lo + 1e-6f;
+  vmin = lo;
+  vmax = hi;
+}
+
+Matrix attention_step_rows(const ds::Trace& t, int layer, int head, int step, bool cross, bool scores) {
   Matrix m;
   if (step < 0 || step >= int(t.steps.size())) {
     m.error = "no step yet: press Step (Right arrow)";
@@ -48,58 +56,129 @@ Matrix attention_matrix(const ds::Trace& t, int layer, int head, int step, bool 
     m.error = "this model is decoder-only: it has no cross-attention";
     return m;
   }
-  const int H = cfg.n_heads;
-  try {
-    ds::MatRM a;
-    if (head >= 0) {
-      a = t.attention(layer, head, step, cross, scores);
-    } else {
-      a = t.attention(layer, 0, step, cross, scores);
-      for (int h = 1; h < H; ++h) a += t.attention(layer, h, step, cross, scores);
-      a /= float(H);
-    }
-    m.rows = int(a.rows());
-    m.cols = int(a.cols());
-    m.v.assign(a.data(), a.data() + a.size());
-  } catch (const ds::Error& e) {
-    m.error = e.what();
+  const ds::TraceStep& st = t.steps[step];
+  const int T = int(st.input.size());
+  const int S = cross ? int(t.source.size()) : t.positions(step);
+  const std::string base = "blocks." + std::to_string(layer) + (cross ? ".cross_attn." : ".attn.");
+  const std::string name = base + (scores ? "scores" : "pattern");
+  const ds::Tensor* sc = find(st, base + "scores");
+  const ds::Tensor* src = find(st, name);
+  // A compact trace keeps no pattern: it is the softmax of the scores, row by row,
+  // computed as ds::Trace::attention computes it.
+  const bool derive = !src && !scores && sc;
+  if (derive) src = sc;
+  if (!src) {
+    m.error = "the trace did not record " + name;
     return m;
   }
-  // The mask: recorded (attn.mask), else where the scores are -inf, else the rule.
-  // Cells no step published (keys that did not exist yet when a row was computed)
-  // stay masked.
-  m.mask.assign(size_t(m.rows) * m.cols, 0);
-  const std::string base = "blocks." + std::to_string(layer) + (cross ? ".cross_attn." : ".attn.");
-  bool have_mask = false;
-  for (int s = 0; s <= step; ++s) {
-    const ds::TraceStep& st = t.steps[s];
-    const ds::Tensor* mk = find(st, base + "mask");
-    const ds::Tensor* sc = find(st, base + "scores");
-    if (mk && mk->shape.size() == 2) {
-      int T = mk->shape[0], S = mk->shape[1];
-      for (int r = 0; r < T && st.pos0 + r < m.rows; ++r)
-        for (int j = 0; j < S && j < m.cols; ++j)
-          m.mask[size_t(st.pos0 + r) * m.cols + j] = mk->at(int64_t(r) * S + j) != 0;
-      have_mask = true;
-    } else if (sc && sc->shape.size() == 3) {
-      int T = sc->shape[1], S = sc->shape[2];
-      for (int r = 0; r < T && st.pos0 + r < m.rows; ++r)
-        for (int j = 0; j < S && j < m.cols; ++j)
-          m.mask[size_t(st.pos0 + r) * m.cols + j] = std::isfinite(sc->at(int64_t(r) * S + j));
-      have_mask = true;
-    }
+  const int H = head >= 0 ? 1 : cfg.n_heads;
+  const int h0 = std::max(head, 0);
+  if (src->shape.size() != 3 || !src->has_values() || H < 1 || h0 + H > src->shape[0]) {
+    m.error = "trace tensor " + (derive ? base + "scores" : name) + " has the wrong shape";
+    return m;
   }
-  if (!have_mask) {
-    for (int r = 0; r < m.rows; ++r)
-      for (int j = 0; j < m.cols; ++j) {
-        bool ok = cross ? !(cfg.pad_id >= 0 && j < int(t.source.size()) && t.source[j] == cfg.pad_id) : j <= r;
-        m.mask[size_t(r) * m.cols + j] = ok;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  m.rows = T;
+  m.cols = S;
+  // Cells the step did not publish: weight 0, score -inf (made 0 below, masked).
+  m.v.assign(size_t(T) * S, scores ? ninf : 0.0f);
+  const int Tt = src->shape[1], St = src->shape[2];
+  std::vector<float> row(size_t(std::max(St, 0)));
+  for (int h = h0; h < h0 + H; ++h)
+    for (int r = 0; r < T && r < Tt; ++r) {
+      src->values((int64_t(h) * Tt + r) * St, St, row.data());
+      if (derive) {
+        float mx = ninf;
+        for (float v : row) mx = std::max(mx, v);
+        double z = 0;
+        for (float& v : row) {
+          v = (mx == ninf || v == ninf) ? 0.0f : std::exp(v - mx);
+          z += v;
+        }
+        if (z > 0)
+          for (float& v : row) v = float(v / z);
+      }
+      float* out = m.v.data() + size_t(r) * S;
+      for (int j = 0; j < St && j < S; ++j) out[j] = h == h0 ? row[size_t(j)] : out[j] + row[size_t(j)];
+    }
+  if (head < 0)  // the mean of the heads, summed in head order then divided
+    for (float& v : m.v) v /= float(H);
+  // The mask: recorded (attn.mask), else where the scores are -inf, else the rule.
+  // Cells the step did not publish stay masked.
+  m.mask.assign(size_t(T) * S, 0);
+  const ds::Tensor* mk = find(st, base + "mask");
+  if (mk && mk->shape.size() == 2 && mk->has_values()) {
+    const int Tm = mk->shape[0], Sm = mk->shape[1];
+    for (int r = 0; r < Tm && r < T; ++r)
+      for (int j = 0; j < Sm && j < S; ++j) m.mask[size_t(r) * S + j] = mk->at(int64_t(r) * Sm + j) != 0;
+  } else if (sc && sc->shape.size() == 3 && sc->has_values()) {
+    const int Ts = sc->shape[1], Ss = sc->shape[2];
+    for (int r = 0; r < Ts && r < T; ++r)
+      for (int j = 0; j < Ss && j < S; ++j) m.mask[size_t(r) * S + j] = std::isfinite(sc->at(int64_t(r) * Ss + j));
+  } else {
+    for (int r = 0; r < T; ++r)
+      for (int j = 0; j < S; ++j) {
+        bool ok = cross ? !(cfg.pad_id >= 0 && j < int(t.source.size()) && t.source[j] == cfg.pad_id) : j <= st.pos0 + r;
+        m.mask[size_t(r) * S + j] = ok;
       }
   }
   if (scores)  // masked scores are -inf; keep the texture finite
-    for (size_t i = 0; i < m.v.size(); ++i)
-      if (!std::isfinite(m.v[i])) m.v[i] = 0;
+    for (float& v : m.v)
+      if (!std::isfinite(v)) v = 0;
   finish_range(m, scores);
+  return m;
+}
+
+void append_rows(Matrix& m, const Matrix& rows, int row0, bool scores) {
+  const int R = std::max(m.rows, row0 + rows.rows), C = std::max(m.cols, rows.cols);
+  if (C != m.cols) {  // wider: lay the earlier rows out again
+    std::vector<float> v(size_t(R) * C, 0.0f);
+    std::vector<uint8_t> mask(size_t(R) * C, 0);
+    for (int r = 0; r < m.rows; ++r) {
+      std::copy_n(m.v.data() + size_t(r) * m.cols, m.cols, v.data() + size_t(r) * C);
+      std::copy_n(m.mask.data() + size_t(r) * m.cols, m.cols, mask.data() + size_t(r) * C);
+    }
+    m.v = std::move(v);
+    m.mask = std::move(mask);
+  } else {
+    m.v.resize(size_t(R) * C, 0.0f);
+    m.mask.resize(size_t(R) * C, 0);
+  }
+  for (int r = 0; r < rows.rows; ++r) {
+    float* v = m.v.data() + size_t(row0 + r) * C;
+    uint8_t* k = m.mask.data() + size_t(row0 + r) * C;
+    std::copy_n(rows.v.data() + size_t(r) * rows.cols, rows.cols, v);
+    std::copy_n(rows.mask.data() + size_t(r) * rows.cols, rows.cols, k);
+    std::fill(v + rows.cols, v + C, 0.0f);
+    std::fill(k + rows.cols, k + C, uint8_t(0));
+  }
+  m.rows = R;
+  m.cols = C;
+  if (rows.lo <= rows.hi) {
+    if (m.lo <= m.hi)
+      m.lo = std::min(m.lo, rows.lo), m.hi = std::max(m.hi, rows.hi);
+    else
+      m.lo = rows.lo, m.hi = rows.hi;
+  }
+  display_range(m.lo, m.hi, scores, m.vmin, m.vmax);
+}
+
+Matrix attention_matrix(const ds::Trace& t, int layer, int head, int step, bool cross, bool scores) {
+  Matrix m;
+  if (step < 0 || step >= int(t.steps.size())) {
+    m.error = "no step yet: press Step (Right arrow)";
+    return m;
+  }
+  // Each step's own rows, stacked: the same rows a view appends one step at a time.
+  for (int s = 0; s <= step; ++s) {
+    Matrix rows = attention_step_rows(t, layer, head, s, cross, scores);
+    if (!rows.error.empty()) {
+      Matrix e;
+      e.error = rows.error;
+      return e;
+    }
+    append_rows(m, rows, t.steps[s].pos0, scores);
+  }
   return m;
 }
 

@@ -13,7 +13,8 @@ struct Matrix {
   int rows = 0, cols = 0;
   std::vector<float> v;
   std::vector<uint8_t> mask;
-  float vmin = 0, vmax = 1;  // over allowed finite cells
+  float vmin = 0, vmax = 1;  // the colour range (display_range of lo, hi)
+  float lo = 0, hi = -1;     // smallest and largest allowed finite cell (lo > hi: none)
   std::string error;         // why there is nothing to draw
   bool ok() const { return error.empty() && rows > 0 && cols > 0; }
   float at(int r, int c) const { return v[size_t(r) * cols + c]; }
@@ -25,6 +26,20 @@ struct Matrix {
 Matrix attention_matrix(const ds::Trace& t, int layer, int head, int step, bool cross, bool scores);
 // Encoder self-attention [source, source].
 Matrix encoder_matrix(const ds::Trace& t, int layer, int head);
+
+// The rows one step adds to attention_matrix: rows [pos0, pos0 + T) of the step's
+// matrix, as a [T, keys] matrix (keys: the step's positions, or the source length for
+// cross-attention), with their mask and range. attention_matrix is these rows of
+// every step up to its own, stacked, so a view can grow its matrix a step at a time.
+Matrix attention_step_rows(const ds::Trace& t, int layer, int head, int step, bool cross, bool scores);
+// Puts rows (from attention_step_rows) into m from row `row0` on, widening m when the
+// rows are wider: cells of earlier rows in the new columns, and rows skipped, are
+// masked zeros (a key that did not exist when a row was computed). Keeps lo, hi,
+// vmin and vmax as attention_matrix sets them.
+void append_rows(Matrix& m, const Matrix& rows, int row0, bool scores);
+// The colour range of a matrix whose allowed finite cells span [lo, hi] (lo > hi:
+// none): weights from 0, scores over their own range.
+void display_range(float lo, float hi, bool scores, float& vmin, float& vmax);
 // Layer x position map of the norms of resid_pre / resid_mid / resid_post (kind 0/1/2).
 Matrix resid_norm_map(const ds::Trace& t, int step, int kind);
 // The residual vector at a position: kind 0 resid_pre, 1 resid_mid, 2 resid_post.

@@ -198,12 +198,16 @@ HeatmapHit heatmap_widget(App& app, const char* name, const HeatmapArgs& a) {
   char style_key[200];
   std::snprintf(style_key, sizeof style_key, "|%d%d%d|%g|%g|%g|%g|%g|%dx%d", st.cmap, int(st.log), int(st.mask_only),
                 double(st.vmin), double(st.vmax), double(bg.x), double(bg.y), double(st.gap_px), int(W), int(H));
-  const std::string key = a.cache_key.empty() ? "" : a.cache_key + style_key;
+  // The cells go to the GPU only when the matrix changed, and then only the rows (and
+  // columns) it gained while its lineage stays the same.
+  HeatTexture& tex = app.heat_texture(name);
+  const bool sent = tex.sync(m, a.lineage, app.uploads);
+  const std::string key = a.lineage == 0 ? "" : std::to_string(a.lineage) + style_key;
   std::string& drawn = app.drawn_keys[name];
-  if (key.empty() || key != drawn || rt.width() != int(W) || rt.height() != int(H)) {
+  if (sent || key.empty() || key != drawn || rt.width() != int(W) || rt.height() != int(H)) {
     rt.ensure(int(W), int(H));
     rt.bind();
-    app.heat.draw(m.rows, m.cols, m.v.data(), m.mask.data(), st, 0, 0, int(W), int(H));
+    app.heat.draw(tex, st, 0, 0, int(W), int(H));
     RenderTarget::unbind(app.fb_w, app.fb_h);
     drawn = key;
   }

@@ -39,6 +39,17 @@ void Worker::post(Command c) {
   cv_.notify_all();
 }
 
+void Worker::post_latest(Command c) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    const Command::Kind k = c.kind;
+    queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [k](const Command& q) { return q.kind == k; }),
+                 queue_.end());
+    queue_.push_back(std::move(c));
+  }
+  cv_.notify_all();
+}
+
 std::vector<Event> Worker::poll() {
   std::lock_guard<std::mutex> lk(mu_);
   std::vector<Event> out;
@@ -194,10 +205,11 @@ void Worker::handle(Command& c) {
       session_.reset();
       head_handles_.clear();
       lm_ = ds::LoadedModel{};
-      ds::LoadedModel m = open_model(c.a, c.b);
+      ds::LoadedModel m = open_model(c.a, c.b, c.precision);
       lm_ = std::move(m);
       auto info = std::make_shared<ModelInfo>();
       info->spec = c.a;
+      info->tokenizer = c.b;
       info->name = lm_.name;
       info->kind = lm_.kind;
       info->cfg = lm_.model->cfg;
@@ -206,6 +218,8 @@ void Worker::handle(Command& c) {
       info->prompt = default_prompt(lm_);
       info->source = default_source(lm_);
       info->params = lm_.model->w.parameter_count();
+      info->precision = lm_.model->w.precision();
+      info->weight_bytes = lm_.model->w.bytes();
       info->load_seconds = since(t0);
       Event done;
       done.kind = Event::Loaded;
@@ -223,7 +237,7 @@ void Worker::handle(Command& c) {
       o.record = record_patterns(cfg);
       o.trace_options.compact = true;
       o.candidates = 20;
-      o.threads = 1;
+      o.threads = std::max(1, c.threads);
       std::vector<int> prompt, src;
       if (lm_.tokenizer) {
         if (cfg.encoder_decoder) {

@@ -22,12 +22,14 @@
 namespace dsgui {
 
 struct ModelInfo {
-  std::string spec, name, kind, describe;
+  std::string spec, tokenizer, name, kind, describe;  // tokenizer: the file given with spec, or ""
   ds::Config cfg;
   bool has_tokenizer = false;
   std::string prompt, source;  // suggested text for the boxes
   int64_t params = 0;
   double load_seconds = 0;
+  ds::Precision precision = ds::Precision::F32;  // storage of the large weight matrices
+  int64_t weight_bytes = 0;                      // bytes of every parameter as stored
 };
 
 // The logit lens at one position: what each layer's residual stream would predict if
@@ -64,6 +66,8 @@ struct Command {
   Kind kind = Step;
   std::string a, b;  // Load: spec, tokenizer file; Start: prompt (target prefix), source
   int n = 1;         // Step: how many (-1: to the end); Rewind: steps kept
+  ds::Precision precision = ds::Precision::F32;  // Load: how the weights are kept in memory
+  int threads = 1;                               // Start: threads the engine computes a step with
   ds::SamplerConfig sampler;
   std::vector<std::pair<int, int>> heads;  // Heads: (layer, head) switched off
   // Lens: the residual vectors to read ([rows][d_model]) and their labels.
@@ -85,6 +89,9 @@ class Worker {
   Worker& operator=(const Worker&) = delete;
 
   void post(Command c);
+  // Posts c in place of the commands of its kind still waiting in the queue (a
+  // request whose answer would be out of date by the time it ran).
+  void post_latest(Command c);
   std::vector<Event> poll();
   // True while a command is queued or running.
   bool busy() const;

@@ -101,6 +101,39 @@ if run forward "${DEC[@]}" --steps 9 --seed 5 --view attention; then
   fi
 fi
 
+# Heatmaps grown a row at a time while the engine runs (only the new rows go to the
+# GPU; past 32 positions the textures move to a larger allocation) are, cell for
+# cell, the ones a replay of the same trace sends whole.
+for v in attention heads; do
+  if run "grown_$v" "${DEC[@]}" --steps 30 --view "$v" --save-heatmap "$OUT/grown_${v}_cells.png" \
+      --save-trace "$OUT/trace_grown_$v.json"; then
+    if grep -q '"appends": [1-9]' "$OUT/grown_$v.png.json"; then
+      passed=$((passed + 1))
+    else
+      echo "FAIL grown_$v: no heatmap was sent a row at a time"
+      failed=$((failed + 1))
+    fi
+    if run "grown_${v}_replay" --trace "$OUT/trace_grown_$v.json" --view "$v" \
+        --save-heatmap "$OUT/grown_${v}_replay_cells.png"; then
+      check same "$OUT/grown_${v}_cells.png" "$OUT/grown_${v}_replay_cells.png"
+    fi
+  fi
+done
+
+# 16-bit weights: the window says which precision it runs, and every view still works.
+for p in bf16 f16; do
+  if run "precision_$p" "${DEC[@]}" --precision "$p" --view attention; then
+    check heatmap "$OUT/precision_$p.png" attention causal
+    want=$([ "$p" = bf16 ] && echo bfloat16 || echo float16)
+    if grep -q "\"precision\": \"$want\"" "$OUT/precision_$p.png.json"; then
+      passed=$((passed + 1))
+    else
+      echo "FAIL precision_$p: the window does not run in $want"
+      failed=$((failed + 1))
+    fi
+  fi
+done
+
 # A saved trace replays with no model: the picture is the one of the live run.
 if run live "${DEC[@]}" --view attention --save-trace "$OUT/trace.json"; then
   if run replay --trace "$OUT/trace.json" --view attention; then

@@ -1,7 +1,10 @@
 // Unit tests of the window's trace helpers (no window): the full attention matrix and
-// its mask rebuilt from per-step rows, token lists, visible whitespace.
+// its mask rebuilt from per-step rows (whole, and grown a step at a time), token lists,
+// visible whitespace.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
 
 #include "models.h"
@@ -31,10 +34,11 @@ std::shared_ptr<const ds::Model> tiny_model(bool encdec) {
   return std::make_shared<const ds::Model>(c, ds::Weights::random(c, 5, 0.5f));
 }
 
-ds::Trace run(bool encdec, const std::vector<int>& src, int steps) {
+ds::Trace run(bool encdec, const std::vector<int>& src, int steps, bool compact = false) {
   auto m = tiny_model(encdec);
   ds::SessionOptions o;
   o.record = dsgui::record_patterns(m->cfg);
+  o.trace_options.compact = compact;
   o.sampler.temperature = 1.0f;
   o.sampler.seed = 3;
   ds::Session s(m, dsgui::demo_tokenizer(128), o);
@@ -81,6 +85,77 @@ TEST(TraceView, CrossAttentionMasksOnlyPadding) {
   ASSERT_TRUE(mp.ok()) << mp.error;
   for (int r = 0; r < mp.rows; ++r)
     for (int c = 0; c < mp.cols; ++c) EXPECT_EQ(mp.allowed(r, c), c < 2);
+}
+
+// The reference: ds::Trace::attention as a full matrix (the mean of the heads summed
+// in head order, then divided), masked scores made 0 as the window draws them.
+std::vector<float> reference(const ds::Trace& t, int layer, int head, int step, bool cross, bool scores) {
+  ds::MatRM a;
+  if (head >= 0) {
+    a = t.attention(layer, head, step, cross, scores);
+  } else {
+    a = t.attention(layer, 0, step, cross, scores);
+    for (int h = 1; h < t.config.n_heads; ++h) a += t.attention(layer, h, step, cross, scores);
+    a /= float(t.config.n_heads);
+  }
+  std::vector<float> v(a.data(), a.data() + a.size());
+  if (scores)
+    for (float& x : v)
+      if (!std::isfinite(x)) x = 0;
+  return v;
+}
+
+// Every matrix the window draws equals the core's own, for full and compact traces;
+// and growing it a step at a time (what a view does while the engine runs) gives the
+// very same cells, mask and colour range as building it whole.
+TEST(TraceView, MatricesGrownStepByStepEqualTheCoreAndTheWhole) {
+  for (bool compact : {false, true})
+    for (bool encdec : {false, true}) {
+      ds::Trace t = run(encdec, encdec ? std::vector<int>{'a', 'b', 0} : std::vector<int>{}, 5, compact);
+      for (bool cross : encdec ? std::vector<bool>{false, true} : std::vector<bool>{false})
+        for (int layer : {0, 1})
+          for (int head : {0, 1, -1})
+            for (bool scores : {false, true}) {
+              if (cross && scores) continue;  // cross-attention is shown as weights
+              dsgui::Matrix grown;
+              for (int step = 0; step < int(t.steps.size()); ++step) {
+                SCOPED_TRACE(::testing::Message() << "compact " << compact << " encdec " << encdec << " cross "
+                                                  << cross << " layer " << layer << " head " << head << " scores "
+                                                  << scores << " step " << step);
+                dsgui::Matrix whole = dsgui::attention_matrix(t, layer, head, step, cross, scores);
+                ASSERT_TRUE(whole.ok()) << whole.error;
+                EXPECT_EQ(whole.v, reference(t, layer, head, step, cross, scores));
+                dsgui::Matrix rows = dsgui::attention_step_rows(t, layer, head, step, cross, scores);
+                ASSERT_TRUE(rows.ok()) << rows.error;
+                EXPECT_EQ(rows.rows, int(t.steps[step].input.size()));
+                dsgui::append_rows(grown, rows, t.steps[step].pos0, scores);
+                ASSERT_EQ(grown.rows, whole.rows);
+                ASSERT_EQ(grown.cols, whole.cols);
+                EXPECT_EQ(grown.v, whole.v);
+                EXPECT_EQ(grown.mask, whole.mask);
+                EXPECT_EQ(grown.vmin, whole.vmin);
+                EXPECT_EQ(grown.vmax, whole.vmax);
+                // The colour range spans the allowed cells (weights from 0).
+                float lo = 1e30f, hi = -1e30f;
+                for (int r = 0; r < whole.rows; ++r)
+                  for (int c = 0; c < whole.cols; ++c)
+                    if (whole.allowed(r, c)) lo = std::min(lo, whole.at(r, c)), hi = std::max(hi, whole.at(r, c));
+                EXPECT_EQ(whole.vmax, hi);
+                EXPECT_EQ(whole.vmin, scores ? lo : 0.0f);
+              }
+            }
+    }
+}
+
+TEST(TraceView, StepRowsSayWhatIsMissing) {
+  ds::Trace t = run(false, {}, 2);
+  EXPECT_FALSE(dsgui::attention_step_rows(t, 0, 0, 5, false, false).ok());
+  EXPECT_FALSE(dsgui::attention_step_rows(t, 0, 0, 0, true, false).ok());  // no cross-attention here
+  EXPECT_FALSE(dsgui::attention_step_rows(t, 0, 7, 0, false, false).ok());  // no head 7
+  t.steps[1].tensors.clear();
+  dsgui::Matrix m = dsgui::attention_step_rows(t, 0, 0, 1, false, false);
+  EXPECT_FALSE(m.ok());
+  EXPECT_NE(m.error.find("did not record"), std::string::npos) << m.error;
 }
 
 TEST(TraceView, TokensListPromptGeneratedAndTheLastDraw) {

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <thread>
 
+#include "models.h"
 #include "worker.h"
 
 namespace {
@@ -141,6 +142,67 @@ TEST(GuiWorker, SavedTraceCarriesTheLogitLens) {
   std::string text((std::istreambuf_iterator<char>(f)), {});
   EXPECT_NE(text.find("gui_logit_lens"), std::string::npos);
   std::filesystem::remove(path);
+}
+
+// The precision chosen in the window reaches the model: the random models are built
+// narrowed, the event says which precision is in use, and the engine still runs.
+TEST(GuiWorker, LoadsTheWeightsInTheChosenPrecision) {
+  int64_t f32_bytes = 0;
+  for (ds::Precision p : {ds::Precision::F32, ds::Precision::BF16, ds::Precision::F16}) {
+    dsgui::Worker w;
+    Command c;
+    c.kind = Command::Load;
+    c.a = "random:decoder";
+    c.precision = p;
+    w.post(std::move(c));
+    post(w, Command::Start, 1, "hi");
+    post(w, Command::Step, 3);
+    auto evs = drain(w);
+    std::shared_ptr<const dsgui::ModelInfo> info;
+    for (auto& e : evs) {
+      EXPECT_NE(e.kind, Event::Error) << e.msg;
+      if (e.kind == Event::Loaded) info = e.info;
+    }
+    ASSERT_TRUE(info);
+    EXPECT_EQ(info->precision, p);
+    EXPECT_EQ(drawn(evs).size(), 3u);
+    if (p == ds::Precision::F32)
+      f32_bytes = info->weight_bytes;
+    else
+      EXPECT_LT(info->weight_bytes, f32_bytes * 3 / 4) << ds::precision_name(p);
+  }
+  ds::LoadedModel m = dsgui::open_model("random:encdec", "", ds::Precision::BF16);
+  EXPECT_EQ(m.precision, ds::Precision::BF16);
+  EXPECT_EQ(m.model->w.precision(), ds::Precision::BF16);
+  ds::Precision p = ds::Precision::F32;
+  EXPECT_TRUE(dsgui::parse_precision("f16", p));
+  EXPECT_EQ(p, ds::Precision::F16);
+  EXPECT_FALSE(dsgui::parse_precision("f8", p));
+}
+
+// A logit-lens request posted with post_latest replaces the one still waiting, so
+// requests made while steps run do not pile up behind them.
+TEST(GuiWorker, NewerLensRequestsReplaceWaitingOnes) {
+  dsgui::Worker w;
+  post(w, Command::Load, 1, "random:decoder");
+  post(w, Command::Start, 1, "hi");
+  post(w, Command::Step, 20);
+  for (uint64_t v = 1; v <= 8; ++v) {
+    Command c;
+    c.kind = Command::Lens;
+    c.resid = {std::vector<float>(64, 0.1f)};
+    c.labels = {"x"};
+    c.version = v;
+    w.post_latest(std::move(c));
+  }
+  std::vector<uint64_t> answered;
+  for (auto& e : drain(w)) {
+    EXPECT_NE(e.kind, Event::Error) << e.msg;
+    if (e.kind == Event::Lens) answered.push_back(e.lens.version);
+  }
+  ASSERT_FALSE(answered.empty());
+  EXPECT_LE(answered.size(), 2u);  // at most one already running, then the latest
+  EXPECT_EQ(answered.back(), 8u);
 }
 
 }  // namespace

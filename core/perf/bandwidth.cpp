@@ -20,7 +20,7 @@ namespace {
 
 // Sums n floats with several independent accumulators so the loop is bound by loads.
 float sum_floats(const float* p, size_t n) {
-#if defined(__AVX512F__)
+#if 0  // 256-bit loads, as the decode kernels use
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   size_t i = 0;
   for (; i + 64 <= n; i += 64) {

@@ -27,13 +27,9 @@ void panel_residual(App& app) {
   std::vector<std::array<float, 3>> norms(L, {0, 0, 0});
   float mx = 1e-6f;
   bool any = false;
-  std::vector<float> x;
   for (int l = 0; l < L; ++l)
     for (int k = 0; k < 3; ++k)
-      if (resid_vector(t, app.cursor, l, k, pos, x)) {
-        double ss = 0;
-        for (float f : x) ss += double(f) * f;
-        norms[l][k] = float(std::sqrt(ss));
+      if (resid_norm(t, app.cursor, l, k, pos, norms[l][k])) {
         mx = std::max(mx, norms[l][k]);
         any = true;
       }

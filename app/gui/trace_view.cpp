@@ -224,6 +224,17 @@ bool resid_vector(const ds::Trace& t, int step, int layer, int kind, int pos, st
   return true;
 }
 
+bool resid_norm(const ds::Trace& t, int step, int layer, int kind, int pos, float& out) {
+  int s = step_of_position(t, pos);
+  if (s < 0 || s > step) return false;
+  const ds::Tensor* x = find(t.steps[s], "blocks." + std::to_string(layer) + "." + kResidNames[kind]);
+  if (!x || x->shape.size() != 2) return false;
+  const int r = pos - t.steps[s].pos0;
+  if (r < 0 || r >= x->shape[0]) return false;
+  out = x->row_norms()[size_t(r)];
+  return true;
+}
+
 void lens_inputs(const ds::Trace& t, int step, int pos, std::vector<std::vector<float>>& resid,
                  std::vector<std::string>& labels) {
   resid.clear();

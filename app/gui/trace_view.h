@@ -44,6 +44,8 @@ void display_range(float lo, float hi, bool scores, float& vmin, float& vmax);
 Matrix resid_norm_map(const ds::Trace& t, int step, int kind);
 // The residual vector at a position: kind 0 resid_pre, 1 resid_mid, 2 resid_post.
 bool resid_vector(const ds::Trace& t, int step, int layer, int kind, int pos, std::vector<float>& out);
+// The norm of that vector; also for points a compact trace keeps as norms only.
+bool resid_norm(const ds::Trace& t, int step, int layer, int kind, int pos, float& out);
 
 // What the logit lens reads at a position: the embedding (resid_pre of layer 0) and
 // resid_post of every layer, with their labels.

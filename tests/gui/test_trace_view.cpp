@@ -185,3 +185,25 @@ TEST(TraceView, VisibleWhitespace) {
 }
 
 }  // namespace
+
+// The residual norms the window shows are there for every point and position in a
+// compact trace too (most points keep only norms), and equal the full trace's
+// vector norms.
+TEST(TraceView, ResidualNormsSurviveTheCompactTrace) {
+  ds::Trace full = run(false, {}, 6, false), comp = run(false, {}, 6, true);
+  const int last = int(full.steps.size()) - 1;
+  int compared = 0;
+  for (int l = 0; l < full.config.n_layers; ++l)
+    for (int k = 0; k < 3; ++k)
+      for (int pos = 0; pos < full.positions(last); ++pos) {
+        std::vector<float> x;
+        ASSERT_TRUE(dsgui::resid_vector(full, last, l, k, pos, x));
+        double ss = 0;
+        for (float f : x) ss += double(f) * f;
+        float n = 0;
+        ASSERT_TRUE(dsgui::resid_norm(comp, last, l, k, pos, n)) << "layer " << l << " kind " << k << " pos " << pos;
+        EXPECT_NEAR(n, std::sqrt(ss), 1e-3 * std::sqrt(ss) + 1e-5);
+        ++compared;
+      }
+  EXPECT_GT(compared, 0);
+}

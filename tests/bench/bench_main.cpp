@@ -1,6 +1,8 @@
 // decoderscope_bench: one executable for the benchmarks, one subcommand each.
-//   decoderscope_bench load [--mb 500] [--dir /tmp] [--keep]
+//   decoderscope_bench load [--mb 500] [--reps R] [--dir /tmp] [--keep] [--drop-caches]
+//                           [--format gpt2|own]
 //   decoderscope_bench decode [--shape gpt2-small|llama-110m] [--steps N] [--threads N] [--reps R]
+//                             [--precision f32|bf16|f16] [--prefill N] [--trace-tokens N]
 #include <cstdio>
 #include <cstring>
 
@@ -15,7 +17,7 @@ int main(int argc, char** argv) {
   };
   const Sub subs[] = {
       {"load", bench_load, "write a GPT-2-shaped model.safetensors, then time and measure loading it"},
-      {"decode", bench_decode, "decode speed of a random GPT-2-small or llama-110M-shaped model"},
+      {"decode", bench_decode, "bandwidth floor, decode, prefill and trace memory of a random GPT-2-small or llama-110M-shaped model"},
   };
   if (argc >= 2) {
     for (const Sub& s : subs)

@@ -18,7 +18,7 @@ using namespace ds;
 
 namespace {
 
-double widen(uint16_t h, Precision p) { return p == Precision::BF16 ? bf16_to_f32(h) : f16_to_f32(h); }
+double ref_widen(uint16_t h, Precision p) { return p == Precision::BF16 ? bf16_to_f32(h) : f16_to_f32(h); }
 
 }  // namespace
 
@@ -41,7 +41,7 @@ TEST(Kernels, GemvMatchesANaiveSumForEveryPrecisionAndShape) {
         for (int r = r0; r < r1; ++r) {
           double ref = 0, mag = 0;
           for (int c = 0; c < cols; ++c) {
-            double w = p == Precision::F32 ? W[size_t(r) * cols + c] : widen(H[size_t(r) * cols + c], p);
+            double w = p == Precision::F32 ? W[size_t(r) * cols + c] : ref_widen(H[size_t(r) * cols + c], p);
             ref += w * x[size_t(c)];
             mag += std::abs(w * x[size_t(c)]);
           }
@@ -60,7 +60,7 @@ TEST(Kernels, WidenAndNarrowAreExactInverses) {
     std::vector<float> f(65536);
     widen_rows(all.data(), p, 65536, 0, 1, f.data());
     for (int i = 0; i < 65536; ++i) {
-      const float ref = float(widen(all[size_t(i)], p));
+      const float ref = float(ref_widen(all[size_t(i)], p));
       if (std::isnan(ref))
         EXPECT_TRUE(std::isnan(f[size_t(i)]));
       else

@@ -231,7 +231,7 @@ bool resid_norm(const ds::Trace& t, int step, int layer, int kind, int pos, floa
   if (!x || x->shape.size() != 2) return false;
   const int r = pos - t.steps[s].pos0;
   if (r < 0 || r >= x->shape[0]) return false;
-  out = x->row_norms()[size_t(r)];
+  out = x->row_norm(r);
   return true;
 }
 

@@ -12,7 +12,6 @@
 #include <sstream>
 #include <vector>
 
-#include "io/model_folder.h"  // weights_for_loading
 #include "util/error.h"
 
 namespace ds {
@@ -257,7 +256,7 @@ Llama2cModel load_llama2c(const std::string& path, Precision precision) {
   }
   // Every allocation below is bounded by the file size checked above. The matrices
   // are allocated in their final precision; norms stay float32.
-  m.w = weights_for_loading(m.cfg, precision);
+  m.w = Weights::uninitialized(m.cfg, precision);
   Weights& w = m.w;
   const int nl = h.layers;
   const int64_t d = h.dim, hd = h.hidden;

@@ -23,7 +23,6 @@
 
 #include "io/safetensors.h"
 #include "model/config_json.h"
-#include "perf/memory.h"
 #include "text/char_tokenizer.h"
 #include "util/error.h"
 
@@ -82,82 +81,6 @@ json read_json_file(const std::string& path) {
   return j;
 }
 
-// ------------------------------------------------------------------ weights to fill
-
-// The large matrices of a Weights being allocated for a loader: each is allocated
-// untouched (MatRM::resize and Mat16's allocator do not write), then, as
-// Weights::zeros does, advised for transparent huge pages (each one, and the whole
-// span when the allocations lie side by side) so that decoding reads them through
-// few TLB entries. Unlike Weights::zeros nothing is written: the loader's first
-// write faults the pages in.
-class Untouched {
- public:
-  explicit Untouched(Precision p) : p_(p) {}
-  void matrix(MatRM& m, Mat16& h, int64_t rows, int64_t cols) {
-    if (p_ == Precision::F32) {
-      m.resize(rows, cols);
-      add(m.data(), static_cast<size_t>(m.size()) * sizeof(float));
-    } else {
-      h.type = p_;
-      h.rows = rows;
-      h.cols = cols;
-      h.data.resize(static_cast<size_t>(rows * cols));
-      add(h.data.data(), h.data.size() * sizeof(uint16_t));
-    }
-  }
-  void advise() const {
-    size_t sum = 0;
-    uintptr_t lo = UINTPTR_MAX, hi = 0;
-    for (const auto& [q, n] : spans_) {
-      advise_huge_pages(q, n);
-      sum += n;
-      lo = std::min(lo, reinterpret_cast<uintptr_t>(q));
-      hi = std::max(hi, reinterpret_cast<uintptr_t>(q) + n);
-    }
-    if (hi > lo && double(hi - lo) <= 1.02 * double(sum)) advise_huge_pages(reinterpret_cast<void*>(lo), hi - lo);
-  }
-
- private:
-  void add(void* q, size_t n) {
-    if (n) spans_.push_back({q, n});
-  }
-  Precision p_;
-  std::vector<std::pair<void*, size_t>> spans_;
-};
-
-Linear linear_to_fill(int64_t out, int64_t in, bool bias, Untouched& big) {
-  Linear l;
-  big.matrix(l.W, l.W16, out, in);
-  if (bias) l.b = Vec::Zero(out);
-  return l;
-}
-
-Norm norm_to_fill(const Config& c) {
-  Norm n;
-  n.g = Vec::Ones(c.d_model);
-  if (c.norm == NormKind::LayerNorm && c.norm_bias) n.b = Vec::Zero(c.d_model);
-  return n;
-}
-
-Block block_to_fill(const Config& c, bool cross, Untouched& big) {
-  Block b;
-  b.ln1 = norm_to_fill(c);
-  if (cross) b.ln2 = norm_to_fill(c);
-  b.ln3 = norm_to_fill(c);
-  auto attn = [&](Attention& a) {
-    a.q = linear_to_fill(c.q_dim(), c.d_model, c.attn_bias, big);
-    a.k = linear_to_fill(c.kv_dim(), c.d_model, c.attn_bias, big);
-    a.v = linear_to_fill(c.kv_dim(), c.d_model, c.attn_bias, big);
-    a.o = linear_to_fill(c.d_model, c.q_dim(), c.attn_bias, big);
-  };
-  attn(b.attn);
-  if (cross) attn(b.cross);
-  b.ffn.up = linear_to_fill(c.d_ff, c.d_model, c.ffn_bias, big);
-  if (c.ffn == FFNKind::SwiGLU) b.ffn.gate = linear_to_fill(c.d_ff, c.d_model, c.ffn_bias, big);
-  b.ffn.down = linear_to_fill(c.d_model, c.d_ff, c.ffn_bias, big);
-  return b;
-}
-
 // ------------------------------------------------------------------ reading tensors
 
 // Where one tensor's values go: float32, or 16-bit floats of type `type`.
@@ -195,7 +118,6 @@ std::string number(float v) {
   std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
   return buf;
 }
-float widen(uint16_t v, Precision p) { return p == Precision::BF16 ? bf16_to_f32(v) : f16_to_f32(v); }
 
 // 8x8 blocks: d[j * ds + i] = s[i * ss + j] for i, j < 8; in vector registers where
 // the build targets AVX2 (float32) or SSE2 (16-bit values).
@@ -489,7 +411,7 @@ void run_in_file_order(const SafeTensors& st, std::vector<ReadJob>& jobs) {
 }
 
 // The memory destinations of n values each span (not yet touched when they are
-// large matrices from weights_for_loading).
+// large matrices from Weights::uninitialized).
 std::vector<std::pair<void*, size_t>> fresh_memory(const std::vector<Dest>& ds, int64_t n_each) {
   std::vector<std::pair<void*, size_t>> out;
   for (const Dest& d : ds) {
@@ -633,7 +555,7 @@ void load_gpt2(FolderModel& m, const json& j, const std::string& config_path, co
     throw Error(st_path + ": holds weights a GPT-2 of this config does not have (n_layer " + std::to_string(c.n_layers) +
                 "): " + list_names(unknown));
 
-  m.w = weights_for_loading(c, p);
+  m.w = Weights::uninitialized(c, p);
   Weights& w = m.w;
   Filler fill(st);
   std::vector<ReadJob> jobs;
@@ -688,9 +610,7 @@ void load_gpt2(FolderModel& m, const json& j, const std::string& config_path, co
     const SafeTensors::Entry* wte = st.find(prefix + "wte.weight");
     job(lm_head->name, [&, wte](const SafeTensors::Entry& e) {
       if (fill.same_values(e, *wte)) return;
-      Untouched head(p);
-      head.matrix(w.lm_head, w.lm_head16, V, d);
-      head.advise();
+      Weights::allocate_matrix(p, w.lm_head, w.lm_head16, V, d);
       c.tied_head = false;
       fill.copy(e, dest_of(w.lm_head, w.lm_head16));
     });
@@ -761,12 +681,10 @@ void load_own(FolderModel& m, const json& j, const std::string& config_path, con
     throw Error(config_path + ": describes a model of at least " + std::to_string(int64_t(matrix_params(c))) +
                 " parameters but " + st_path + " holds only " + std::to_string(int64_t(held)) + " values");
 
-  m.w = weights_for_loading(c, p);
+  m.w = Weights::uninitialized(c, p);
   Weights& w = m.w;
   if (c.encoder_decoder && st.find("encoder.tok_embed")) {
-    Untouched big(p);
-    big.matrix(w.enc_tok_embed, w.enc_tok_embed16, c.vocab_size, c.d_model);
-    big.advise();
+    Weights::allocate_matrix(p, w.enc_tok_embed, w.enc_tok_embed16, c.vocab_size, c.d_model);
   }
   // Every tensor present with its shape, and nothing else, before any is read.
   std::set<std::string> used;
@@ -790,27 +708,6 @@ void load_own(FolderModel& m, const json& j, const std::string& config_path, con
 }
 
 }  // namespace
-
-Weights weights_for_loading(const Config& c, Precision p) {
-  c.validate();
-  Weights w;
-  Untouched big(p);
-  // The order of Weights::zeros: blocks as a token reads them, then the embeddings.
-  w.blocks.reserve(static_cast<size_t>(c.n_layers));
-  for (int l = 0; l < c.n_layers; ++l) w.blocks.push_back(block_to_fill(c, c.encoder_decoder, big));
-  big.matrix(w.tok_embed, w.tok_embed16, c.vocab_size, c.d_model);
-  if (!c.tied_head) big.matrix(w.lm_head, w.lm_head16, c.vocab_size, c.d_model);
-  if (c.pos == PosKind::Learned) w.pos_embed = MatRM::Zero(c.max_seq, c.d_model);
-  if (c.final_norm) w.ln_final = norm_to_fill(c);
-  if (c.encoder_decoder) {
-    if (c.pos == PosKind::Learned) w.enc_pos_embed = MatRM::Zero(c.max_src, c.d_model);
-    w.enc_blocks.reserve(static_cast<size_t>(c.n_enc_layers));
-    for (int l = 0; l < c.n_enc_layers; ++l) w.enc_blocks.push_back(block_to_fill(c, false, big));
-    if (c.enc_final_norm) w.enc_ln_final = norm_to_fill(c);
-  }
-  big.advise();
-  return w;
-}
 
 FolderModel load_model_folder(const std::string& dir, Precision precision) {
   std::error_code ec;
@@ -857,7 +754,7 @@ void save_model_folder(const std::string& dir, const Config& cfg, const Weights&
   // The tensors cfg implies, by name and shape.
   std::map<std::string, std::pair<int64_t, int64_t>> want;
   {
-    Weights z = weights_for_loading(cfg, Precision::F32);  // large matrices never written: address space only
+    Weights z = Weights::uninitialized(cfg, Precision::F32);  // large matrices never written: address space only
     for (auto& t : z.tensors()) want[t.name] = {t.rows, t.cols};
     if (cfg.encoder_decoder) want["encoder.tok_embed"] = {cfg.vocab_size, cfg.d_model};
   }

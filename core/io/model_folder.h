@@ -50,14 +50,6 @@ struct FolderModel {
 // (naming the tensor).
 FolderModel load_model_folder(const std::string& dir, Precision precision = Precision::F32);
 
-// The tensors Weights::zeros(cfg, p) holds, at the same shapes and in the same
-// storage, for a loader that overwrites every value: norm gains are 1 and the other
-// vectors 0 as there, but the large matrices (linear layers, token embeddings, head)
-// are allocated without being written, so their values are unspecified. Their memory
-// is advised for huge pages as Weights::zeros does; the loader's first write is what
-// faults it in, so no time goes into zeros that are overwritten anyway.
-Weights weights_for_loading(const Config& cfg, Precision p);
-
 // Writes dir/config.json and dir/model.safetensors in decoderscope's own format,
 // creating dir. tokenizer: {"kind": "chars", "vocab": [...vocab_size strings]} or
 // {"kind": "gpt2-bpe"}. extra: more top-level keys for config.json (e.g.

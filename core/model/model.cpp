@@ -16,20 +16,18 @@ using CVMap = Eigen::Map<const Eigen::VectorXf>;
 
 namespace {
 
-void check_shape(const std::string& name, const MatRM& m, int64_t r, int64_t c) {
-  if (m.rows() != r || m.cols() != c)
-    throw Error("weight " + name + " has shape [" + std::to_string(m.rows()) + ", " + std::to_string(m.cols()) +
+void check_shape(const std::string& name, const MatView& m, int64_t r, int64_t c) {
+  if (m.rows != r || m.cols != c)
+    throw Error("weight " + name + " has shape [" + std::to_string(m.rows) + ", " + std::to_string(m.cols) +
                 "], expected [" + std::to_string(r) + ", " + std::to_string(c) + "]");
+}
+void check_shape(const std::string& name, const MatRM& m, int64_t r, int64_t c) {
+  check_shape(name, MatView{m.data(), Precision::F32, m.rows(), m.cols()}, r, c);
 }
 void check_vec(const std::string& name, const Vec& v, int64_t n, bool optional) {
   if (optional && v.size() == 0) return;
   if (v.size() != n)
     throw Error("weight " + name + " has " + std::to_string(v.size()) + " entries, expected " + std::to_string(n));
-}
-void check_shape(const std::string& name, const MatView& m, int64_t r, int64_t c) {
-  if (m.rows != r || m.cols != c)
-    throw Error("weight " + name + " has shape [" + std::to_string(m.rows) + ", " + std::to_string(m.cols) +
-                "], expected [" + std::to_string(r) + ", " + std::to_string(c) + "]");
 }
 void check_linear(const std::string& name, const Linear& l, int out, int in) {
   check_shape(name + ".W", l.view(), out, in);

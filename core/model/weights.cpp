@@ -5,7 +5,6 @@
 #include <cstring>
 #include <random>
 
-#include "io/safetensors.h"
 #include "perf/memory.h"
 #include "util/error.h"
 
@@ -17,7 +16,7 @@ namespace {
 // huge pages over each one and, when the allocations sit next to each other (large
 // allocations are separate mappings that the kernel places side by side), over the
 // whole span, which also covers the 2 MB pages that straddle two matrices. Only then
-// are the zeros written, so the first touch faults in huge pages.
+// are the zeros written (if wanted), so the first touch faults in huge pages.
 class BigAlloc {
  public:
   explicit BigAlloc(Precision p) : p_(p) {}
@@ -34,7 +33,7 @@ class BigAlloc {
       add(h.data.data(), size_t(rows * cols) * sizeof(uint16_t));
     }
   }
-  void finish() {
+  void finish(bool zero) {
     size_t sum = 0;
     uintptr_t lo = UINTPTR_MAX, hi = 0;
     for (auto [q, n] : spans_) {
@@ -44,7 +43,8 @@ class BigAlloc {
       hi = std::max(hi, reinterpret_cast<uintptr_t>(q) + n);
     }
     if (hi > lo && double(hi - lo) <= 1.02 * double(sum)) advise_huge_pages(reinterpret_cast<void*>(lo), hi - lo);
-    for (auto [q, n] : spans_) std::memset(q, 0, n);
+    if (zero)
+      for (auto [q, n] : spans_) std::memset(q, 0, n);
   }
 
  private:
@@ -181,7 +181,16 @@ int64_t Weights::bytes() const {
   return n;
 }
 
-Weights Weights::zeros(const Config& c, Precision p) {
+void Weights::allocate_matrix(Precision p, MatRM& m, Mat16& h, int64_t rows, int64_t cols) {
+  BigAlloc big(p);
+  big.matrix(m, h, rows, cols);
+  big.finish(false);
+}
+
+Weights Weights::zeros(const Config& c, Precision p) { return build(c, p, true); }
+Weights Weights::uninitialized(const Config& c, Precision p) { return build(c, p, false); }
+
+Weights Weights::build(const Config& c, Precision p, bool zero) {
   c.validate();
   Weights w;
   BigAlloc big(p);
@@ -198,7 +207,7 @@ Weights Weights::zeros(const Config& c, Precision p) {
     for (int l = 0; l < c.n_enc_layers; ++l) w.enc_blocks.push_back(make_block(c, false, big));
     if (c.enc_final_norm) w.enc_ln_final = make_norm(c);
   }
-  big.finish();
+  big.finish(zero);
   return w;
 }
 
@@ -241,8 +250,7 @@ int64_t Weights::parameter_count() const {
 void Weights::check_finite() const {
   for (auto& t : const_cast<Weights*>(this)->tensors()) {
     for (int64_t i = 0; i < t.rows * t.cols; ++i) {
-      const float v = t.data ? t.data[i]
-                             : (t.type == Precision::BF16 ? bf16_to_f32(t.data16[i]) : f16_to_f32(t.data16[i]));
+      const float v = t.data ? t.data[i] : widen(t.data16[i], t.type);
       if (!std::isfinite(v)) {
         throw Error("weight tensor " + t.name + " holds a " + (std::isnan(v) ? "NaN" : "infinite") +
                     " value at flat index " + std::to_string(i));

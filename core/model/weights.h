@@ -118,6 +118,18 @@ struct Weights {
   // precision the matrices narrow() would convert (linear layers, token embeddings,
   // head) are allocated as Mat16 instead, so a loader can fill them directly.
   static Weights zeros(const Config& cfg, Precision p = Precision::F32);
+  // As zeros(), but the large matrices are allocated (and advised for huge pages)
+  // without being written, so their values are unspecified: a loader's first write
+  // faults them in, and no time goes into zeros that are overwritten anyway. Norm
+  // gains are 1 and biases 0, as in zeros().
+  static Weights uninitialized(const Config& cfg, Precision p = Precision::F32);
+  // Allocates one large matrix the same way: m at float32, else h at p.
+  static void allocate_matrix(Precision p, MatRM& m, Mat16& h, int64_t rows, int64_t cols);
+
+ private:
+  static Weights build(const Config& cfg, Precision p, bool zero);
+
+ public:
   // Deterministic random init (normal, std scale) for tests and benchmarks;
   // norm gains start at 1 plus noise so that every parameter matters.
   static Weights random(const Config& cfg, uint64_t seed, float scale = 0.08f);

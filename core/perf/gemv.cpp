@@ -23,6 +23,12 @@ namespace {
 
 inline float widen1(uint16_t v, Precision p) { return p == Precision::BF16 ? bf16_to_f32(v) : f16_to_f32(v); }
 
+}  // namespace
+
+float widen(uint16_t v, Precision p) { return widen1(v, p); }
+
+namespace {
+
 #ifdef DS_GEMV_AVX2
 // Eight consecutive weights as floats.
 template <Precision P>

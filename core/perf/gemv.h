@@ -16,6 +16,9 @@ const char* precision_name(Precision p);  // "float32", "bfloat16", "float16"
 // targets them, plain loops otherwise.
 void gemv_rows(const void* W, Precision p, int64_t cols, const float* x, float* y, int64_t r0, int64_t r1);
 
+// One 16-bit value (BF16 or F16) as float32, exactly.
+float widen(uint16_t v, Precision p);
+
 // Widens rows r0 <= r < r1 of a 16-bit matrix to float32 (out holds (r1-r0)*cols).
 void widen_rows(const uint16_t* W, Precision p, int64_t cols, int64_t r0, int64_t r1, float* out);
 

@@ -42,17 +42,28 @@ void Tensor::values(int64_t begin, int64_t n, float* out) const {
     throw Error("this trace tensor keeps only row norms, not values");
 }
 
+namespace {
+float l2_norm(const float* x, int64_t n) {
+  double ss = 0;
+  for (int64_t j = 0; j < n; ++j) ss += double(x[j]) * x[j];
+  return float(std::sqrt(ss));
+}
+}  // namespace
+
+float Tensor::row_norm(int64_t r) const {
+  if (storage == Storage::RowNorms) return data[size_t(r)];
+  const int64_t d = shape.empty() ? 0 : shape.back();
+  std::vector<float> row(static_cast<size_t>(d));
+  values(r * d, d, row.data());
+  return l2_norm(row.data(), d);
+}
+
 std::vector<float> Tensor::row_norms() const {
   if (storage == Storage::RowNorms) return data;
   const int64_t d = shape.empty() ? 0 : shape.back();
   const int64_t rows = d > 0 ? size() / d : 0;
-  std::vector<float> out(static_cast<size_t>(rows)), row(static_cast<size_t>(d));
-  for (int64_t r = 0; r < rows; ++r) {
-    values(r * d, d, row.data());
-    double ss = 0;
-    for (float v : row) ss += double(v) * v;
-    out[size_t(r)] = float(std::sqrt(ss));
-  }
+  std::vector<float> out(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) out[size_t(r)] = row_norm(r);
   return out;
 }
 
@@ -381,11 +392,7 @@ void store_row_norms(Tensor& t, const TensorView& src) {
   const int64_t d = src.rank ? src.shape[src.rank - 1] : 1;
   const int64_t rows = d > 0 ? src.size() / d : 0;
   t.data.resize(size_t(rows));
-  for (int64_t r = 0; r < rows; ++r) {
-    double ss = 0;
-    for (int64_t j = 0; j < d; ++j) ss += double(src.data[r * d + j]) * src.data[r * d + j];
-    t.data[size_t(r)] = float(std::sqrt(ss));
-  }
+  for (int64_t r = 0; r < rows; ++r) t.data[size_t(r)] = l2_norm(src.data + r * d, d);
 }
 
 }  // namespace

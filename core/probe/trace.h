@@ -34,6 +34,7 @@ struct Tensor {
   bool has_values() const { return storage != Storage::RowNorms; }
   float at(int64_t i) const;                // value i (F32 or F16 storage)
   void values(int64_t begin, int64_t n, float* out) const;
+  float row_norm(int64_t r) const;          // L2 norm of last-axis row r, any storage
   std::vector<float> row_norms() const;     // L2 norm of each last-axis row, any storage
   size_t bytes() const;                     // heap bytes held by the values
 };

@@ -121,7 +121,7 @@ void read_tensor(Reader& r, const std::string& path, float* dst, int64_t count, 
 // Reads a float32 matrix of count values into m, or, when h holds a 16-bit matrix,
 // into h a piece at a time through buf (rounded to nearest even): only the 16-bit
 // copy of the whole matrix is ever held.
-void read_matrix(Reader& r, const std::string& path, MatRM& m, Mat16& h, int64_t count,
+void read_matrix(Reader& r, const std::string& path, WMat& m, Mat16& h, int64_t count,
                  const std::string& llama_name, int layer, const std::string& our_name, std::vector<float>& buf) {
   if (h.empty()) return read_tensor(r, path, m.data(), count, llama_name, layer, our_name);
   const std::string what = tensor_label(llama_name, layer);
@@ -256,12 +256,12 @@ Llama2cModel load_llama2c(const std::string& path, Precision precision) {
   }
   // Every allocation below is bounded by the file size checked above. The matrices
   // are allocated in their final precision; norms stay float32.
-  m.w = Weights::uninitialized(m.cfg, precision);
+  m.w = Weights::zeros(m.cfg, precision);
   Weights& w = m.w;
   const int nl = h.layers;
   const int64_t d = h.dim, hd = h.hidden;
   std::vector<float> buf;
-  auto matrix = [&](MatRM& mat, Mat16& h16, int64_t count, const char* llama_name, int layer, const std::string& ours) {
+  auto matrix = [&](WMat& mat, Mat16& h16, int64_t count, const char* llama_name, int layer, const std::string& ours) {
     read_matrix(r, path, mat, h16, count, llama_name, layer, ours, buf);
   };
   auto linear = [&](Linear& lin, int64_t count, const char* llama_name, int layer, const char* ours) {

@@ -89,7 +89,7 @@ struct Dest {
   uint16_t* h = nullptr;
   Precision type = Precision::F32;
 };
-Dest dest_of(MatRM& m, Mat16& h) {
+Dest dest_of(WMat& m, Mat16& h) {
   if (!h.empty()) return {nullptr, h.data.data(), h.type};
   return {m.data(), nullptr, Precision::F32};
 }
@@ -411,7 +411,7 @@ void run_in_file_order(const SafeTensors& st, std::vector<ReadJob>& jobs) {
 }
 
 // The memory destinations of n values each span (not yet touched when they are
-// large matrices from Weights::uninitialized).
+// large matrices from Weights::zeros, a fresh mapping).
 std::vector<std::pair<void*, size_t>> fresh_memory(const std::vector<Dest>& ds, int64_t n_each) {
   std::vector<std::pair<void*, size_t>> out;
   for (const Dest& d : ds) {
@@ -555,7 +555,7 @@ void load_gpt2(FolderModel& m, const json& j, const std::string& config_path, co
     throw Error(st_path + ": holds weights a GPT-2 of this config does not have (n_layer " + std::to_string(c.n_layers) +
                 "): " + list_names(unknown));
 
-  m.w = Weights::uninitialized(c, p);
+  m.w = Weights::zeros(c, p);
   Weights& w = m.w;
   Filler fill(st);
   std::vector<ReadJob> jobs;
@@ -681,7 +681,7 @@ void load_own(FolderModel& m, const json& j, const std::string& config_path, con
     throw Error(config_path + ": describes a model of at least " + std::to_string(int64_t(matrix_params(c))) +
                 " parameters but " + st_path + " holds only " + std::to_string(int64_t(held)) + " values");
 
-  m.w = Weights::uninitialized(c, p);
+  m.w = Weights::zeros(c, p);
   Weights& w = m.w;
   if (c.encoder_decoder && st.find("encoder.tok_embed")) {
     Weights::allocate_matrix(p, w.enc_tok_embed, w.enc_tok_embed16, c.vocab_size, c.d_model);
@@ -754,7 +754,7 @@ void save_model_folder(const std::string& dir, const Config& cfg, const Weights&
   // The tensors cfg implies, by name and shape.
   std::map<std::string, std::pair<int64_t, int64_t>> want;
   {
-    Weights z = Weights::uninitialized(cfg, Precision::F32);  // large matrices never written: address space only
+    Weights z = Weights::zeros(cfg, Precision::F32);  // large matrices never written: address space only
     for (auto& t : z.tensors()) want[t.name] = {t.rows, t.cols};
     if (cfg.encoder_decoder) want["encoder.tok_embed"] = {cfg.vocab_size, cfg.d_model};
   }

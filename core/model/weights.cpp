@@ -12,53 +12,71 @@ namespace ds {
 
 namespace {
 
-// Allocates the large matrices of a Weights without touching them, then asks for
-// huge pages over each one and, when the allocations sit next to each other (large
-// allocations are separate mappings that the kernel places side by side), over the
-// whole span, which also covers the 2 MB pages that straddle two matrices. Only then
-// are the zeros written (if wanted), so the first touch faults in huge pages.
+// Every large matrix of w (stored in W/float32 or in its 16-bit twin), in the order
+// a token reads them: each decoder block (attention, cross-attention, gate, up,
+// down), the head, the token embedding, then the encoder's.
+template <class F>
+void each_matrix(Weights& w, F&& f) {
+  auto block = [&](Block& b) {
+    for (Linear* l : {&b.attn.q, &b.attn.k, &b.attn.v, &b.attn.o, &b.cross.q, &b.cross.k, &b.cross.v, &b.cross.o,
+                      &b.ffn.gate, &b.ffn.up, &b.ffn.down})
+      f(l->W, l->W16);
+  };
+  for (Block& b : w.blocks) block(b);
+  f(w.lm_head, w.lm_head16);
+  f(w.tok_embed, w.tok_embed16);
+  for (Block& b : w.enc_blocks) block(b);
+  f(w.enc_tok_embed, w.enc_tok_embed16);
+}
+
+// Places large matrices in one block: matrix() records each one (its shape is m's),
+// finish() allocates the block (perf/memory.h) and points every matrix at its part,
+// in the order recorded, each starting on a 64-byte boundary. At float32 the part
+// becomes m's storage; at a 16-bit precision it becomes h's and m is left as it is.
 class BigAlloc {
  public:
   explicit BigAlloc(Precision p) : p_(p) {}
-  // The buffers keep their addresses when the matrices are moved into place.
-  void matrix(MatRM& m, Mat16& h, int64_t rows, int64_t cols) {
-    if (p_ == Precision::F32) {
-      m.resize(rows, cols);  // uninitialised
-      add(m.data(), size_t(m.size()) * sizeof(float));
-    } else {
-      h.type = p_;
-      h.rows = rows;
-      h.cols = cols;
-      h.data.resize(size_t(rows * cols));  // default-initialised: not touched
-      add(h.data.data(), size_t(rows * cols) * sizeof(uint16_t));
-    }
+  void matrix(WMat& m, Mat16& h) {
+    const int64_t n = m.rows() * m.cols();
+    if (n == 0) return;
+    const size_t bytes = size_t(n) * (p_ == Precision::F32 ? sizeof(float) : sizeof(uint16_t));
+    parts_.push_back({&m, &h, m.rows(), m.cols(), total_});
+    total_ += (bytes + 63) / 64 * 64;
   }
-  void finish(bool zero) {
-    size_t sum = 0;
-    uintptr_t lo = UINTPTR_MAX, hi = 0;
-    for (auto [q, n] : spans_) {
-      advise_huge_pages(q, n);
-      sum += n;
-      lo = std::min(lo, reinterpret_cast<uintptr_t>(q));
-      hi = std::max(hi, reinterpret_cast<uintptr_t>(q) + n);
+  void finish() {
+    if (parts_.empty()) return;
+    Keep block = allocate_weight_block(total_);
+    char* base = static_cast<char*>(block.get());
+    for (const Part& q : parts_) {
+      if (p_ == Precision::F32) {
+        q.m->place(reinterpret_cast<float*>(base + q.offset), q.rows, q.cols, block);
+      } else {
+        q.h->type = p_;
+        q.h->rows = q.rows;
+        q.h->cols = q.cols;
+        q.h->data.place(reinterpret_cast<uint16_t*>(base + q.offset), size_t(q.rows * q.cols), block);
+      }
     }
-    if (hi > lo && double(hi - lo) <= 1.02 * double(sum)) advise_huge_pages(reinterpret_cast<void*>(lo), hi - lo);
-    if (zero)
-      for (auto [q, n] : spans_) std::memset(q, 0, n);
   }
 
  private:
-  void add(void* q, size_t n) {
-    if (n) spans_.push_back({q, n});
-  }
+  struct Part {
+    WMat* m;
+    Mat16* h;
+    int64_t rows, cols;
+    size_t offset;
+  };
   Precision p_;
-  std::vector<std::pair<void*, size_t>> spans_;
+  std::vector<Part> parts_;
+  size_t total_ = 0;
 };
 
-// The matrices are allocated at precision p: float32 in W, else 16-bit in W16.
-Linear make_linear(int out, int in, bool bias, BigAlloc& big) {
+// Only the shape: storage comes from BigAlloc once the whole structure is built.
+void shape(WMat& m, int64_t rows, int64_t cols) { m.place(nullptr, rows, cols, {}); }
+
+Linear make_linear(int out, int in, bool bias) {
   Linear l;
-  big.matrix(l.W, l.W16, out, in);
+  shape(l.W, out, in);
   if (bias) l.b = Vec::Zero(out);
   return l;
 }
@@ -70,33 +88,33 @@ Norm make_norm(const Config& c) {
   return n;
 }
 
-Block make_block(const Config& c, bool cross, BigAlloc& big) {
+Block make_block(const Config& c, bool cross) {
   Block b;
   b.ln1 = make_norm(c);
   if (cross) b.ln2 = make_norm(c);
   b.ln3 = make_norm(c);
   auto attn = [&](Attention& a) {
-    a.q = make_linear(c.q_dim(), c.d_model, c.attn_bias, big);
-    a.k = make_linear(c.kv_dim(), c.d_model, c.attn_bias, big);
-    a.v = make_linear(c.kv_dim(), c.d_model, c.attn_bias, big);
-    a.o = make_linear(c.d_model, c.q_dim(), c.attn_bias, big);
+    a.q = make_linear(c.q_dim(), c.d_model, c.attn_bias);
+    a.k = make_linear(c.kv_dim(), c.d_model, c.attn_bias);
+    a.v = make_linear(c.kv_dim(), c.d_model, c.attn_bias);
+    a.o = make_linear(c.d_model, c.q_dim(), c.attn_bias);
   };
   attn(b.attn);
   if (cross) attn(b.cross);
-  b.ffn.up = make_linear(c.d_ff, c.d_model, c.ffn_bias, big);
-  if (c.ffn == FFNKind::SwiGLU) b.ffn.gate = make_linear(c.d_ff, c.d_model, c.ffn_bias, big);
-  b.ffn.down = make_linear(c.d_model, c.d_ff, c.ffn_bias, big);
+  b.ffn.up = make_linear(c.d_ff, c.d_model, c.ffn_bias);
+  if (c.ffn == FFNKind::SwiGLU) b.ffn.gate = make_linear(c.d_ff, c.d_model, c.ffn_bias);
+  b.ffn.down = make_linear(c.d_model, c.d_ff, c.ffn_bias);
   return b;
 }
 
 void add(std::vector<Weights::TensorRef>& out, const std::string& name, MatRM& m) {
   if (m.size()) out.push_back({name, m.data(), m.rows(), m.cols()});
 }
-void add(std::vector<Weights::TensorRef>& out, const std::string& name, MatRM& m, Mat16& h) {
+void add(std::vector<Weights::TensorRef>& out, const std::string& name, WMat& m, Mat16& h) {
   if (!h.empty())
     out.push_back({name, nullptr, h.rows, h.cols, h.data.data(), h.type});
-  else
-    add(out, name, m);
+  else if (m.size())
+    out.push_back({name, m.data(), m.rows(), m.cols()});
 }
 void add(std::vector<Weights::TensorRef>& out, const std::string& name, Vec& v) {
   if (v.size()) out.push_back({name, v.data(), v.size(), 1});
@@ -126,16 +144,52 @@ void add_block(std::vector<Weights::TensorRef>& out, const std::string& p, Block
 
 }  // namespace
 
+void WMat::resize(Index r, Index c) {
+  if (r * c == size()) {
+    place(data(), r, c, std::move(keep_));
+    return;
+  }
+  if (r * c == 0) {
+    place(nullptr, r, c, {});
+    return;
+  }
+  Keep own = allocate_aligned(size_t(r * c) * sizeof(float));
+  float* p = static_cast<float*>(own.get());  // before own is moved from
+  place(p, r, c, std::move(own));
+}
+
+void WMat::place(float* p, Index r, Index c, Keep keep) {
+  keep_ = std::move(keep);
+  new (static_cast<Base*>(this)) Base(p, r, c);  // rebinds the map (the documented Eigen idiom)
+}
+
+Buf16::Buf16(const Buf16& o) { *this = o; }
+
+Buf16& Buf16::operator=(const Buf16& o) {
+  if (this == &o) return *this;
+  if (o.n_ == 0) {
+    place(nullptr, 0, {});
+    return *this;
+  }
+  Keep own = allocate_aligned(o.n_ * sizeof(uint16_t));
+  uint16_t* p = static_cast<uint16_t*>(own.get());
+  std::copy_n(o.p_, o.n_, p);
+  place(p, o.n_, std::move(own));
+  return *this;
+}
+
 void Mat16::resize(Precision p, int64_t r, int64_t c) {
   if (p == Precision::F32) throw Error("Mat16 holds bfloat16 or float16 values");
   type = p;
   rows = r;
   cols = c;
-  data.clear();
-  data.shrink_to_fit();
-  data.resize(size_t(r * c));  // default-initialised: not yet touched
-  advise_huge_pages(data.data(), size_t(r * c) * sizeof(uint16_t));
-  std::fill(data.begin(), data.end(), uint16_t(0));
+  if (r * c == 0) {
+    data.place(nullptr, 0, {});
+    return;
+  }
+  Keep own = allocate_aligned(size_t(r * c) * sizeof(uint16_t));  // zeroed
+  uint16_t* q = static_cast<uint16_t*>(own.get());
+  data.place(q, size_t(r * c), std::move(own));
 }
 
 void Mat16::row(int64_t r, float* out) const { widen_rows(data.data(), type, cols, r, r + 1, out); }
@@ -147,20 +201,6 @@ void MatView::row(int64_t r, float* out) const {
     widen_rows(static_cast<const uint16_t*>(data), type, cols, r, r + 1, out);
 }
 
-namespace {
-void narrow_one(MatRM& m, Mat16& h, Precision p) {
-  if (!m.size()) return;
-  h.resize(p, m.rows(), m.cols());
-  ds::narrow(m.data(), m.size(), p, h.data.data());
-  m = MatRM();
-}
-void narrow_block(Block& b, Precision p) {
-  for (Linear* l : {&b.attn.q, &b.attn.k, &b.attn.v, &b.attn.o, &b.cross.q, &b.cross.k, &b.cross.v, &b.cross.o,
-                    &b.ffn.up, &b.ffn.gate, &b.ffn.down})
-    narrow_one(l->W, l->W16, p);
-}
-}  // namespace
-
 void Weights::narrow(Precision p) {
   const Precision cur = precision();
   if (p == cur) return;
@@ -168,11 +208,13 @@ void Weights::narrow(Precision p) {
     throw Error(std::string("the weights are already ") + precision_name(cur) + "; cannot convert them to " +
                 precision_name(p));
   if (p == Precision::F32) return;
-  narrow_one(tok_embed, tok_embed16, p);
-  narrow_one(lm_head, lm_head16, p);
-  narrow_one(enc_tok_embed, enc_tok_embed16, p);
-  for (auto& b : blocks) narrow_block(b, p);
-  for (auto& b : enc_blocks) narrow_block(b, p);
+  BigAlloc big(p);
+  each_matrix(*this, [&](WMat& m, Mat16& h) { big.matrix(m, h); });
+  big.finish();
+  each_matrix(*this, [&](WMat& m, Mat16& h) {
+    if (m.size()) ds::narrow(m.data(), m.size(), p, h.data.data());
+    m = WMat();
+  });
 }
 
 int64_t Weights::bytes() const {
@@ -181,33 +223,34 @@ int64_t Weights::bytes() const {
   return n;
 }
 
-void Weights::allocate_matrix(Precision p, MatRM& m, Mat16& h, int64_t rows, int64_t cols) {
+void Weights::allocate_matrix(Precision p, WMat& m, Mat16& h, int64_t rows, int64_t cols) {
+  shape(m, rows, cols);
   BigAlloc big(p);
-  big.matrix(m, h, rows, cols);
-  big.finish(false);
+  big.matrix(m, h);
+  big.finish();
+  if (p != Precision::F32) m = WMat();
 }
 
-Weights Weights::zeros(const Config& c, Precision p) { return build(c, p, true); }
-Weights Weights::uninitialized(const Config& c, Precision p) { return build(c, p, false); }
-
-Weights Weights::build(const Config& c, Precision p, bool zero) {
+Weights Weights::zeros(const Config& c, Precision p) {
   c.validate();
   Weights w;
-  BigAlloc big(p);
-  // Blocks first, in the order a token reads them, then the head.
   w.blocks.reserve(size_t(c.n_layers));
-  for (int l = 0; l < c.n_layers; ++l) w.blocks.push_back(make_block(c, c.encoder_decoder, big));
-  big.matrix(w.tok_embed, w.tok_embed16, c.vocab_size, c.d_model);
-  if (!c.tied_head) big.matrix(w.lm_head, w.lm_head16, c.vocab_size, c.d_model);
+  for (int l = 0; l < c.n_layers; ++l) w.blocks.push_back(make_block(c, c.encoder_decoder));
+  shape(w.tok_embed, c.vocab_size, c.d_model);
+  if (!c.tied_head) shape(w.lm_head, c.vocab_size, c.d_model);
   if (c.pos == PosKind::Learned) w.pos_embed = MatRM::Zero(c.max_seq, c.d_model);
   if (c.final_norm) w.ln_final = make_norm(c);
   if (c.encoder_decoder) {
     if (c.pos == PosKind::Learned) w.enc_pos_embed = MatRM::Zero(c.max_src, c.d_model);
     w.enc_blocks.reserve(size_t(c.n_enc_layers));
-    for (int l = 0; l < c.n_enc_layers; ++l) w.enc_blocks.push_back(make_block(c, false, big));
+    for (int l = 0; l < c.n_enc_layers; ++l) w.enc_blocks.push_back(make_block(c, false));
     if (c.enc_final_norm) w.enc_ln_final = make_norm(c);
   }
-  big.finish(zero);
+  // The structure is complete, so the matrices have their final addresses.
+  BigAlloc big(p);
+  each_matrix(w, [&](WMat& m, Mat16& h) { big.matrix(m, h); });
+  big.finish();
+  if (p != Precision::F32) each_matrix(w, [](WMat& m, Mat16&) { m = WMat(); });
   return w;
 }
 

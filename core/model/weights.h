@@ -2,6 +2,7 @@
 // Parameter tensors of a model. Linear layers store W as [out, in] row-major, so
 // y = W x + b; this is also llama2.c's layout.
 #include <Eigen/Core>
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -16,25 +17,90 @@ namespace ds {
 using MatRM = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using Vec = Eigen::VectorXf;
 
-// An allocator that leaves new elements uninitialised (resize does not write them),
-// so large buffers can be advised before their first touch.
-template <class T>
-struct UninitAlloc : std::allocator<T> {
-  template <class U>
-  struct rebind {
-    using other = UninitAlloc<U>;
-  };
-  UninitAlloc() = default;
-  template <class U>
-  UninitAlloc(const UninitAlloc<U>&) {}
-  template <class U>
-  void construct(U* p) noexcept {
-    ::new (static_cast<void*>(p)) U;
+// Storage shared by the large weight matrices: one block of memory (see
+// perf/memory.h) that stays alive while any matrix placed in it does.
+using Keep = std::shared_ptr<void>;
+
+// A float32 [rows, cols] row-major weight matrix. It is an Eigen::Map, so it takes
+// part in Eigen expressions and element access like a MatRM, but its values can
+// live in a block shared with the model's other matrices (Weights places them there
+// in the order a token reads them, in huge pages), or in storage of its own.
+// Copies are deep and own their storage; moves keep the placement. Assigning a value
+// of the same shape writes in place, any other shape gets storage of its own.
+class WMat : public Eigen::Map<MatRM> {
+  using Base = Eigen::Map<MatRM>;
+
+ public:
+  WMat() : Base(nullptr, 0, 0) {}
+  WMat(const WMat& o) : Base(nullptr, 0, 0) { assign(o); }
+  WMat(WMat&& o) noexcept : Base(o.data(), o.rows(), o.cols()), keep_(std::move(o.keep_)) { o.place(nullptr, 0, 0, {}); }
+  template <class D>
+  WMat(const Eigen::DenseBase<D>& e) : Base(nullptr, 0, 0) {  // NOLINT: converts like MatRM
+    assign(e);
   }
-  template <class U, class... A>
-  void construct(U* p, A&&... a) {
-    ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+  WMat& operator=(const WMat& o) {
+    if (this != &o) assign(o);
+    return *this;
   }
+  WMat& operator=(WMat&& o) noexcept {
+    if (this != &o) {
+      place(o.data(), o.rows(), o.cols(), std::move(o.keep_));
+      o.place(nullptr, 0, 0, {});
+    }
+    return *this;
+  }
+  template <class D>
+  WMat& operator=(const Eigen::DenseBase<D>& e) {
+    assign(e);
+    return *this;
+  }
+  // New shape; the values are unspecified unless the size is unchanged.
+  void resize(Index r, Index c);
+  // Views [p, p + r*c) of a block that `keep` holds alive.
+  void place(float* p, Index r, Index c, Keep keep);
+
+ private:
+  template <class D>
+  void assign(const Eigen::DenseBase<D>& e) {
+    const MatRM v = e;  // evaluated first: e may read this matrix
+    resize(v.rows(), v.cols());
+    if (v.size()) std::copy_n(v.data(), v.size(), data());
+  }
+  Keep keep_;
+};
+
+// 16-bit values of a Mat16, in a shared block or storage of their own.
+class Buf16 {
+ public:
+  uint16_t* data() { return p_; }
+  const uint16_t* data() const { return p_; }
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  uint16_t& operator[](size_t i) { return p_[i]; }
+  uint16_t operator[](size_t i) const { return p_[i]; }
+  const uint16_t* begin() const { return p_; }
+  const uint16_t* end() const { return p_ + n_; }
+  void place(uint16_t* p, size_t n, Keep keep) {
+    p_ = p;
+    n_ = n;
+    keep_ = std::move(keep);
+  }
+  Buf16() = default;
+  Buf16(const Buf16& o);
+  Buf16& operator=(const Buf16& o);
+  Buf16(Buf16&& o) noexcept { *this = std::move(o); }
+  Buf16& operator=(Buf16&& o) noexcept {
+    if (this != &o) {
+      place(o.p_, o.n_, std::move(o.keep_));
+      o.place(nullptr, 0, {});
+    }
+    return *this;
+  }
+
+ private:
+  uint16_t* p_ = nullptr;
+  size_t n_ = 0;
+  Keep keep_;
 };
 
 // A [rows, cols] row-major matrix kept as 16-bit floats (bfloat16 or float16) to
@@ -42,10 +108,10 @@ struct UninitAlloc : std::allocator<T> {
 struct Mat16 {
   Precision type = Precision::BF16;
   int64_t rows = 0, cols = 0;
-  std::vector<uint16_t, UninitAlloc<uint16_t>> data;
+  Buf16 data;
   bool empty() const { return data.empty(); }
   int64_t size() const { return rows * cols; }
-  void resize(Precision p, int64_t r, int64_t c);
+  void resize(Precision p, int64_t r, int64_t c);  // storage of its own, zeroed
   void row(int64_t r, float* out) const;  // widens one row
 };
 
@@ -57,14 +123,14 @@ struct MatView {
   bool empty() const { return rows * cols == 0; }
   void row(int64_t r, float* out) const;
 };
-inline MatView view(const MatRM& m, const Mat16& h) {
+inline MatView view(const WMat& m, const Mat16& h) {
   if (!h.empty()) return {h.data.data(), h.type, h.rows, h.cols};
   return {m.data(), Precision::F32, m.rows(), m.cols()};
 }
 
 // A matrix is in W (float32) or, after Weights::narrow, in W16; never both.
 struct Linear {
-  MatRM W;    // [out, in]
+  WMat W;     // [out, in]
   Vec b;      // [out], empty when the layer has no bias
   Mat16 W16;  // [out, in] when stored as 16-bit floats
   MatView view() const { return ds::view(W, W16); }
@@ -98,36 +164,31 @@ struct Block {
 };
 
 struct Weights {
-  MatRM tok_embed;  // [vocab, d_model] decoder token embedding
+  WMat tok_embed;  // [vocab, d_model] decoder token embedding
   MatRM pos_embed;  // [max_seq, d_model] learned positions only
   std::vector<Block> blocks;
   Norm ln_final;
-  MatRM lm_head;  // [vocab, d_model]; empty when tied to tok_embed
+  WMat lm_head;  // [vocab, d_model]; empty when tied to tok_embed
   // 16-bit storage of the embedding and head (after narrow): these replace the
   // float32 matrices above, which are then empty.
   Mat16 tok_embed16, lm_head16, enc_tok_embed16;
 
   // Encoder (encoder-decoder models). Its token embedding is enc_tok_embed when
   // present, else shared with tok_embed.
-  MatRM enc_tok_embed;  // [vocab, d_model] or empty
+  WMat enc_tok_embed;  // [vocab, d_model] or empty
   MatRM enc_pos_embed;  // [max_src, d_model] learned positions only
   std::vector<Block> enc_blocks;
   Norm enc_ln_final;
 
-  // Allocates every tensor at its shape for cfg, filled with zeros. With a 16-bit
-  // precision the matrices narrow() would convert (linear layers, token embeddings,
-  // head) are allocated as Mat16 instead, so a loader can fill them directly.
+  // Allocates every tensor at its shape for cfg, filled with zeros. The large
+  // matrices (linear layers, token embeddings, head) are placed in one block in the
+  // order a token reads them (see perf/memory.h); the block is a fresh mapping that
+  // reads as zeros and is faulted in by its first write, so a loader pays for no
+  // zeroing. With a 16-bit precision those matrices are allocated as Mat16 instead,
+  // so a loader can fill them directly. Norm gains are 1, biases 0.
   static Weights zeros(const Config& cfg, Precision p = Precision::F32);
-  // As zeros(), but the large matrices are allocated (and advised for huge pages)
-  // without being written, so their values are unspecified: a loader's first write
-  // faults them in, and no time goes into zeros that are overwritten anyway. Norm
-  // gains are 1 and biases 0, as in zeros().
-  static Weights uninitialized(const Config& cfg, Precision p = Precision::F32);
-  // Allocates one large matrix the same way: m at float32, else h at p.
-  static void allocate_matrix(Precision p, MatRM& m, Mat16& h, int64_t rows, int64_t cols);
-
- private:
-  static Weights build(const Config& cfg, Precision p, bool zero);
+  // Allocates one large matrix in a block of its own: m at float32, else h at p.
+  static void allocate_matrix(Precision p, WMat& m, Mat16& h, int64_t rows, int64_t cols);
 
  public:
   // Deterministic random init (normal, std scale) for tests and benchmarks;
@@ -135,8 +196,8 @@ struct Weights {
   static Weights random(const Config& cfg, uint64_t seed, float scale = 0.08f);
 
   // Float32 views (valid only while precision() is F32).
-  const MatRM& head() const { return lm_head.size() ? lm_head : tok_embed; }
-  const MatRM& enc_embed() const { return enc_tok_embed.size() ? enc_tok_embed : tok_embed; }
+  const WMat& head() const { return lm_head.size() ? lm_head : tok_embed; }
+  const WMat& enc_embed() const { return enc_tok_embed.size() ? enc_tok_embed : tok_embed; }
   // Views in any precision.
   MatView embed_view() const { return view(tok_embed, tok_embed16); }
   MatView head_view() const {
@@ -149,7 +210,8 @@ struct Weights {
   // The storage of the large matrices: F32, or the 16-bit type after narrow().
   Precision precision() const { return tok_embed16.empty() ? Precision::F32 : tok_embed16.type; }
   // Converts every linear layer's W, the token embeddings and the head to p (BF16
-  // or F16), one tensor at a time, freeing the float32 copies. Norms, biases and
+  // or F16) into a new block in reading order, then frees the float32 matrices (at
+  // the peak both copies are held). Norms, biases and
   // position tables stay float32. p == F32 with float32 weights does nothing;
   // narrowing 16-bit weights to another type throws.
   void narrow(Precision p);

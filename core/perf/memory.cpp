@@ -3,6 +3,11 @@
 #include <sys/mman.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "util/error.h"
 
 namespace ds {
 
@@ -16,6 +21,36 @@ void advise_huge_pages(void* p, size_t bytes) {
   (void)p;
   (void)bytes;
 #endif
+}
+
+namespace {
+std::string megabytes(size_t bytes) { return std::to_string((bytes + (1u << 20) - 1) >> 20) + " MB"; }
+}  // namespace
+
+std::shared_ptr<void> allocate_weight_block(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  constexpr size_t kHuge = size_t(2) << 20;
+  const size_t len = (bytes + kHuge - 1) / kHuge * kHuge;
+  // Over-map by one huge page so that a 2 MB-aligned start exists inside, then
+  // unmap the slack on both sides.
+  void* raw = mmap(nullptr, len + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) throw Error("cannot reserve " + megabytes(bytes) + " for the model's weights");
+  const uintptr_t r = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t start = (r + kHuge - 1) & ~uintptr_t(kHuge - 1);
+  if (start > r) munmap(raw, start - r);
+  if (r + len + kHuge > start + len) munmap(reinterpret_cast<void*>(start + len), r + len + kHuge - (start + len));
+  void* p = reinterpret_cast<void*>(start);
+  advise_huge_pages(p, len);
+  return std::shared_ptr<void>(p, [len](void* q) { munmap(q, len); });
+}
+
+std::shared_ptr<void> allocate_aligned(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  const size_t len = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, len);
+  if (!p) throw Error("cannot allocate " + megabytes(bytes));
+  std::memset(p, 0, len);
+  return std::shared_ptr<void>(p, std::free);
 }
 
 }  // namespace ds

@@ -172,7 +172,7 @@ void write_folder(const std::string& dir, const std::vector<T>& ts, const std::s
 // The tensors of decoderscope's own format for cfg, as Weights::tensors() names them.
 std::vector<T> own_tensors(const ds::Config& cfg) {
   std::vector<T> ts;
-  ds::Weights w = ds::Weights::uninitialized(cfg, ds::Precision::F32);  // large matrices never written
+  ds::Weights w = ds::Weights::zeros(cfg, ds::Precision::F32);  // large matrices never written
   for (auto& t : w.tensors()) {
     const bool vec = t.name.size() > 2 && (t.name.compare(t.name.size() - 2, 2, ".g") == 0 ||
                                            t.name.compare(t.name.size() - 2, 2, ".b") == 0);

@@ -110,6 +110,40 @@ TEST(Kernels, VectorisedActivationsMatchTheCLibrary) {
   EXPECT_NEAR(sum, ref_sum, 1e-5 * ref_sum);
 }
 
+// The sampler's double-precision softmax weights against std::exp: every lane path
+// (the vector body, its tail, lanes far below the maximum, -inf, ties with the
+// maximum) and the temperatures the sampler uses (1, 0.3, 7, and the tiny 1/T of an
+// infinite temperature).
+TEST(Kernels, SoftmaxWeightsMatchTheCLibraryInDouble) {
+  std::vector<float> xs;
+  for (float v = -40.0f; v <= 12.0f; v += 0.00731f) xs.push_back(v);
+  for (float v : {12.0f, 12.0f, -800.0f, -1e30f, 11.999999f, -0.0f})
+    xs.push_back(v);
+  xs.push_back(-std::numeric_limits<float>::infinity());
+  const float xmax = *std::max_element(xs.begin(), xs.end());
+  ASSERT_EQ(xmax, 12.0f);
+  for (double inv_t : {1.0, 1 / 0.3, 1 / 7.0, std::numeric_limits<double>::min()}) {
+    for (size_t n : {xs.size(), xs.size() - 1, size_t(3)}) {
+      std::vector<double> w(n, -1.0);
+      const double sum = exp_weights(xs.data(), int64_t(n), xmax, inv_t, w.data());
+      double ref_sum = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const double ref = xs[i] == xmax ? 1.0 : std::exp((double(xs[i]) - double(xmax)) * inv_t);
+        ref_sum += ref;
+        ASSERT_NEAR(w[i], ref, 4.5e-16 * ref) << "x = " << xs[i] << ", 1/T = " << inv_t;
+        if (xs[i] == xmax) {
+          ASSERT_EQ(w[i], 1.0);
+        }
+      }
+      EXPECT_NEAR(sum, ref_sum, 1e-14 * ref_sum);
+    }
+  }
+  // All -inf: the maximum itself, so every weight is 1.
+  std::vector<float> neg(9, -std::numeric_limits<float>::infinity());
+  std::vector<double> w(9);
+  EXPECT_EQ(exp_weights(neg.data(), 9, neg[0], 1.0, w.data()), 9.0);
+}
+
 namespace {
 
 Config gpt2_like() {

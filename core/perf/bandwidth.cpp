@@ -10,7 +10,7 @@
 #include <memory>
 #include <vector>
 
-#if defined(__AVX2__) || defined(__AVX512F__)
+#if defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -20,17 +20,7 @@ namespace {
 
 // Sums n floats with several independent accumulators so the loop is bound by loads.
 float sum_floats(const float* p, size_t n) {
-#if 0  // 256-bit loads, as the decode kernels use
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  size_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
-    a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
-    a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
-    a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
-  }
-  float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-#elif defined(__AVX2__)
+#if defined(__AVX2__)
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {
@@ -54,46 +44,56 @@ float sum_floats(const float* p, size_t n) {
   return s;
 }
 
-struct FreeDeleter {
-  void operator()(float* p) const { std::free(p); }
-};
-
 }  // namespace
 
-Bandwidth measure_read_bandwidth(int threads, size_t bytes, int reps) {
-  threads = std::max(1, threads);
-  reps = std::max(1, reps);
-  const size_t n = std::max<size_t>(bytes / sizeof(float) / 64, 1) * 64;
-  std::unique_ptr<float, FreeDeleter> buf(static_cast<float*>(std::aligned_alloc(size_t(2) << 20, n * sizeof(float))));
-  float* p = buf.get();
-  advise_huge_pages(p, n * sizeof(float));  // as the weight matrices are
+ReadProbe::ReadProbe(int threads, size_t bytes)
+    : threads_(std::max(1, threads)), n_(std::max<size_t>(bytes / sizeof(float) / 64, 1) * 64) {
+  buf_ = allocate_weight_block(n_ * sizeof(float));  // as the weight matrices are
+  float* p = static_cast<float*>(buf_.get());
   // First touch by the thread that later reads the part.
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t i = 0; i < int64_t(n); ++i) p[i] = 1.0f;
-  std::vector<double> rates;
-  volatile float sink = 0;
-  for (int r = 0; r <= reps; ++r) {
-    float total = 0;
-    auto t0 = std::chrono::steady_clock::now();
-#pragma omp parallel num_threads(threads) reduction(+ : total)
-    {
-      const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-      const size_t chunk = (n / 64 + nt - 1) / nt * 64;
-      const size_t b = std::min(n, chunk * size_t(t)), e = std::min(n, b + chunk);
-      total += sum_floats(p + b, e - b);
-    }
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    sink = sink + total;
-    if (r > 0) rates.push_back(double(n * sizeof(float)) / s / 1e9);  // r == 0 warms up
+#pragma omp parallel for num_threads(threads_) schedule(static)
+  for (int64_t i = 0; i < int64_t(n_); ++i) p[i] = 1.0f;
+}
+
+double ReadProbe::pass() {
+  const float* p = static_cast<const float*>(buf_.get());
+  const size_t n = n_;
+  float total = 0;
+  auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads_) reduction(+ : total)
+  {
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const size_t chunk = (n / 64 + nt - 1) / nt * 64;
+    const size_t b = std::min(n, chunk * size_t(t)), e = std::min(n, b + chunk);
+    total += sum_floats(p + b, e - b);
   }
-  (void)sink;
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  static volatile float sink = 0;
+  sink = sink + total;
+  rates_.push_back(double(n * sizeof(float)) / s / 1e9);
+  return rates_.back();
+}
+
+Bandwidth ReadProbe::measure(int reps) {
+  reps = std::max(1, reps);
+  std::vector<double> rates;
+  for (int r = 0; r <= reps; ++r) {
+    const double rate = pass();
+    if (r > 0) {
+      rates.push_back(rate);
+    } else {
+      rates_.pop_back();  // r == 0 warms up
+    }
+  }
   Bandwidth b;
-  b.threads = threads;
-  b.bytes = n * sizeof(float);
+  b.threads = threads_;
+  b.bytes = n_ * sizeof(float);
   std::sort(rates.begin(), rates.end());
   b.gb_per_s = rates.back();
   b.median_gb_per_s = rates[rates.size() / 2];
   return b;
 }
+
+Bandwidth measure_read_bandwidth(int threads, size_t bytes, int reps) { return ReadProbe(threads, bytes).measure(reps); }
 
 }  // namespace ds

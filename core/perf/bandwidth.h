@@ -3,6 +3,8 @@
 // buffer much larger than the caches. Decoding one token reads every weight once, so
 // (weight bytes) / (this rate) is the floor of the time per token.
 #include <cstddef>
+#include <memory>
+#include <vector>
 
 namespace ds {
 
@@ -13,7 +15,28 @@ struct Bandwidth {
   int threads = 1;
 };
 
-// Reads a buffer of `bytes` (default 512 MB, 16 times a 32 MB last-level cache)
+// A buffer of `bytes` (default 512 MB, 16 times a 32 MB last-level cache), allocated
+// and placed in huge pages as the weight matrices are, kept so that the probe can be
+// repeated between other measurements without faulting in fresh memory each time.
+// measure() reads it `reps` times after one warm-up pass, each thread summing its own
+// contiguous part (256-bit loads, as the decode kernels use).
+class ReadProbe {
+ public:
+  explicit ReadProbe(int threads, size_t bytes = size_t(512) << 20);
+  Bandwidth measure(int reps = 7);
+  // One pass over the buffer, no warm-up: GB/s (also recorded in rates()).
+  double pass();
+  // Every pass's rate so far, warm-up passes excepted.
+  const std::vector<double>& rates() const { return rates_; }
+
+ private:
+  int threads_;
+  size_t n_;  // floats
+  std::shared_ptr<void> buf_;
+  std::vector<double> rates_;
+};
+
+// One probe: reads a buffer of `bytes` (default 512 MB, 16 times a 32 MB last-level cache)
 // `reps` times after one warm-up pass, each thread summing its own contiguous part.
 Bandwidth measure_read_bandwidth(int threads, size_t bytes = size_t(512) << 20, int reps = 7);
 

@@ -25,9 +25,19 @@ double median(std::vector<double> v) {
 
 int start_token(const Config& c) { return c.bos_id >= 0 ? c.bos_id : (c.eos_id >= 0 ? c.eos_id : 0); }
 
-// ms per decoded token over positions 1 .. steps-1 (the first step, a one-token
-// prompt, is not counted).
-double time_decode(const std::shared_ptr<const Model>& m, int steps, int threads, bool observed, size_t* trace_bytes) {
+// One timed generation of `steps` positions from a one-token prompt; the first
+// step is not counted.
+struct DecodeRun {
+  double ms = 0;               // mean ms per counted token
+  std::vector<double> ratios;  // with a probe: each token's time over its floor
+};
+
+// With a probe, a pass over the probe's buffer follows every token (and precedes the
+// first), and each token is compared with the floor at the mean rate of the passes
+// either side of it, for the bytes it read (weights plus the cache up to its
+// position): drift on the scale of seconds then cancels out of the ratio.
+DecodeRun time_decode(const std::shared_ptr<const Model>& m, int steps, int threads, bool observed,
+                      size_t* trace_bytes, ReadProbe* probe = nullptr, double weight_bytes = 0) {
   SessionOptions o;
   o.sampler.temperature = 0;
   o.steps = steps;
@@ -36,20 +46,31 @@ double time_decode(const std::shared_ptr<const Model>& m, int steps, int threads
     o.record = default_record_patterns(m->cfg);
     o.trace_options.compact = true;
   }
+  const Config& c = m->cfg;
   Session s(m, nullptr, o);
   std::vector<int> src;
-  if (m->cfg.encoder_decoder) src.assign(std::min(8, m->cfg.max_src), start_token(m->cfg));
-  s.start({start_token(m->cfg)}, src);
+  if (c.encoder_decoder) src.assign(std::min(8, c.max_src), start_token(c));
+  s.start({start_token(c)}, src);
   s.step();
-  auto t0 = Clock::now();
+  DecodeRun run;
+  double total = 0, rate = probe ? probe->pass() : 0;
   int n = 0;
   while (!s.done()) {
+    const auto t0 = Clock::now();
     s.step();
+    const double ms = ms_since(t0);
+    total += ms;
     ++n;
+    if (probe) {
+      const double next = probe->pass();
+      const double bytes = weight_bytes + 2.0 * c.n_layers * c.kv_dim() * sizeof(float) * (n + 1);
+      run.ratios.push_back(ms / (bytes / (0.5 * (rate + next) * 1e9) * 1e3));
+      rate = next;
+    }
   }
-  double ms = ms_since(t0) / std::max(1, n);
+  run.ms = total / std::max(1, n);
   if (trace_bytes) *trace_bytes = s.trace().bytes();
-  return ms;
+  return run;
 }
 
 }  // namespace
@@ -92,31 +113,38 @@ DecodeBenchResult run_decode_bench(std::shared_ptr<const Model> m, const DecodeB
   r.kv_bytes = 2.0 * c.n_layers * c.kv_dim() * sizeof(float) * (steps / 2.0);
 
   say("bandwidth and warm-up");
-  // The machine's rate drifts (shared hosts, frequency): the probe runs between the
-  // decode runs and the floor uses the median of all its passes, as the decode
-  // figures are medians too.
-  std::vector<double> rates;
-  auto probe = [&] {
-    Bandwidth b = measure_read_bandwidth(o.threads, o.bandwidth_bytes, 3);
-    rates.push_back(b.median_gb_per_s);
+  // The machine's rate drifts (shared hosts, frequency), so a pass of the probe runs
+  // between every two tokens and each token is compared with the rate measured on
+  // either side of it (time_decode); plain and observed runs alternate. The ratios
+  // are medians over all tokens of a kind; the figures beside them are medians of
+  // the runs' mean times and of all the probe's passes.
+  ReadProbe probe(o.threads, o.bandwidth_bytes);
+  {
+    const Bandwidth b = probe.measure(3);
     r.bandwidth.bytes = b.bytes;
     r.bandwidth.threads = b.threads;
-    r.bandwidth.gb_per_s = std::max(r.bandwidth.gb_per_s, b.gb_per_s);
-  };
-  probe();
+  }
   time_decode(m, std::min(steps, 16), o.threads, false, nullptr);  // warm-up: caches, pages, thread pool
-  std::vector<double> plain, observed;
+  std::vector<double> plain, observed, plain_ratio, observed_ratio, pair_ratio;
   for (int i = 0; i < std::max(1, o.reps); ++i) {
     say("decode run " + std::to_string(i + 1) + " of " + std::to_string(std::max(1, o.reps)));
-    // Alternating, so both kinds see the same machine.
-    plain.push_back(time_decode(m, steps, o.threads, false, nullptr));
-    observed.push_back(time_decode(m, steps, o.threads, true, &r.observed_trace_bytes));
-    probe();
+    const DecodeRun p = time_decode(m, steps, o.threads, false, nullptr, &probe, r.weight_bytes);
+    const DecodeRun q = time_decode(m, steps, o.threads, true, &r.observed_trace_bytes, &probe, r.weight_bytes);
+    plain.push_back(p.ms);
+    observed.push_back(q.ms);
+    plain_ratio.insert(plain_ratio.end(), p.ratios.begin(), p.ratios.end());
+    observed_ratio.insert(observed_ratio.end(), q.ratios.begin(), q.ratios.end());
+    pair_ratio.push_back(q.ms / p.ms);
   }
+  const std::vector<double>& rates = probe.rates();
+  r.bandwidth.median_gb_per_s = median(rates);
+  r.bandwidth.gb_per_s = *std::max_element(rates.begin(), rates.end());
   r.plain_ms = median(plain);
   r.observed_ms = median(observed);
-  r.bandwidth.median_gb_per_s = median(rates);
   r.floor_ms = (r.weight_bytes + r.kv_bytes) / (r.bandwidth.median_gb_per_s * 1e9) * 1e3;
+  r.plain_over_floor = median(plain_ratio);
+  r.observed_over_floor = median(observed_ratio);
+  r.observed_over_plain = median(pair_ratio);
 
   if (o.prefill > 0 && !c.encoder_decoder) {
     const int T = std::min(o.prefill, c.max_seq);
@@ -146,7 +174,7 @@ DecodeBenchResult run_decode_bench(std::shared_ptr<const Model> m, const DecodeB
     const int n = std::min(o.trace_tokens, c.max_seq);
     say("generating " + std::to_string(n) + " positions with the default observers");
     auto t0 = Clock::now();
-    time_decode(m, n, o.threads, true, &r.trace_bytes);
+    time_decode(m, n, o.threads, true, &r.trace_bytes);  // no probe: the time is the trace's
     r.trace_seconds = ms_since(t0) / 1e3;
     r.trace_tokens = n;
   }
@@ -161,9 +189,10 @@ void print_decode_bench(std::FILE* f, const DecodeBenchResult& r, const DecodeBe
                r.weight_bytes / 1e6, r.kv_bytes / 1e6, o.steps);
   std::fprintf(f, "floor                   %.2f ms/token (bytes over the median bandwidth)\n", r.floor_ms);
   std::fprintf(f, "decode, no observer     %.2f ms/token (%.1f tokens/s)   measured/floor %.3f\n", r.plain_ms,
-               1e3 / r.plain_ms, r.plain_ms / r.floor_ms);
+               1e3 / r.plain_ms, r.plain_over_floor);
   std::fprintf(f, "decode, default observers %.2f ms/token               measured/floor %.3f  observed/plain %.3f\n",
-               r.observed_ms, r.observed_ms / r.floor_ms, r.observed_ms / r.plain_ms);
+               r.observed_ms, r.observed_over_floor, r.observed_over_plain);
+  std::fprintf(f, "                        (ratios: medians over every token, each against probe passes either side)\n");
   std::fprintf(f, "trace of one run        %.2f MB for %d positions\n", r.observed_trace_bytes / 1e6, o.steps);
   if (r.prefill_ms > 0) {
     std::fprintf(f, "prefill %d tokens       %.1f ms (%.1f GFLOP/s)\n", o.prefill, r.prefill_ms,

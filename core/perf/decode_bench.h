@@ -30,6 +30,9 @@ struct DecodeBenchResult {
   double floor_ms = 0;       // (weight_bytes + kv_bytes) / median bandwidth
   double plain_ms = 0;       // median decode ms/token, no observer
   double observed_ms = 0;    // median decode ms/token, default observers recording (compact trace)
+  // Medians of per-run ratios: each run's time over the floor at the mean rate of the
+  // probes just before and after it, and each observed run over the plain run before it.
+  double plain_over_floor = 0, observed_over_floor = 0, observed_over_plain = 0;
   size_t observed_trace_bytes = 0;  // the trace of one observed run (steps positions)
   double prefill_ms = 0;     // one forward over the prompt (logits of the last position)
   double steps_ms = 0;       // the same prompt fed one token at a time

@@ -47,9 +47,68 @@ inline __m256 exp8(__m256 x) {
   y = _mm256_blendv_ps(y, _mm256_set1_ps(std::numeric_limits<float>::infinity()), over);
   return y;
 }
+
+// exp(a) for four lanes with -708 <= a <= 0: a = k ln2 + r, |r| <= ln2/2, e^r by its
+// Taylor series to degree 13 (truncation below 1e-17), times 2^k built in the
+// exponent bits.
+inline __m256d exp4d(__m256d a) {
+  const __m256d k = _mm256_round_pd(_mm256_mul_pd(a, _mm256_set1_pd(1.4426950408889634)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256d r = _mm256_fnmadd_pd(k, _mm256_set1_pd(6.93147180369123816490e-01), a);  // exact for |k| < 2^20
+  r = _mm256_fnmadd_pd(k, _mm256_set1_pd(1.90821492927058770002e-10), r);
+  static constexpr double kInvFact[] = {1.0 / 6227020800.0, 1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0,
+                                        1.0 / 362880.0,     1.0 / 40320.0,     1.0 / 5040.0,       1.0 / 720.0,
+                                        1.0 / 120.0,        1.0 / 24.0,        1.0 / 6.0,          0.5,
+                                        1.0,                1.0};
+  __m256d p = _mm256_set1_pd(kInvFact[0]);
+  for (int i = 1; i < 14; ++i) p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(kInvFact[i]));
+  // 2^k: k + 1023 (in [1, 1023]) lands in the low mantissa bits of k + 1.5 * 2^52 + 1023,
+  // and a shift by 52 moves it into the exponent field.
+  const __m256d t = _mm256_add_pd(k, _mm256_set1_pd(6755399441055744.0 + 1023.0));
+  const __m256d scale = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_castpd_si256(t), 52));
+  return _mm256_mul_pd(p, scale);
+}
 #endif
 
 }  // namespace
+
+double exp_weights(const float* x, int64_t n, float xmax, double inv_t, double* w) {
+  const double m = xmax;
+  double sum = 0.0;
+  int64_t i = 0;
+#ifdef DS_VMATH_AVX2
+  if (std::isfinite(xmax)) {
+    const __m256d vm = _mm256_set1_pd(m), vt = _mm256_set1_pd(inv_t), one = _mm256_set1_pd(1.0),
+                  lo = _mm256_set1_pd(-708.0);
+    const __m128 fm = _mm_set1_ps(xmax);
+    __m256d acc = _mm256_setzero_pd();
+    for (; i + 4 <= n; i += 4) {
+      const __m128 xf = _mm_loadu_ps(x + i);
+      const __m256d a = _mm256_mul_pd(_mm256_sub_pd(_mm256_cvtps_pd(xf), vm), vt);
+      if (_mm256_movemask_pd(_mm256_cmp_pd(a, lo, _CMP_NGE_UQ))) {  // a < -708 (or -inf) in some lane
+        for (int64_t j = i; j < i + 4; ++j) {
+          w[j] = x[j] == xmax ? 1.0 : std::exp((static_cast<double>(x[j]) - m) * inv_t);
+          sum += w[j];
+        }
+        continue;
+      }
+      const __m128 eq = _mm_cmpeq_ps(xf, fm);
+      const __m256d eqd = _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm_castps_si128(eq)));
+      const __m256d e = _mm256_blendv_pd(exp4d(a), one, eqd);
+      _mm256_storeu_pd(w + i, e);
+      acc = _mm256_add_pd(acc, e);
+    }
+    alignas(32) double lanes[4];
+    _mm256_store_pd(lanes, acc);
+    sum += (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  }
+#endif
+  for (; i < n; ++i) {
+    w[i] = x[i] == xmax ? 1.0 : std::exp((static_cast<double>(x[i]) - m) * inv_t);
+    sum += w[i];
+  }
+  return sum;
+}
 
 void gelu_tanh_inplace(float* x, int64_t n) {
   int64_t i = 0;

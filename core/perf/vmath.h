@@ -14,4 +14,11 @@ void silu_mul_inplace(float* a, const float* u, int64_t n);
 // x[i] = exp(x[i] - shift); returns the sum of the results (a softmax row). -inf gives 0.
 float exp_shift_sum(float* x, int64_t n, float shift);
 
+// Softmax weights in double precision: w[i] = exp((x[i] - xmax) * inv_t), exactly 1
+// where x[i] == xmax, 0 for -inf; returns their sum. xmax must be the maximum of x
+// and inv_t > 0. The exponential is within 2 ulp of std::exp (AVX2: four lanes, a
+// degree-13 polynomial after range reduction; lanes below -708 and an infinite
+// maximum use std::exp).
+double exp_weights(const float* x, int64_t n, float xmax, double inv_t, double* w);
+
 }  // namespace ds

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string>
 
+#include "perf/vmath.h"
 #include "util/error.h"
 
 namespace ds {
@@ -27,15 +28,8 @@ std::string str(T v) {
 // the smallest normal double, which keeps -inf * (1/T) = -inf (not NaN) and gives
 // exp(~0) = 1 for every finite logit.
 double weights(const float* x, int n, float xmax, double T, double* w) {
-  const double m = xmax;
   const double inv_t = std::isinf(T) ? std::numeric_limits<double>::min() : 1.0 / T;
-  double sum = 0.0;
-  for (int i = 0; i < n; ++i) {
-    const double wi = x[i] == xmax ? 1.0 : std::exp((static_cast<double>(x[i]) - m) * inv_t);
-    w[i] = wi;
-    sum += wi;
-  }
-  return sum;
+  return exp_weights(x, n, xmax, inv_t, w);
 }
 
 // p[i] = w[i] / sum as float.

@@ -337,6 +337,42 @@ TEST_P(EngineTest, ThreadsMatchSerial) {
   threaded.set_threads(1);  // Eigen's thread count is global: leave it as found
 }
 
+// A cache long enough that a decode step splits its keys across threads (at least
+// 32768 cached key values per layer): each thread scores and mixes a contiguous range
+// of keys and the partial mixes are summed. Both the GPT-2 and the grouped-query
+// llama layout, against the naive reference at every position.
+TEST(EngineDecode, LongCacheSplitAcrossThreadsMatchesTheReference) {
+  for (const Variant& base : variants()) {
+    if (base.name != "gpt2" && base.name != "llama") continue;
+    SCOPED_TRACE(base.name);
+    Variant v = base;
+    v.cfg.d_model = 256;
+    v.cfg.n_heads = 8;
+    v.cfg.d_head = 32;
+    v.cfg.n_kv_heads = base.name == "llama" ? 4 : 8;  // kv width 128 (grouped) or 256
+    v.cfg.d_ff = 128;
+    v.cfg.max_seq = 300;
+    const int n = v.cfg.n_kv_heads * v.cfg.d_head == 128 ? 290 : 160;  // past 32768 / kv width keys
+    ASSERT_GE(int64_t(n) * v.cfg.kv_dim(), 32768 + 10 * v.cfg.kv_dim());
+    auto model = std::make_shared<const ds::Model>(v.cfg, ds::Weights::random(v.cfg, v.seed, 0.05f));
+    const auto toks = random_tokens(v.cfg, n, 21);
+    const ref::Rows want = ref::ref_logits(v.cfg, model->w, toks);
+    for (int threads : {1, 2}) {
+      ds::Engine e(model);
+      e.set_threads(threads);
+      double worst = 0;
+      for (int i = 0; i < n; ++i) {
+        ds::MatRM row = e.forward(std::span<const int>(&toks[size_t(i)], 1));
+        for (int j = 0; j < v.cfg.vocab_size; ++j)
+          worst = std::max(worst, std::abs(double(row(0, j)) - want[size_t(i)][size_t(j)]) /
+                                      (1.0 + std::abs(want[size_t(i)][size_t(j)])));
+      }
+      EXPECT_LE(worst, 1e-4) << threads << " thread(s)";
+      e.set_threads(1);  // Eigen's thread count is global: leave it as found
+    }
+  }
+}
+
 TEST_P(EngineTest, Causality) {
   const Variant& v = GetParam();
   auto model = make_model(v);

@@ -92,6 +92,7 @@ static void grow(std::vector<float>& v, size_t n) {
 struct Engine::Scratch {
   int T = 0, S = 0;
   std::vector<float> x, h, q, k, v, z, out, ff1, ff2, att, mask, pos, logits;
+  std::vector<float> zpart;    // [threads, q_dim] partial mixes of one decode step
   std::vector<float> enc_out;  // [src_len, d_model]
   std::vector<float> wide;     // 16-bit weights widened for a matrix-matrix product
   std::vector<float> rope_cos, rope_sin;  // [max(max_seq,max_src), d_head/2]
@@ -178,6 +179,7 @@ void Engine::ensure_scratch(int T, int S) {
   const size_t smax = size_t(std::max({S, c.max_seq, src_len_}));
   grow(s.att, size_t(c.n_heads) * t * smax);
   grow(s.mask, t * smax);
+  grow(s.zpart, size_t(std::max(1, threads_)) * c.q_dim());
 }
 
 void Engine::truncate(int p) {
@@ -187,16 +189,8 @@ void Engine::truncate(int p) {
 
 // y[out] = W x, split by output rows across threads (in blocks of 8 rows).
 void Engine::matvec(const MatView& W, const float* x, float* y) const {
-  const int64_t out = W.rows;
-  const int nt = threads_;
-  if (nt > 1 && out >= 64) {
-    parallel_for(nt, nt, true, [&](int t) {
-      int64_t r0 = out * t / nt / 8 * 8, r1 = t + 1 == nt ? out : out * (t + 1) / nt / 8 * 8;
-      gemv_rows(W.data, W.type, W.cols, x, y + r0, r0, r1);
-    });
-  } else {
-    gemv_rows(W.data, W.type, W.cols, x, y, 0, out);
-  }
+  const MatvecPart part{W, y};
+  matvec_group({&part, 1}, x);
 }
 
 // Y[T, out] = X[T, in] W^T by matrix-matrix products; 16-bit weights are widened a
@@ -216,6 +210,45 @@ void Engine::matmul(const MatView& W, int T, const float* x, float* y) const {
     widen_rows(static_cast<const uint16_t*>(W.data), W.type, in, r0, r0 + n, s_->wide.data());
     Y.middleCols(r0, n).noalias() = X * CMap(s_->wide.data(), n, in).transpose();
   }
+}
+
+// Several matrix-vector products with the same input (q, k, v; gate, up) in one
+// parallel region: the threads split the rows of all of them, taken in order, into
+// contiguous ranges. The matrices sit one after another in the weights' block, so
+// each thread reads one sequential stream and there is one fork and join, not three.
+void Engine::matvec_group(std::span<const MatvecPart> parts, const float* x) const {
+  int64_t R = 0;
+  for (const MatvecPart& p : parts) R += p.W.rows;
+  const int nt = threads_;
+  auto range = [&](int64_t g0, int64_t g1) {
+    int64_t base = 0;
+    for (const MatvecPart& p : parts) {
+      const int64_t a = std::max(g0, base), b = std::min(g1, base + p.W.rows);
+      if (a < b) gemv_rows(p.W.data, p.W.type, p.W.cols, x, p.y + (a - base), a - base, b - base);
+      base += p.W.rows;
+    }
+  };
+  if (nt > 1 && R >= 64) {
+    parallel_for(nt, nt, true, [&](int t) {
+      range(R * t / nt / 8 * 8, t + 1 == nt ? R : R * (t + 1) / nt / 8 * 8);
+    });
+  } else {
+    range(0, R);
+  }
+}
+
+// Linear layers sharing the input x[T, in]: at T == 1 one matvec_group, else one by one.
+void Engine::linears(std::initializer_list<std::pair<const Linear*, float*>> ls, int T, const float* x) const {
+  if (T != 1) {
+    for (auto [l, y] : ls) linear(*l, T, x, y);
+    return;
+  }
+  MatvecPart parts[3];
+  size_t n = 0;
+  for (auto [l, y] : ls) parts[n++] = {l->view(), y};  // callers pass at most three
+  matvec_group({parts, n}, x);
+  for (auto [l, y] : ls)
+    if (l->b.size()) VMap(y, l->b.size()) += l->b;
 }
 
 // y[T, out] = x[T, in] W^T + b
@@ -300,25 +333,23 @@ void Engine::attention(Stack st, int layer, const Attention& a, int T, int pos0,
   const Point pPattern = cross ? Point::CrossPattern : Point::AttnPattern;
   const Point pZ = cross ? Point::CrossZ : Point::AttnZ;
 
-  linear(a.q, T, xin, s.q.data());
   const float* K;
   const float* V;
   int S;
   if (cross) {
+    linear(a.q, T, xin, s.q.data());
     K = ck_[layer].data();
     V = cv_[layer].data();
     S = src_len_;
   } else if (enc) {
-    linear(a.k, T, xin, s.k.data());
-    linear(a.v, T, xin, s.v.data());
+    linears({{&a.q, s.q.data()}, {&a.k, s.k.data()}, {&a.v, s.v.data()}}, T, xin);
     K = s.k.data();
     V = s.v.data();
     S = T;
   } else {
     float* kc = k_cache_[layer].data() + size_t(pos0) * kvd;
     float* vc = v_cache_[layer].data() + size_t(pos0) * kvd;
-    linear(a.k, T, xin, kc);
-    linear(a.v, T, xin, vc);
+    linears({{&a.q, s.q.data()}, {&a.k, kc}, {&a.v, vc}}, T, xin);
     K = k_cache_[layer].data();
     V = v_cache_[layer].data();
     S = pos0 + T;
@@ -416,7 +447,46 @@ void Engine::attention(Stack st, int layer, const Attention& a, int T, int pos0,
   const bool par = threads_ > 1 && int64_t(T) * S * H >= 4096;
   const bool hs = hooks_.active(st, layer, pScores), hp = hooks_.active(st, layer, pPattern);
   const int nt = threads_;
-  if (!hs && !hp) {
+  if (T == 1) {
+    // Decoding: one query row. The cache is read a key row (every head) at a time, so
+    // it streams sequentially; with threads, each takes a contiguous range of keys
+    // (and the mixes it adds up are summed at the end) once the cache is long enough
+    // to be worth a fork and join.
+    const float* qv = s.q.data();
+    const bool split = nt > 1 && int64_t(S) * kvd >= (int64_t(1) << 15);
+    auto by_keys = [&](auto&& f) {
+      if (!split) return f(0, 0, S);
+      parallel_for(nt, nt, true, [&](int t) { f(t, S * t / nt, S * (t + 1) / nt); });
+    };
+    by_keys([&](int, int j0, int j1) {
+      for (int j = j0; j < j1; ++j) {
+        const float* kr = K + size_t(j) * kvd;
+        const bool ok = allowed(0, j);
+        for (int h = 0; h < H; ++h)
+          att[size_t(h) * S + j] =
+              ok ? scale * CVMap(qv + size_t(h) * dh, dh).dot(CVMap(kr + size_t(h / group) * dh, dh)) : ninf;
+      }
+    });
+    if (hs) hooks_.fire(st, layer, pScores, pos0, {att, 3, {H, T, S}});
+    for (int h = 0; h < H; ++h) softmax(h);
+    if (hp) hooks_.fire(st, layer, pPattern, pos0, {att, 3, {H, T, S}});
+    by_keys([&](int t, int j0, int j1) {
+      float* z = split ? s.zpart.data() + size_t(t) * qd : s.z.data();
+      std::fill_n(z, qd, 0.0f);
+      for (int j = j0; j < j1; ++j) {
+        const float* vr = V + size_t(j) * kvd;
+        for (int h = 0; h < H; ++h) {
+          const float p = att[size_t(h) * S + j];
+          if (p != 0.0f) VMap(z + size_t(h) * dh, dh) += p * CVMap(vr + size_t(h / group) * dh, dh);
+        }
+      }
+    });
+    if (split) {
+      VMap z(s.z.data(), qd);
+      z = CVMap(s.zpart.data(), qd);
+      for (int t = 1; t < nt; ++t) z += CVMap(s.zpart.data() + size_t(t) * qd, qd);
+    }
+  } else if (!hs && !hp) {
     parallel_for(H, nt, par, [&](int h) {
       scores(h);
       softmax(h);
@@ -440,8 +510,7 @@ void Engine::ffn(Stack st, int layer, const FeedForward& f, int T, int pos0, con
   const size_t n = size_t(T) * F;
   float* a = s.ff1.data();
   if (c.ffn == FFNKind::SwiGLU) {
-    linear(f.gate, T, xin, a);
-    linear(f.up, T, xin, s.ff2.data());
+    linears({{&f.gate, a}, {&f.up, s.ff2.data()}}, T, xin);
   } else {
     linear(f.up, T, xin, a);
   }

@@ -4,6 +4,7 @@
 // A Model is immutable (config + weights) and can be shared between engines. An
 // Engine owns what one generation needs: the KV cache, the encoder output and its
 // cross-attention keys and values, scratch buffers and the hook points.
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <vector>
@@ -63,6 +64,13 @@ class Engine {
   void ffn(Stack st, int layer, const FeedForward& f, int T, int pos0, const float* xin, float* out);
   void norm(const Norm& n, int T, const float* x, float* y) const;
   void linear(const Linear& l, int T, const float* x, float* y) const;
+  // At most three layers.
+  void linears(std::initializer_list<std::pair<const Linear*, float*>> ls, int T, const float* x) const;
+  struct MatvecPart {
+    MatView W;
+    float* y;
+  };
+  void matvec_group(std::span<const MatvecPart> parts, const float* x) const;
   void matvec(const MatView& W, const float* x, float* y) const;
   void matmul(const MatView& W, int T, const float* x, float* y) const;
 

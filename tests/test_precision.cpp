@@ -93,6 +93,15 @@ TEST(Kernels, VectorisedActivationsMatchTheCLibrary) {
     const double a = std::abs(2 * std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x));
     EXPECT_NEAR(g[i], ref, (4e-7 + 2.4e-7 * a) * std::abs(ref) + 1e-37) << "x = " << x;
   }
+  // SwiGLU: silu(a) * u = a / (1 + exp(-a)) * u.
+  std::vector<float> a = xs, u(xs.size());
+  for (size_t i = 0; i < u.size(); ++i) u[i] = 0.5f + 0.001f * float(i % 997);
+  silu_mul_inplace(a.data(), u.data(), int64_t(a.size()));
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double x = xs[i];
+    const double ref = x / (1 + std::exp(-x)) * double(u[i]);
+    EXPECT_NEAR(a[i], ref, 5e-7 * std::abs(ref) + 1e-37) << "x = " << x;
+  }
   // Softmax exponentials: exp(x - shift) and their sum; -inf gives exactly 0.
   std::vector<float> e = xs;
   e.push_back(-std::numeric_limits<float>::infinity());
@@ -108,6 +117,40 @@ TEST(Kernels, VectorisedActivationsMatchTheCLibrary) {
   }
   EXPECT_EQ(e.back(), 0.0f);
   EXPECT_NEAR(sum, ref_sum, 1e-5 * ref_sum);
+}
+
+// The decode attention kernels against plain double loops: head widths with and
+// without a vector remainder, grouped and plain heads, skipped zero weights.
+TEST(Kernels, HeadDotsAndAxpysMatchNaiveLoops) {
+  std::mt19937 gen(7);
+  std::normal_distribution<float> nd;
+  for (int dh : {8, 20, 64, 70}) {
+    for (int group : {1, 2, 3}) {
+      const int H = 6, kv = H / group;
+      std::vector<float> q(size_t(H * dh)), k(size_t(kv * dh)), z(size_t(H * dh)), p(size_t(H * 3), 0.0f);
+      for (float& v : q) v = nd(gen);
+      for (float& v : k) v = nd(gen);
+      for (float& v : z) v = nd(gen);
+      for (int h = 0; h < H; ++h) p[size_t(h * 3)] = h == 2 ? 0.0f : nd(gen);
+      std::vector<float> out(size_t(H * 5), -7.0f);
+      head_dots(q.data(), k.data(), H, group, dh, 0.125f, out.data(), 5);
+      std::vector<float> z2 = z;
+      head_axpys(p.data(), 3, k.data(), H, group, dh, z2.data());
+      for (int h = 0; h < H; ++h) {
+        double dot = 0, mag = 0;
+        for (int i = 0; i < dh; ++i) {
+          dot += double(q[size_t(h * dh + i)]) * k[size_t((h / group) * dh + i)];
+          mag += std::abs(double(q[size_t(h * dh + i)]) * k[size_t((h / group) * dh + i)]);
+        }
+        EXPECT_NEAR(out[size_t(h * 5)], 0.125 * dot, 1e-6 * mag) << "dh " << dh << " group " << group << " head " << h;
+        for (int s = 1; s < 5; ++s) EXPECT_EQ(out[size_t(h * 5 + s)], -7.0f);  // only the strided cells
+        for (int i = 0; i < dh; ++i) {
+          const double want = double(z[size_t(h * dh + i)]) + double(p[size_t(h * 3)]) * k[size_t((h / group) * dh + i)];
+          EXPECT_NEAR(z2[size_t(h * dh + i)], want, 1e-6 * (1 + std::abs(want)));
+        }
+      }
+    }
+  }
 }
 
 // The sampler's double-precision softmax weights against std::exp: every lane path

@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 
@@ -157,6 +158,7 @@ Engine::~Engine() = default;
 
 void Engine::set_threads(int n) {
   threads_ = std::max(1, n);
+  shares_ = std::make_unique<RowShare[]>(size_t(threads_));
   Eigen::setNbThreads(threads_);
 }
 
@@ -212,15 +214,44 @@ void Engine::matmul(const MatView& W, int T, const float* x, float* y) const {
   }
 }
 
+// A thread's share of the rows of a matrix-vector product: [front, back) still to
+// do, packed in one word so that the owner (taking rows from the front) and a thread
+// that has finished its own share (taking rows from the back) claim disjoint rows.
+struct Engine::RowShare {
+  alignas(64) std::atomic<uint64_t> fb{0};
+};
+
+namespace {
+// Claims rows of a share: a quarter of what is left (at least 8 rows, in multiples of
+// 8), from the front or the back. False when nothing is left.
+bool claim_rows(std::atomic<uint64_t>& fb, bool front, int64_t& r0, int64_t& r1) {
+  uint64_t cur = fb.load(std::memory_order_relaxed);
+  for (;;) {
+    const uint32_t f = uint32_t(cur >> 32), b = uint32_t(cur);
+    if (f >= b) return false;
+    const uint32_t n = std::min(b - f, std::max<uint32_t>(8, (b - f) / 4 / 8 * 8));
+    const uint64_t next = front ? (uint64_t(f + n) << 32) | b : (uint64_t(f) << 32) | (b - n);
+    if (fb.compare_exchange_weak(cur, next, std::memory_order_relaxed)) {
+      r0 = front ? f : b - n;
+      r1 = front ? f + n : b;
+      return true;
+    }
+  }
+}
+}  // namespace
+
 // Several matrix-vector products with the same input (q, k, v; gate, up) in one
-// parallel region: the threads split the rows of all of them, taken in order, into
-// contiguous ranges. The matrices sit one after another in the weights' block, so
-// each thread reads one sequential stream and there is one fork and join, not three.
+// parallel region. The matrices sit one after another in the weights' block and the
+// threads split their rows, taken in order, into contiguous shares, so each thread
+// reads one sequential stream. Two threads rarely get the same bandwidth for long,
+// so a thread that finishes its share takes rows from the back of the others' (the
+// owner takes rows from the front, in shrinking pieces): at most a few rows of
+// waiting at the join instead of the slower thread's lag.
 void Engine::matvec_group(std::span<const MatvecPart> parts, const float* x) const {
   int64_t R = 0;
   for (const MatvecPart& p : parts) R += p.W.rows;
   const int nt = threads_;
-  auto range = [&](int64_t g0, int64_t g1) {
+  auto rows = [&](int64_t g0, int64_t g1) {
     int64_t base = 0;
     for (const MatvecPart& p : parts) {
       const int64_t a = std::max(g0, base), b = std::min(g1, base + p.W.rows);
@@ -228,13 +259,18 @@ void Engine::matvec_group(std::span<const MatvecPart> parts, const float* x) con
       base += p.W.rows;
     }
   };
-  if (nt > 1 && R >= 64) {
-    parallel_for(nt, nt, true, [&](int t) {
-      range(R * t / nt / 8 * 8, t + 1 == nt ? R : R * (t + 1) / nt / 8 * 8);
-    });
-  } else {
-    range(0, R);
-  }
+  if (nt <= 1 || R < 64) return rows(0, R);
+  auto start = [&](int t) { return t == 0 ? int64_t(0) : t == nt ? R : R * t / nt / 8 * 8; };
+  for (int t = 0; t < nt; ++t)
+    shares_[t].fb.store((uint64_t(0) << 32) | uint64_t(start(t + 1) - start(t)), std::memory_order_relaxed);
+  parallel_for(nt, nt, true, [&](int t) {
+    int64_t r0, r1;
+    while (claim_rows(shares_[t].fb, true, r0, r1)) rows(start(t) + r0, start(t) + r1);
+    for (int k = 1; k < nt; ++k) {
+      const int o = (t + k) % nt;
+      while (claim_rows(shares_[o].fb, false, r0, r1)) rows(start(o) + r0, start(o) + r1);
+    }
+  });
 }
 
 // Linear layers sharing the input x[T, in]: at T == 1 one matvec_group, else one by one.
@@ -460,11 +496,11 @@ void Engine::attention(Stack st, int layer, const Attention& a, int T, int pos0,
     };
     by_keys([&](int, int j0, int j1) {
       for (int j = j0; j < j1; ++j) {
-        const float* kr = K + size_t(j) * kvd;
-        const bool ok = allowed(0, j);
-        for (int h = 0; h < H; ++h)
-          att[size_t(h) * S + j] =
-              ok ? scale * CVMap(qv + size_t(h) * dh, dh).dot(CVMap(kr + size_t(h / group) * dh, dh)) : ninf;
+        if (allowed(0, j)) {
+          head_dots(qv, K + size_t(j) * kvd, H, group, dh, scale, att + j, S);
+        } else {
+          for (int h = 0; h < H; ++h) att[size_t(h) * S + j] = ninf;
+        }
       }
     });
     if (hs) hooks_.fire(st, layer, pScores, pos0, {att, 3, {H, T, S}});
@@ -473,13 +509,7 @@ void Engine::attention(Stack st, int layer, const Attention& a, int T, int pos0,
     by_keys([&](int t, int j0, int j1) {
       float* z = split ? s.zpart.data() + size_t(t) * qd : s.z.data();
       std::fill_n(z, qd, 0.0f);
-      for (int j = j0; j < j1; ++j) {
-        const float* vr = V + size_t(j) * kvd;
-        for (int h = 0; h < H; ++h) {
-          const float p = att[size_t(h) * S + j];
-          if (p != 0.0f) VMap(z + size_t(h) * dh, dh) += p * CVMap(vr + size_t(h / group) * dh, dh);
-        }
-      }
+      for (int j = j0; j < j1; ++j) head_axpys(att + j, S, V + size_t(j) * kvd, H, group, dh, z);
     });
     if (split) {
       VMap z(s.z.data(), qd);
@@ -525,15 +555,9 @@ void Engine::ffn(Stack st, int layer, const FeedForward& f, int T, int pos0, con
     case FFNKind::ReLU:
       for (size_t i = 0; i < n; ++i) a[i] = std::max(a[i], 0.0f);
       break;
-    case FFNKind::SwiGLU: {
-      const float* u = s.ff2.data();
-      for (size_t i = 0; i < n; ++i) {
-        float val = a[i];
-        val *= (1.0f / (1.0f + std::exp(-val)));
-        a[i] = val * u[i];
-      }
+    case FFNKind::SwiGLU:
+      silu_mul_inplace(a, s.ff2.data(), int64_t(n));
       break;
-    }
   }
   if (hooks_.active(st, layer, Point::MlpPost)) hooks_.fire(st, layer, Point::MlpPost, pos0, {a, 2, {T, F, 1}});
   linear(f.down, T, a, out);

@@ -85,6 +85,8 @@ class Engine {
   // Cross-attention keys/values per decoder layer [src_len, kv_dim].
   std::vector<MatRM> ck_, cv_;
   std::unique_ptr<Scratch> s_;
+  struct RowShare;
+  std::unique_ptr<RowShare[]> shares_;  // one per thread (matvec_group)
 };
 
 }  // namespace ds

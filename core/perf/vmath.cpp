@@ -72,6 +72,46 @@ inline __m256d exp4d(__m256d a) {
 
 }  // namespace
 
+void head_dots(const float* q, const float* k, int n_heads, int group, int dh, float scale, float* out,
+               int64_t stride) {
+  for (int h = 0; h < n_heads; ++h) {
+    const float* qh = q + int64_t(h) * dh;
+    const float* kh = k + int64_t(h / group) * dh;
+    float acc = 0.0f;
+    int i = 0;
+#ifdef DS_VMATH_AVX2
+    if (dh >= 16) {
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+      for (; i + 16 <= dh; i += 16) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qh + i), _mm256_loadu_ps(kh + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(qh + i + 8), _mm256_loadu_ps(kh + i + 8), a1);
+      }
+      const __m256 a = _mm256_add_ps(a0, a1);
+      __m128 t = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+      t = _mm_add_ps(t, _mm_movehl_ps(t, t));
+      acc = _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+    }
+#endif
+    for (; i < dh; ++i) acc += qh[i] * kh[i];
+    out[h * stride] = scale * acc;
+  }
+}
+
+void head_axpys(const float* p, int64_t stride, const float* v, int n_heads, int group, int dh, float* z) {
+  for (int h = 0; h < n_heads; ++h) {
+    const float w = p[h * stride];
+    if (w == 0.0f) continue;
+    const float* vh = v + int64_t(h / group) * dh;
+    float* zh = z + int64_t(h) * dh;
+    int i = 0;
+#ifdef DS_VMATH_AVX2
+    const __m256 wv = _mm256_set1_ps(w);
+    for (; i + 8 <= dh; i += 8) _mm256_storeu_ps(zh + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(vh + i), _mm256_loadu_ps(zh + i)));
+#endif
+    for (; i < dh; ++i) zh[i] += w * vh[i];
+  }
+}
+
 double exp_weights(const float* x, int64_t n, float xmax, double inv_t, double* w) {
   const double m = xmax;
   double sum = 0.0;

@@ -14,6 +14,14 @@ void silu_mul_inplace(float* a, const float* u, int64_t n);
 // x[i] = exp(x[i] - shift); returns the sum of the results (a softmax row). -inf gives 0.
 float exp_shift_sum(float* x, int64_t n, float shift);
 
+// Attention over one cached key or value row, for every head at once (decoding).
+// The row holds n_kv heads of width dh; query head h reads kv head h / group.
+//   scores: out[h * stride] = scale * (q_h . k_{h/group}), h < n_heads
+//   mix:    z_h += p[h * stride] * v_{h/group}, skipping heads whose p is 0
+void head_dots(const float* q, const float* k, int n_heads, int group, int dh, float scale, float* out,
+               int64_t stride);
+void head_axpys(const float* p, int64_t stride, const float* v, int n_heads, int group, int dh, float* z);
+
 // Softmax weights in double precision: w[i] = exp((x[i] - xmax) * inv_t), exactly 1
 // where x[i] == xmax, 0 for -inf; returns their sum. xmax must be the maximum of x
 // and inv_t > 0. The exponential is within 2 ulp of std::exp (AVX2: four lanes, a

@@ -153,6 +153,27 @@ TEST(Kernels, HeadDotsAndAxpysMatchNaiveLoops) {
   }
 }
 
+TEST(Kernels, LayerNormRowMatchesDoubleLoops) {
+  std::mt19937 gen(3);
+  std::normal_distribution<float> nd;
+  for (int d : {13, 64, 768}) {
+    std::vector<float> x(static_cast<size_t>(d)), g(x), b(x), y(x);
+    for (int i = 0; i < d; ++i) x[size_t(i)] = 5.0f + 2.0f * nd(gen), g[size_t(i)] = 1 + 0.1f * nd(gen), b[size_t(i)] = nd(gen);
+    double mean = 0, var = 0;
+    for (float v : x) mean += v;
+    mean /= d;
+    for (float v : x) var += (v - mean) * (v - mean);
+    var /= d;
+    for (bool bias : {true, false}) {
+      layer_norm_row(x.data(), d, g.data(), bias ? b.data() : nullptr, 1e-5f, y.data());
+      for (int i = 0; i < d; ++i) {
+        const double want = (x[size_t(i)] - mean) / std::sqrt(var + 1e-5f) * g[size_t(i)] + (bias ? b[size_t(i)] : 0.0);
+        EXPECT_NEAR(y[size_t(i)], want, 2e-6 * (1 + std::abs(want))) << "d " << d << " i " << i;
+      }
+    }
+  }
+}
+
 // The sampler's double-precision softmax weights against std::exp: every lane path
 // (the vector body, its tail, lanes far below the maximum, -inf, ties with the
 // maximum) and the temperatures the sampler uses (1, 0.3, 7, and the tiny 1/T of an

@@ -179,6 +179,34 @@ TEST(Session, CandidateTableDescribesTheDraw) {
   }
 }
 
+// Greedy steps: the table is the first candidates by p_temp (one-hot on the token)
+// then id, ranked here by a plain sort of the whole vocabulary.
+TEST(Session, GreedyCandidateTableIsTheRanking) {
+  Config c = small(false);
+  auto m = std::make_shared<const Model>(c, Weights::random(c, 2, 0.3f));
+  SessionOptions o;
+  o.sampler.temperature = 0;
+  o.steps = 12;
+  o.candidates = 5;
+  Session s(m, nullptr, o);
+  s.start({1});
+  while (!s.done()) {
+    const int tok = s.step();
+    const SampleRecord& r = *s.trace().steps.back().sample;
+    const SampleResult& last = s.last_sample();
+    std::vector<int> ids(static_cast<size_t>(c.vocab_size));
+    for (int i = 0; i < c.vocab_size; ++i) ids[size_t(i)] = i;
+    std::sort(ids.begin(), ids.end(), [&](int a, int b) {
+      return last.p_temp[size_t(a)] != last.p_temp[size_t(b)] ? last.p_temp[size_t(a)] > last.p_temp[size_t(b)] : a < b;
+    });
+    ASSERT_EQ(r.candidates.size(), 5u);
+    for (size_t i = 0; i < 5; ++i) EXPECT_EQ(r.candidates[i].id, ids[i]);
+    EXPECT_EQ(r.candidates[0].id, tok);
+    EXPECT_EQ(r.rank, 0);
+    EXPECT_TRUE(r.greedy);
+  }
+}
+
 TEST(Session, RejectsBadPrompts) {
   Config c = small(false);
   auto m = std::make_shared<const Model>(c, Weights::random(c, 2));

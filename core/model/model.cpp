@@ -314,14 +314,7 @@ void Engine::norm(const Norm& n, int T, const float* x, float* y) const {
       ss = 1.0f / std::sqrt(ss);
       for (int j = 0; j < d; ++j) yr[j] = n.g[j] * (ss * xr[j]);
     } else {
-      double mean = 0, var = 0;
-      for (int j = 0; j < d; ++j) mean += xr[j];
-      mean /= d;
-      for (int j = 0; j < d; ++j) var += (xr[j] - mean) * (xr[j] - mean);
-      var /= d;
-      float inv = float(1.0 / std::sqrt(var + c.norm_eps));
-      float m = float(mean);
-      for (int j = 0; j < d; ++j) yr[j] = (xr[j] - m) * inv * n.g[j] + (n.b.size() ? n.b[j] : 0.0f);
+      layer_norm_row(xr, d, n.g.data(), n.b.size() ? n.b.data() : nullptr, c.norm_eps, yr);
     }
   }
 }

@@ -72,6 +72,47 @@ inline __m256d exp4d(__m256d a) {
 
 }  // namespace
 
+void layer_norm_row(const float* x, int64_t d, const float* g, const float* b, float eps, float* y) {
+  double mean = 0, var = 0;
+  int64_t j = 0;
+#ifdef DS_VMATH_AVX2
+  __m256d s0 = _mm256_setzero_pd(), s1 = s0;
+  for (; j + 8 <= d; j += 8) {
+    const __m256 v = _mm256_loadu_ps(x + j);
+    s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+    s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+  }
+  alignas(32) double l[4];
+  _mm256_store_pd(l, _mm256_add_pd(s0, s1));
+  mean = (l[0] + l[1]) + (l[2] + l[3]);
+#endif
+  for (; j < d; ++j) mean += x[j];
+  mean /= double(d);
+  j = 0;
+#ifdef DS_VMATH_AVX2
+  const __m256d m4 = _mm256_set1_pd(mean);
+  s0 = _mm256_setzero_pd(), s1 = s0;
+  for (; j + 8 <= d; j += 8) {
+    const __m256 v = _mm256_loadu_ps(x + j);
+    const __m256d a = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), m4);
+    const __m256d c = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), m4);
+    s0 = _mm256_fmadd_pd(a, a, s0);
+    s1 = _mm256_fmadd_pd(c, c, s1);
+  }
+  _mm256_store_pd(l, _mm256_add_pd(s0, s1));
+  var = (l[0] + l[1]) + (l[2] + l[3]);
+#endif
+  for (; j < d; ++j) var += (x[j] - mean) * (x[j] - mean);
+  var /= double(d);
+  const float inv = float(1.0 / std::sqrt(var + eps));
+  const float m = float(mean);
+  if (b) {
+    for (int64_t i = 0; i < d; ++i) y[i] = (x[i] - m) * inv * g[i] + b[i];
+  } else {
+    for (int64_t i = 0; i < d; ++i) y[i] = (x[i] - m) * inv * g[i];
+  }
+}
+
 void head_dots(const float* q, const float* k, int n_heads, int group, int dh, float scale, float* out,
                int64_t stride) {
   for (int h = 0; h < n_heads; ++h) {

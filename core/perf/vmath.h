@@ -14,6 +14,10 @@ void silu_mul_inplace(float* a, const float* u, int64_t n);
 // x[i] = exp(x[i] - shift); returns the sum of the results (a softmax row). -inf gives 0.
 float exp_shift_sum(float* x, int64_t n, float shift);
 
+// LayerNorm of one row: y = (x - mean) / sqrt(var + eps) * g + b (b may be null),
+// mean and variance accumulated in double.
+void layer_norm_row(const float* x, int64_t d, const float* g, const float* b, float eps, float* y);
+
 // Attention over one cached key or value row, for every head at once (decoding).
 // The row holds n_kv heads of width dh; query head h reads kv head h / group.
 //   scores: out[h * stride] = scale * (q_h . k_{h/group}), h < n_heads

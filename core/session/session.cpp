@@ -97,17 +97,25 @@ int Session::step() {
   rec.u = last_.u;
   rec.token = token;
   rec.n_kept = last_.n_kept;
-  std::vector<int> idx(V);
-  for (int i = 0; i < V; ++i) idx[i] = i;
   const int n = std::min(V, std::max(1, opt_.candidates));
-  auto by_p = [&](int a, int b) {
-    return last_.p_temp[a] != last_.p_temp[b] ? last_.p_temp[a] > last_.p_temp[b] : a < b;
-  };
-  std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), by_p);
-  rec.rank = 0;
-  for (int i = 0; i < V; ++i)
-    if (by_p(i, token)) ++rec.rank;
-  std::vector<int> rows(idx.begin(), idx.begin() + n);
+  std::vector<int> rows;
+  if (last_.greedy) {
+    // p_temp is one-hot on the token, so the ranking is the sampler's order: the
+    // token, then every other id ascending.
+    rec.rank = 0;
+    rows.assign(last_.order.begin(), last_.order.begin() + n);
+  } else {
+    auto by_p = [&](int a, int b) {
+      return last_.p_temp[a] != last_.p_temp[b] ? last_.p_temp[a] > last_.p_temp[b] : a < b;
+    };
+    by_p_.resize(size_t(V));
+    for (int i = 0; i < V; ++i) by_p_[size_t(i)] = i;
+    std::partial_sort(by_p_.begin(), by_p_.begin() + n, by_p_.end(), by_p);
+    rec.rank = 0;
+    for (int i = 0; i < V; ++i)
+      if (by_p(i, token)) ++rec.rank;
+    rows.assign(by_p_.begin(), by_p_.begin() + n);
+  }
   if (std::find(rows.begin(), rows.end(), token) == rows.end()) rows.push_back(token);
   for (int id : rows) {
     Candidate cd;

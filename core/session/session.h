@@ -67,6 +67,7 @@ class Session {
   Trace trace_;
   std::unique_ptr<TraceRecorder> recorder_;
   SampleResult last_;
+  std::vector<int> by_p_;  // scratch: ids ranked for the candidate table
   std::vector<int> prompt_, generated_;
   std::vector<Rng> rng_before_;  // the sampler's state before each step
   int steps_ = 0;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "perf/memory.h"
 #include "perf/vmath.h"
 #include "util/error.h"
 
@@ -115,11 +116,15 @@ static void parallel_for(int n, int nt, bool par, F&& f) {
 
 Engine::Engine(std::shared_ptr<const Model> model) : model_(std::move(model)), hooks_(model_->cfg) {
   const Config& c = model_->cfg;
-  k_cache_.assign(c.n_layers, MatRM());
-  v_cache_.assign(c.n_layers, MatRM());
+  // One block for the whole cache (huge pages, as the weights): each decode step reads
+  // every layer's keys and values up to its position, short streams that should not
+  // also pay a page walk every 4 KB.
+  const size_t per = size_t(c.max_seq) * size_t(c.kv_dim());
+  kv_block_ = allocate_weight_block(2 * size_t(c.n_layers) * per * sizeof(float));
+  float* kv = static_cast<float*>(kv_block_.get());
   for (int l = 0; l < c.n_layers; ++l) {
-    k_cache_[l].resize(c.max_seq, c.kv_dim());
-    v_cache_[l].resize(c.max_seq, c.kv_dim());
+    k_cache_.push_back(kv + 2 * size_t(l) * per);
+    v_cache_.push_back(kv + (2 * size_t(l) + 1) * per);
   }
   if (c.encoder_decoder) {
     ck_.assign(c.n_layers, MatRM());
@@ -376,16 +381,16 @@ void Engine::attention(Stack st, int layer, const Attention& a, int T, int pos0,
     V = s.v.data();
     S = T;
   } else {
-    float* kc = k_cache_[layer].data() + size_t(pos0) * kvd;
-    float* vc = v_cache_[layer].data() + size_t(pos0) * kvd;
+    float* kc = k_cache_[layer] + size_t(pos0) * kvd;
+    float* vc = v_cache_[layer] + size_t(pos0) * kvd;
     linears({{&a.q, s.q.data()}, {&a.k, kc}, {&a.v, vc}}, T, xin);
-    K = k_cache_[layer].data();
-    V = v_cache_[layer].data();
+    K = k_cache_[layer];
+    V = v_cache_[layer];
     S = pos0 + T;
   }
   if (c.pos == PosKind::Rotary && !cross) {
     const int half = dh / 2;
-    float* kk = enc ? s.k.data() : k_cache_[layer].data() + size_t(pos0) * kvd;
+    float* kk = enc ? s.k.data() : k_cache_[layer] + size_t(pos0) * kvd;
     for (int t = 0; t < T; ++t) {
       const float* cs = s.rope_cos.data() + size_t(pos0 + t) * half;
       const float* sn = s.rope_sin.data() + size_t(pos0 + t) * half;

@@ -81,7 +81,8 @@ class Engine {
   int src_len_ = 0;
   std::vector<int> src_ids_;
   // KV cache: per decoder layer [max_seq, kv_dim] for keys and values.
-  std::vector<MatRM> k_cache_, v_cache_;
+  std::shared_ptr<void> kv_block_;
+  std::vector<float*> k_cache_, v_cache_;
   // Cross-attention keys/values per decoder layer [src_len, kv_dim].
   std::vector<MatRM> ck_, cv_;
   std::unique_ptr<Scratch> s_;

@@ -48,6 +48,11 @@ inline __m256 exp8(__m256 x) {
   return y;
 }
 
+// 1/i! for i = 0..13: e^r to degree 13.
+constexpr double kInvFact[] = {1.0,          1.0,           0.5,           1.0 / 6.0,     1.0 / 24.0,
+                               1.0 / 120.0,  1.0 / 720.0,   1.0 / 5040.0,  1.0 / 40320.0, 1.0 / 362880.0,
+                               1.0 / 3628800.0, 1.0 / 39916800.0, 1.0 / 479001600.0, 1.0 / 6227020800.0};
+
 // exp(a) for four lanes with -708 <= a <= 0: a = k ln2 + r, |r| <= ln2/2, e^r by its
 // Taylor series to degree 13 (truncation below 1e-17), times 2^k built in the
 // exponent bits.
@@ -56,12 +61,16 @@ inline __m256d exp4d(__m256d a) {
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256d r = _mm256_fnmadd_pd(k, _mm256_set1_pd(6.93147180369123816490e-01), a);  // exact for |k| < 2^20
   r = _mm256_fnmadd_pd(k, _mm256_set1_pd(1.90821492927058770002e-10), r);
-  static constexpr double kInvFact[] = {1.0 / 6227020800.0, 1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0,
-                                        1.0 / 362880.0,     1.0 / 40320.0,     1.0 / 5040.0,       1.0 / 720.0,
-                                        1.0 / 120.0,        1.0 / 24.0,        1.0 / 6.0,          0.5,
-                                        1.0,                1.0};
-  __m256d p = _mm256_set1_pd(kInvFact[0]);
-  for (int i = 1; i < 14; ++i) p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(kInvFact[i]));
+  // Estrin's scheme (pairs, then r^2, r^4, r^8): a short dependency chain, so
+  // consecutive lanes' polynomials overlap in the pipeline.
+  auto c = [](int i) { return _mm256_set1_pd(kInvFact[i]); };
+  const __m256d r2 = _mm256_mul_pd(r, r), r4 = _mm256_mul_pd(r2, r2), r8 = _mm256_mul_pd(r4, r4);
+  const __m256d q0 = _mm256_fmadd_pd(c(1), r, c(0)), q1 = _mm256_fmadd_pd(c(3), r, c(2)),
+                q2 = _mm256_fmadd_pd(c(5), r, c(4)), q3 = _mm256_fmadd_pd(c(7), r, c(6)),
+                q4 = _mm256_fmadd_pd(c(9), r, c(8)), q5 = _mm256_fmadd_pd(c(11), r, c(10)),
+                q6 = _mm256_fmadd_pd(c(13), r, c(12));
+  const __m256d s0 = _mm256_fmadd_pd(q1, r2, q0), s1 = _mm256_fmadd_pd(q3, r2, q2), s2 = _mm256_fmadd_pd(q5, r2, q4);
+  const __m256d p = _mm256_fmadd_pd(_mm256_fmadd_pd(q6, r4, s2), r8, _mm256_fmadd_pd(s1, r4, s0));
   // 2^k: k + 1023 (in [1, 1023]) lands in the low mantissa bits of k + 1.5 * 2^52 + 1023,
   // and a shift by 52 moves it into the exponent field.
   const __m256d t = _mm256_add_pd(k, _mm256_set1_pd(6755399441055744.0 + 1023.0));
@@ -70,7 +79,75 @@ inline __m256d exp4d(__m256d a) {
 }
 #endif
 
+#if defined(DS_VMATH_AVX2) && defined(__AVX512F__)
+// exp4d on eight lanes.
+inline __m512d exp8d(__m512d a) {
+  const __m512d k = _mm512_roundscale_pd(_mm512_mul_pd(a, _mm512_set1_pd(1.4426950408889634)),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512d r = _mm512_fnmadd_pd(k, _mm512_set1_pd(6.93147180369123816490e-01), a);
+  r = _mm512_fnmadd_pd(k, _mm512_set1_pd(1.90821492927058770002e-10), r);
+  auto c = [](int i) { return _mm512_set1_pd(kInvFact[i]); };
+  const __m512d r2 = _mm512_mul_pd(r, r), r4 = _mm512_mul_pd(r2, r2), r8 = _mm512_mul_pd(r4, r4);
+  const __m512d q0 = _mm512_fmadd_pd(c(1), r, c(0)), q1 = _mm512_fmadd_pd(c(3), r, c(2)),
+                q2 = _mm512_fmadd_pd(c(5), r, c(4)), q3 = _mm512_fmadd_pd(c(7), r, c(6)),
+                q4 = _mm512_fmadd_pd(c(9), r, c(8)), q5 = _mm512_fmadd_pd(c(11), r, c(10)),
+                q6 = _mm512_fmadd_pd(c(13), r, c(12));
+  const __m512d s0 = _mm512_fmadd_pd(q1, r2, q0), s1 = _mm512_fmadd_pd(q3, r2, q2), s2 = _mm512_fmadd_pd(q5, r2, q4);
+  const __m512d p = _mm512_fmadd_pd(_mm512_fmadd_pd(q6, r4, s2), r8, _mm512_fmadd_pd(s1, r4, s0));
+  const __m512d t = _mm512_add_pd(k, _mm512_set1_pd(6755399441055744.0 + 1023.0));
+  const __m512d scale = _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_castpd_si512(t), 52));
+  return _mm512_mul_pd(p, scale);
+}
+#endif
+
 }  // namespace
+
+float max_and_nan(const float* x, int64_t n, bool* nan) {
+  float m = -std::numeric_limits<float>::infinity();
+  bool bad = false;
+  int64_t i = 0;
+#ifdef DS_VMATH_AVX2
+  __m256 vm = _mm256_set1_ps(m), un = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    un = _mm256_or_ps(un, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    vm = _mm256_max_ps(vm, v);  // a NaN in v leaves vm's lane as it was
+  }
+  alignas(32) float l[8];
+  _mm256_store_ps(l, vm);
+  for (float v : l) m = v > m ? v : m;
+  bad = _mm256_movemask_ps(un) != 0;
+#endif
+  for (; i < n; ++i) {
+    bad |= std::isnan(x[i]);
+    m = x[i] > m ? x[i] : m;
+  }
+  *nan = bad;
+  return m;
+}
+
+int64_t first_equal(const float* x, int64_t n, float v) {
+  int64_t i = 0;
+#ifdef DS_VMATH_AVX2
+  const __m256 vv = _mm256_set1_ps(v);
+  for (; i + 8 <= n; i += 8) {
+    const int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vv, _CMP_EQ_OQ));
+    if (mask) return i + __builtin_ctz(unsigned(mask));
+  }
+#endif
+  for (; i < n; ++i)
+    if (x[i] == v) return i;
+  return n;
+}
+
+void scale_to_float(const double* w, int64_t n, double s, float* p) {
+  int64_t i = 0;
+#ifdef DS_VMATH_AVX2
+  const __m256d vs = _mm256_set1_pd(s);
+  for (; i + 4 <= n; i += 4) _mm_storeu_ps(p + i, _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_loadu_pd(w + i), vs)));
+#endif
+  for (; i < n; ++i) p[i] = static_cast<float>(w[i] * s);
+}
 
 void layer_norm_row(const float* x, int64_t d, const float* g, const float* b, float eps, float* y) {
   double mean = 0, var = 0;
@@ -163,6 +240,30 @@ double exp_weights(const float* x, int64_t n, float xmax, double inv_t, double* 
                   lo = _mm256_set1_pd(-708.0);
     const __m128 fm = _mm_set1_ps(xmax);
     __m256d acc = _mm256_setzero_pd();
+#ifdef __AVX512F__
+    {
+      const __m512d vm8 = _mm512_set1_pd(m), vt8 = _mm512_set1_pd(inv_t), one8 = _mm512_set1_pd(1.0),
+                    lo8 = _mm512_set1_pd(-708.0);
+      const __m256 fm8 = _mm256_set1_ps(xmax);
+      __m512d acc8 = _mm512_setzero_pd();
+      for (; i + 8 <= n; i += 8) {
+        const __m256 xf = _mm256_loadu_ps(x + i);
+        const __m512d a = _mm512_mul_pd(_mm512_sub_pd(_mm512_cvtps_pd(xf), vm8), vt8);
+        if (_mm512_cmp_pd_mask(a, lo8, _CMP_NGE_UQ)) {  // a < -708 (or -inf) in some lane
+          for (int64_t j = i; j < i + 8; ++j) {
+            w[j] = x[j] == xmax ? 1.0 : std::exp((static_cast<double>(x[j]) - m) * inv_t);
+            sum += w[j];
+          }
+          continue;
+        }
+        const __mmask8 eq = _mm256_cmp_ps_mask(xf, fm8, _CMP_EQ_OQ);
+        const __m512d e = _mm512_mask_blend_pd(eq, exp8d(a), one8);
+        _mm512_storeu_pd(w + i, e);
+        acc8 = _mm512_add_pd(acc8, e);
+      }
+      acc = _mm256_add_pd(_mm512_castpd512_pd256(acc8), _mm512_extractf64x4_pd(acc8, 1));
+    }
+#endif
     for (; i + 4 <= n; i += 4) {
       const __m128 xf = _mm_loadu_ps(x + i);
       const __m256d a = _mm256_mul_pd(_mm256_sub_pd(_mm256_cvtps_pd(xf), vm), vt);

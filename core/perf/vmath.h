@@ -26,11 +26,18 @@ void head_dots(const float* q, const float* k, int n_heads, int group, int dh, f
                int64_t stride);
 void head_axpys(const float* p, int64_t stride, const float* v, int n_heads, int group, int dh, float* z);
 
+// The maximum of x[0..n) (-inf for n == 0, NaNs ignored), and whether any is NaN.
+float max_and_nan(const float* x, int64_t n, bool* nan);
+// The first i with x[i] == v, or n.
+int64_t first_equal(const float* x, int64_t n, float v);
+// p[i] = float(w[i] * s).
+void scale_to_float(const double* w, int64_t n, double s, float* p);
+
 // Softmax weights in double precision: w[i] = exp((x[i] - xmax) * inv_t), exactly 1
 // where x[i] == xmax, 0 for -inf; returns their sum. xmax must be the maximum of x
 // and inv_t > 0. The exponential is within 2 ulp of std::exp (AVX2: four lanes, a
 // degree-13 polynomial after range reduction; lanes below -708 and an infinite
-// maximum use std::exp).
+// maximum use std::exp; with AVX-512, eight lanes).
 double exp_weights(const float* x, int64_t n, float xmax, double inv_t, double* w);
 
 }  // namespace ds

@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <sstream>
 #include <string>
 
@@ -33,10 +34,7 @@ double weights(const float* x, int n, float xmax, double T, double* w) {
 }
 
 // p[i] = w[i] / sum as float.
-void normalise(const double* w, int n, double sum, float* p) {
-  const double inv = 1.0 / sum;
-  for (int i = 0; i < n; ++i) p[i] = static_cast<float>(w[i] * inv);
-}
+void normalise(const double* w, int n, double sum, float* p) { scale_to_float(w, n, 1.0 / sum, p); }
 
 // Strict total order: higher probability first, then lower id.
 struct ByProbDesc {
@@ -98,13 +96,8 @@ int Sampler::sample(const float* logits, int vocab, SampleResult& out) {
     throw Error("sampler: empty logits (vocab = " + str(vocab) + ")");
 
   // Maximum and NaN check in one pass.
-  float xmax = -std::numeric_limits<float>::infinity();
   bool nan = false;
-  for (int i = 0; i < vocab; ++i) {
-    const float v = logits[i];
-    nan |= std::isnan(v);
-    xmax = v > xmax ? v : xmax;
-  }
+  const float xmax = max_and_nan(logits, vocab, &nan);
   if (nan) throw Error("logits contain NaN");
 
   size_to(out.p_raw, vocab);
@@ -135,15 +128,15 @@ int Sampler::sample(const float* logits, int vocab, SampleResult& out) {
 
   // Greedy: argmax, one-hot everywhere downstream, no draw.
   if (cfg_.temperature == 0.0f) {
-    const int tok = argmax(logits, vocab);
+    const int tok = static_cast<int>(first_equal(logits, vocab, xmax));  // argmax: the first maximum
     std::fill(p_temp, p_temp + vocab, 0.0f);
     p_temp[tok] = 1.0f;
     std::copy(p_temp, p_temp + vocab, p_topk);
     std::copy(p_temp, p_temp + vocab, p_final);
     out.order.resize(static_cast<size_t>(vocab));
     out.order[0] = tok;
-    for (int i = 0, j = 1; i < vocab; ++i)
-      if (i != tok) out.order[static_cast<size_t>(j++)] = i;
+    std::iota(out.order.begin() + 1, out.order.begin() + 1 + tok, 0);
+    std::iota(out.order.begin() + 1 + tok, out.order.end(), tok + 1);
     out.n_kept = vocab;
     out.greedy = true;
     out.u = -1.0;

@@ -227,6 +227,17 @@ struct Engine::RowShare {
 };
 
 namespace {
+// The keys a thread takes in a split decode attention: [S t / nt, S (t + 1) / nt).
+std::pair<int, int> key_share(int S, int t, int nt) { return {S * t / nt, S * (t + 1) / nt}; }
+
+// Loads n floats (one per cache line) so that they are in this core's cache.
+void touch(const float* p, size_t n) {
+  float s = 0.0f;
+  for (size_t i = 0; i < n; i += 16) s += p[i];
+  volatile float sink = s;
+  (void)sink;
+}
+
 // Claims rows of a share: a quarter of what is left (at least 8 rows, in multiples of
 // 8), from the front or the back. False when nothing is left.
 bool claim_rows(std::atomic<uint64_t>& fb, bool front, int64_t& r0, int64_t& r1) {
@@ -252,7 +263,7 @@ bool claim_rows(std::atomic<uint64_t>& fb, bool front, int64_t& r0, int64_t& r1)
 // so a thread that finishes its share takes rows from the back of the others' (the
 // owner takes rows from the front, in shrinking pieces): at most a few rows of
 // waiting at the join instead of the slower thread's lag.
-void Engine::matvec_group(std::span<const MatvecPart> parts, const float* x) const {
+void Engine::matvec_group(std::span<const MatvecPart> parts, const float* x, const CacheRows* warm) const {
   int64_t R = 0;
   for (const MatvecPart& p : parts) R += p.W.rows;
   const int nt = threads_;
@@ -275,11 +286,22 @@ void Engine::matvec_group(std::span<const MatvecPart> parts, const float* x) con
       const int o = (t + k) % nt;
       while (claim_rows(shares_[o].fb, false, r0, r1)) rows(start(o) + r0, start(o) + r1);
     }
+    if (warm && warm->rows > 0) {
+      const auto [j0, j1] = key_share(warm->rows, t, nt);
+      const size_t a = size_t(j0) * warm->width, n = size_t(j1 - j0) * warm->width;
+      touch(warm->K + a, n);
+      touch(warm->V + a, n);
+    }
   });
 }
 
+// Whether a decode step's attention over S keys is split across the threads: once
+// the cache holds 4096 values per layer the fork and join cost less than the reads.
+bool Engine::decode_split(int S) const { return threads_ > 1 && int64_t(S) * model_->cfg.kv_dim() >= 4096; }
+
 // Linear layers sharing the input x[T, in]: at T == 1 one matvec_group, else one by one.
-void Engine::linears(std::initializer_list<std::pair<const Linear*, float*>> ls, int T, const float* x) const {
+void Engine::linears(std::initializer_list<std::pair<const Linear*, float*>> ls, int T, const float* x,
+                     const CacheRows* warm) const {
   if (T != 1) {
     for (auto [l, y] : ls) linear(*l, T, x, y);
     return;
@@ -287,7 +309,7 @@ void Engine::linears(std::initializer_list<std::pair<const Linear*, float*>> ls,
   MatvecPart parts[3];
   size_t n = 0;
   for (auto [l, y] : ls) parts[n++] = {l->view(), y};  // callers pass at most three
-  matvec_group({parts, n}, x);
+  matvec_group({parts, n}, x, warm);
   for (auto [l, y] : ls)
     if (l->b.size()) VMap(y, l->b.size()) += l->b;
 }
@@ -383,7 +405,8 @@ void Engine::attention(Stack st, int layer, const Attention& a, int T, int pos0,
   } else {
     float* kc = k_cache_[layer] + size_t(pos0) * kvd;
     float* vc = v_cache_[layer] + size_t(pos0) * kvd;
-    linears({{&a.q, s.q.data()}, {&a.k, kc}, {&a.v, vc}}, T, xin);
+    const CacheRows warm{k_cache_[layer], v_cache_[layer], pos0, kvd};  // the rows before this step's
+    linears({{&a.q, s.q.data()}, {&a.k, kc}, {&a.v, vc}}, T, xin, T == 1 && decode_split(pos0 + 1) ? &warm : nullptr);
     K = k_cache_[layer];
     V = v_cache_[layer];
     S = pos0 + T;
@@ -487,10 +510,13 @@ void Engine::attention(Stack st, int layer, const Attention& a, int T, int pos0,
     // (and the mixes it adds up are summed at the end) once the cache is long enough
     // to be worth a fork and join.
     const float* qv = s.q.data();
-    const bool split = nt > 1 && int64_t(S) * kvd >= (int64_t(1) << 15);
+    const bool split = decode_split(S);
     auto by_keys = [&](auto&& f) {
       if (!split) return f(0, 0, S);
-      parallel_for(nt, nt, true, [&](int t) { f(t, S * t / nt, S * (t + 1) / nt); });
+      parallel_for(nt, nt, true, [&](int t) {
+        const auto [j0, j1] = key_share(S, t, nt);
+        f(t, j0, j1);
+      });
     };
     by_keys([&](int, int j0, int j1) {
       for (int j = j0; j < j1; ++j) {

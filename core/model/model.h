@@ -65,12 +65,23 @@ class Engine {
   void norm(const Norm& n, int T, const float* x, float* y) const;
   void linear(const Linear& l, int T, const float* x, float* y) const;
   // At most three layers.
-  void linears(std::initializer_list<std::pair<const Linear*, float*>> ls, int T, const float* x) const;
+  // Cache rows [0, rows) of K and V ([rows, width] each) that a decode step's
+  // attention reads next: matvec_group's threads load their share of them (the same
+  // split as the attention's) once their rows are done, so the attention finds them
+  // in cache instead of waiting on short reads from memory.
+  struct CacheRows {
+    const float* K = nullptr;
+    const float* V = nullptr;
+    int rows = 0, width = 0;
+  };
+  void linears(std::initializer_list<std::pair<const Linear*, float*>> ls, int T, const float* x,
+               const CacheRows* warm = nullptr) const;
   struct MatvecPart {
     MatView W;
     float* y;
   };
-  void matvec_group(std::span<const MatvecPart> parts, const float* x) const;
+  void matvec_group(std::span<const MatvecPart> parts, const float* x, const CacheRows* warm = nullptr) const;
+  bool decode_split(int S) const;
   void matvec(const MatView& W, const float* x, float* y) const;
   void matmul(const MatView& W, int T, const float* x, float* y) const;
 

@@ -279,11 +279,16 @@ void Engine::matvec_group(std::span<const MatvecPart> parts, const float* x, con
   auto start = [&](int t) { return t == 0 ? int64_t(0) : t == nt ? R : R * t / nt / 8 * 8; };
   for (int t = 0; t < nt; ++t)
     shares_[t].fb.store((uint64_t(0) << 32) | uint64_t(start(t + 1) - start(t)), std::memory_order_relaxed);
+  // Every other call the shares go to the threads in reverse order: the thread that
+  // read the end of the last product's rows starts on the first rows of this one,
+  // which sit right after them in memory (and are already on their way into its cache).
+  flip_ = !flip_;
   parallel_for(nt, nt, true, [&](int t) {
+    const int own = flip_ ? nt - 1 - t : t;
     int64_t r0, r1;
-    while (claim_rows(shares_[t].fb, true, r0, r1)) rows(start(t) + r0, start(t) + r1);
+    while (claim_rows(shares_[own].fb, true, r0, r1)) rows(start(own) + r0, start(own) + r1);
     for (int k = 1; k < nt; ++k) {
-      const int o = (t + k) % nt;
+      const int o = (own + k) % nt;
       while (claim_rows(shares_[o].fb, false, r0, r1)) rows(start(o) + r0, start(o) + r1);
     }
     if (warm && warm->rows > 0) {

@@ -99,6 +99,7 @@ class Engine {
   std::unique_ptr<Scratch> s_;
   struct RowShare;
   std::unique_ptr<RowShare[]> shares_;  // one per thread (matvec_group)
+  mutable bool flip_ = false;           // matvec_group's share order alternates
 };
 
 }  // namespace ds

@@ -271,7 +271,12 @@ void Engine::matvec_group(std::span<const MatvecPart> parts, const float* x, con
     int64_t base = 0;
     for (const MatvecPart& p : parts) {
       const int64_t a = std::max(g0, base), b = std::min(g1, base + p.W.rows);
-      if (a < b) gemv_rows(p.W.data, p.W.type, p.W.cols, x, p.y + (a - base), a - base, b - base);
+      if (a < b) {
+        float* y = p.y + (a - base);
+        gemv_rows(p.W.data, p.W.type, p.W.cols, x, y, a - base, b - base);
+        if (p.bias) VMap(y, b - a) += CVMap(p.bias + (a - base), b - a);
+        if (p.gelu) gelu_tanh_inplace(y, b - a);
+      }
       base += p.W.rows;
     }
   };
@@ -313,10 +318,8 @@ void Engine::linears(std::initializer_list<std::pair<const Linear*, float*>> ls,
   }
   MatvecPart parts[3];
   size_t n = 0;
-  for (auto [l, y] : ls) parts[n++] = {l->view(), y};  // callers pass at most three
+  for (auto [l, y] : ls) parts[n++] = {l->view(), y, l->b.size() ? l->b.data() : nullptr};  // at most three
   matvec_group({parts, n}, x, warm);
-  for (auto [l, y] : ls)
-    if (l->b.size()) VMap(y, l->b.size()) += l->b;
 }
 
 // y[T, out] = x[T, in] W^T + b
@@ -324,8 +327,8 @@ void Engine::linear(const Linear& l, int T, const float* x, float* y) const {
   const MatView W = l.view();
   const int out = int(W.rows);
   if (T == 1) {
-    matvec(W, x, y);
-    if (l.b.size()) VMap(y, out) += l.b;
+    const MatvecPart part{W, y, l.b.size() ? l.b.data() : nullptr};
+    matvec_group({&part, 1}, x);
   } else {
     matmul(W, T, x, y);
     if (l.b.size()) MMap(y, T, out).rowwise() += l.b.transpose();
@@ -568,25 +571,34 @@ void Engine::ffn(Stack st, int layer, const FeedForward& f, int T, int pos0, con
   const int F = c.d_ff;
   const size_t n = size_t(T) * F;
   float* a = s.ff1.data();
+  const bool pre_hook = hooks_.active(st, layer, Point::MlpPre);
+  // Decoding GPT-2's MLP with nobody watching the pre-activations: the threads of the
+  // product apply GELU to their rows.
+  const bool fused = T == 1 && c.ffn == FFNKind::GELUTanh && !pre_hook;
   if (c.ffn == FFNKind::SwiGLU) {
     linears({{&f.gate, a}, {&f.up, s.ff2.data()}}, T, xin);
+  } else if (fused) {
+    const MatvecPart part{f.up.view(), a, f.up.b.size() ? f.up.b.data() : nullptr, true};
+    matvec_group({&part, 1}, xin);
   } else {
     linear(f.up, T, xin, a);
   }
-  if (hooks_.active(st, layer, Point::MlpPre)) hooks_.fire(st, layer, Point::MlpPre, pos0, {a, 2, {T, F, 1}});
-  switch (c.ffn) {
-    case FFNKind::GELU:
-      for (size_t i = 0; i < n; ++i) a[i] = gelu(a[i]);
-      break;
-    case FFNKind::GELUTanh:
-      gelu_tanh_inplace(a, int64_t(n));
-      break;
-    case FFNKind::ReLU:
-      for (size_t i = 0; i < n; ++i) a[i] = std::max(a[i], 0.0f);
-      break;
-    case FFNKind::SwiGLU:
-      silu_mul_inplace(a, s.ff2.data(), int64_t(n));
-      break;
+  if (pre_hook) hooks_.fire(st, layer, Point::MlpPre, pos0, {a, 2, {T, F, 1}});
+  if (!fused) {
+    switch (c.ffn) {
+      case FFNKind::GELU:
+        for (size_t i = 0; i < n; ++i) a[i] = gelu(a[i]);
+        break;
+      case FFNKind::GELUTanh:
+        gelu_tanh_inplace(a, int64_t(n));
+        break;
+      case FFNKind::ReLU:
+        for (size_t i = 0; i < n; ++i) a[i] = std::max(a[i], 0.0f);
+        break;
+      case FFNKind::SwiGLU:
+        silu_mul_inplace(a, s.ff2.data(), int64_t(n));
+        break;
+    }
   }
   if (hooks_.active(st, layer, Point::MlpPost)) hooks_.fire(st, layer, Point::MlpPost, pos0, {a, 2, {T, F, 1}});
   linear(f.down, T, a, out);

@@ -76,9 +76,13 @@ class Engine {
   };
   void linears(std::initializer_list<std::pair<const Linear*, float*>> ls, int T, const float* x,
                const CacheRows* warm = nullptr) const;
+  // y = W x (+ bias), then GELU-tanh when gelu: the bias and the activation are applied
+  // by whichever thread computed the rows, so they add no serial step.
   struct MatvecPart {
     MatView W;
     float* y;
+    const float* bias = nullptr;
+    bool gelu = false;
   };
   void matvec_group(std::span<const MatvecPart> parts, const float* x, const CacheRows* warm = nullptr) const;
   bool decode_split(int S) const;

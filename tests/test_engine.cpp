@@ -337,10 +337,11 @@ TEST_P(EngineTest, ThreadsMatchSerial) {
   threaded.set_threads(1);  // Eigen's thread count is global: leave it as found
 }
 
-// A long cache, far past the point (4096 cached values per layer) where a decode step
+// A long cache, past the point (32768 cached values per layer) where a decode step
 // splits its keys across threads: each thread loads its range of keys and values at
-// the end of the q/k/v products, scores and mixes it, and the partial mixes are summed. Both the GPT-2 and the grouped-query
-// llama layout, against the naive reference at every position.
+// the start of the q/k/v products, scores and mixes it, and the partial mixes are
+// summed. Shorter caches are loaded by one thread. Both the GPT-2 and the
+// grouped-query llama layout, against the naive reference at every position.
 TEST(EngineDecode, LongCacheSplitAcrossThreadsMatchesTheReference) {
   for (const Variant& base : variants()) {
     if (base.name != "gpt2" && base.name != "llama") continue;

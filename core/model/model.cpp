@@ -289,6 +289,14 @@ void Engine::matvec_group(std::span<const MatvecPart> parts, const float* x, con
   // which sit right after them in memory (and are already on their way into its cache).
   flip_ = !flip_;
   parallel_for(nt, nt, true, [&](int t) {
+    if (warm && warm->rows > 0) {
+      // First the cache rows this thread's attention reads next: the other threads'
+      // streaming covers the time, and take over rows of this thread's share.
+      const auto [j0, j1] = warm->split ? key_share(warm->rows, t, nt) : std::pair<int, int>{0, t == 0 ? warm->rows : 0};
+      const size_t a = size_t(j0) * warm->width, n = size_t(j1 - j0) * warm->width;
+      touch(warm->K + a, n);
+      touch(warm->V + a, n);
+    }
     const int own = flip_ ? nt - 1 - t : t;
     int64_t r0, r1;
     while (claim_rows(shares_[own].fb, true, r0, r1)) rows(start(own) + r0, start(own) + r1);
@@ -296,18 +304,14 @@ void Engine::matvec_group(std::span<const MatvecPart> parts, const float* x, con
       const int o = (own + k) % nt;
       while (claim_rows(shares_[o].fb, false, r0, r1)) rows(start(o) + r0, start(o) + r1);
     }
-    if (warm && warm->rows > 0) {
-      const auto [j0, j1] = key_share(warm->rows, t, nt);
-      const size_t a = size_t(j0) * warm->width, n = size_t(j1 - j0) * warm->width;
-      touch(warm->K + a, n);
-      touch(warm->V + a, n);
-    }
   });
 }
 
-// Whether a decode step's attention over S keys is split across the threads: once
-// the cache holds 4096 values per layer the fork and join cost less than the reads.
-bool Engine::decode_split(int S) const { return threads_ > 1 && int64_t(S) * model_->cfg.kv_dim() >= 4096; }
+// Whether a decode step's attention over S keys is split across the threads: once the
+// cache holds 32768 values per layer (43 positions of GPT-2 small) the arithmetic
+// outweighs the extra fork and join. Shorter caches are loaded by the first thread
+// during the q/k/v products and read from its cache.
+bool Engine::decode_split(int S) const { return threads_ > 1 && int64_t(S) * model_->cfg.kv_dim() >= 32768; }
 
 // Linear layers sharing the input x[T, in]: at T == 1 one matvec_group, else one by one.
 void Engine::linears(std::initializer_list<std::pair<const Linear*, float*>> ls, int T, const float* x,
@@ -413,8 +417,9 @@ void Engine::attention(Stack st, int layer, const Attention& a, int T, int pos0,
   } else {
     float* kc = k_cache_[layer] + size_t(pos0) * kvd;
     float* vc = v_cache_[layer] + size_t(pos0) * kvd;
-    const CacheRows warm{k_cache_[layer], v_cache_[layer], pos0, kvd};  // the rows before this step's
-    linears({{&a.q, s.q.data()}, {&a.k, kc}, {&a.v, vc}}, T, xin, T == 1 && decode_split(pos0 + 1) ? &warm : nullptr);
+    // The rows before this step's, loaded by the thread(s) that will read them.
+    const CacheRows warm{k_cache_[layer], v_cache_[layer], pos0, kvd, decode_split(pos0 + 1)};
+    linears({{&a.q, s.q.data()}, {&a.k, kc}, {&a.v, vc}}, T, xin, T == 1 ? &warm : nullptr);
     K = k_cache_[layer];
     V = v_cache_[layer];
     S = pos0 + T;

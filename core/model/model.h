@@ -66,13 +66,14 @@ class Engine {
   void linear(const Linear& l, int T, const float* x, float* y) const;
   // At most three layers.
   // Cache rows [0, rows) of K and V ([rows, width] each) that a decode step's
-  // attention reads next: matvec_group's threads load their share of them (the same
-  // split as the attention's) once their rows are done, so the attention finds them
-  // in cache instead of waiting on short reads from memory.
+  // attention reads next: matvec_group's threads load them first (split as the
+  // attention splits its keys, or all by the first thread when it does not), so the
+  // attention finds them in cache instead of waiting on short reads from memory.
   struct CacheRows {
     const float* K = nullptr;
     const float* V = nullptr;
     int rows = 0, width = 0;
+    bool split = false;
   };
   void linears(std::initializer_list<std::pair<const Linear*, float*>> ls, int T, const float* x,
                const CacheRows* warm = nullptr) const;

@@ -3,6 +3,7 @@
 // models kept as bfloat16/float16 against the same models in float32.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -71,6 +72,28 @@ TEST(Kernels, WidenAndNarrowAreExactInverses) {
       if (!std::isnan(f[size_t(i)])) {
         EXPECT_EQ(back[size_t(i)], all[size_t(i)]) << precision_name(p) << " bits " << i;
       }
+  }
+}
+
+// narrow() (eight at a time where the build allows) against the one-value conversions
+// of io/safetensors.h on random bit patterns: normals, subnormals, ties, overflow,
+// infinities and NaNs alike.
+TEST(Kernels, NarrowMatchesTheScalarConversionsOnEveryKindOfValue) {
+  std::mt19937 gen(11);
+  std::vector<float> f(1 << 20);
+  for (size_t i = 0; i < f.size(); ++i) {
+    uint32_t b = gen();
+    if (i % 4 == 1) b = (b & 0x8000FFFFu) | 0x3F800000u | ((b >> 8) & 0x1000u);  // ties near 1
+    if (i % 4 == 2) b &= 0x807FFFFFu | (uint32_t(0x67) << 23);                     // around the f16 limits
+    f[i] = std::bit_cast<float>(b);
+  }
+  for (Precision p : {Precision::BF16, Precision::F16}) {
+    std::vector<uint16_t> got(f.size() + 3);
+    narrow(f.data(), int64_t(f.size()) - 3, p, got.data());  // a tail too
+    for (size_t i = 0; i + 3 < f.size(); ++i) {
+      const uint16_t want = p == Precision::BF16 ? f32_to_bf16(f[i]) : f32_to_f16(f[i]);
+      ASSERT_EQ(got[i], want) << precision_name(p) << " bits " << std::bit_cast<uint32_t>(f[i]);
+    }
   }
 }
 

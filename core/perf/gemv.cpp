@@ -129,10 +129,32 @@ void widen_rows(const uint16_t* W, Precision p, int64_t cols, int64_t r0, int64_
 }
 
 void narrow(const float* in, int64_t n, Precision p, uint16_t* out) {
+  int64_t i = 0;
+#ifdef DS_GEMV_AVX2
+  if (p == Precision::BF16) {
+    // Round to nearest even on the bits, NaNs quieted: f32_to_bf16 eight at a time.
+    const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7FFF),
+                  abs = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000),
+                  quiet = _mm256_set1_epi32(0x0040);
+    for (; i + 8 <= n; i += 8) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
+      const __m256i hi = _mm256_srli_epi32(x, 16);
+      __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, bias), _mm256_and_si256(hi, one)), 16);
+      const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, abs), inf);
+      r = _mm256_blendv_epi8(r, _mm256_or_si256(hi, quiet), nan);
+      const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), packed);
+    }
+  } else {
+    for (; i + 8 <= n; i += 8)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                       _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+#endif
   if (p == Precision::BF16)
-    for (int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16(in[i]);
+    for (; i < n; ++i) out[i] = f32_to_bf16(in[i]);
   else
-    for (int64_t i = 0; i < n; ++i) out[i] = f32_to_f16(in[i]);
+    for (; i < n; ++i) out[i] = f32_to_f16(in[i]);
 }
 
 const char* gemv_isa() {

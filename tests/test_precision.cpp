@@ -12,6 +12,7 @@
 #include "io/loader.h"
 #include "io/safetensors.h"
 #include "model/model.h"
+#include "perf/gemm.h"
 #include "perf/gemv.h"
 #include "perf/vmath.h"
 
@@ -93,6 +94,41 @@ TEST(Kernels, NarrowMatchesTheScalarConversionsOnEveryKindOfValue) {
     for (size_t i = 0; i + 3 < f.size(); ++i) {
       const uint16_t want = p == Precision::BF16 ? f32_to_bf16(f[i]) : f32_to_f16(f[i]);
       ASSERT_EQ(got[i], want) << precision_name(p) << " bits " << std::bit_cast<uint32_t>(f[i]);
+    }
+  }
+}
+
+// The prefill's products against double loops: shapes with edges in every direction
+// (rows not a multiple of 12, columns not a multiple of 32, depths not a multiple of
+// 8 or of the depth block), a wider output stride, one and two threads.
+TEST(Kernels, PrefillProductsMatchDoubleLoops) {
+  if (!gemm_nt_available()) GTEST_SKIP() << "this build has no AVX-512: prefill uses Eigen's products";
+  std::mt19937 gen(5);
+  std::normal_distribution<float> nd;
+  struct Shape {
+    int64_t T, K, N;
+  };
+  for (const Shape sh : {Shape{1, 8, 1}, Shape{12, 256, 32}, Shape{13, 300, 33}, Shape{37, 77, 70},
+                         Shape{100, 520, 800}, Shape{5, 3, 9}}) {
+    const int64_t ldy = sh.N + 3;
+    std::vector<float> X(size_t(sh.T * sh.K)), W(size_t(sh.N * sh.K));
+    for (float& v : X) v = nd(gen);
+    for (float& v : W) v = nd(gen);
+    for (int threads : {1, 2}) {
+      std::vector<float> Y(size_t(sh.T * ldy), 42.0f);
+      gemm_nt(X.data(), sh.T, sh.K, W.data(), sh.N, Y.data(), ldy, threads);
+      for (int64_t t = 0; t < sh.T; ++t) {
+        for (int64_t n = 0; n < sh.N; ++n) {
+          double want = 0, mag = 0;
+          for (int64_t k = 0; k < sh.K; ++k) {
+            want += double(X[size_t(t * sh.K + k)]) * W[size_t(n * sh.K + k)];
+            mag += std::abs(double(X[size_t(t * sh.K + k)]) * W[size_t(n * sh.K + k)]);
+          }
+          ASSERT_NEAR(Y[size_t(t * ldy + n)], want, 1e-6 * mag + 1e-30)
+              << "T " << sh.T << " K " << sh.K << " N " << sh.N << " at " << t << "," << n << ", " << threads;
+        }
+        for (int64_t n = sh.N; n < ldy; ++n) ASSERT_EQ(Y[size_t(t * ldy + n)], 42.0f);  // outside the product
+      }
     }
   }
 }

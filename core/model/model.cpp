@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "perf/gemm.h"
 #include "perf/memory.h"
 #include "perf/vmath.h"
 #include "util/error.h"
@@ -206,16 +207,20 @@ void Engine::matmul(const MatView& W, int T, const float* x, float* y) const {
   const int64_t out = W.rows, in = W.cols;
   MMap Y(y, T, out);
   CMap X(x, T, in);
-  if (W.type == Precision::F32) {
-    Y.noalias() = X * CMap(static_cast<const float*>(W.data), out, in).transpose();
-    return;
-  }
+  // Y[:, r0 .. r0 + n) from the float32 rows Wr[n, in].
+  auto product = [&](const float* Wr, int64_t r0, int64_t n) {
+    if (gemm_nt_available())
+      gemm_nt(x, T, in, Wr, n, y + r0, out, threads_);
+    else
+      Y.middleCols(r0, n).noalias() = X * CMap(Wr, n, in).transpose();
+  };
+  if (W.type == Precision::F32) return product(static_cast<const float*>(W.data), 0, out);
   const int64_t block = std::max<int64_t>(64, std::min<int64_t>(out, (int64_t(1) << 20) / std::max<int64_t>(in, 1)));
   grow(s_->wide, size_t(block * in));
   for (int64_t r0 = 0; r0 < out; r0 += block) {
     const int64_t n = std::min(block, out - r0);
     widen_rows(static_cast<const uint16_t*>(W.data), W.type, in, r0, r0 + n, s_->wide.data());
-    Y.middleCols(r0, n).noalias() = X * CMap(s_->wide.data(), n, in).transpose();
+    product(s_->wide.data(), r0, n);
   }
 }
 

@@ -469,7 +469,8 @@ void Engine::attention(Stack st, int layer, const Attention& a, int T, int pos0,
   // P_h V_h are matrix products over strided views of the q/k/v rows.
   using CStrided = Eigen::Map<const MatRM, 0, Eigen::OuterStride<>>;
   constexpr int kBlock = 64;
-  const bool causal_blocks = !cross && !enc && T > kBlock;
+  const bool causal = !cross && !enc;  // decoder self-attention: key j is read by row t iff j <= pos0 + t
+  const bool causal_blocks = causal && T > kBlock;
   using Strided = Eigen::Map<MatRM, 0, Eigen::OuterStride<>>;
   auto scores = [&](int h) {
     const int g = h / group;
@@ -488,21 +489,30 @@ void Engine::attention(Stack st, int layer, const Attention& a, int T, int pos0,
     }
     for (int t = 0; t < T; ++t) {
       float* row = att + (size_t(h) * T + t) * S;
-      for (int j = 0; j < S; ++j) row[j] = allowed(t, j) ? row[j] * scale : ninf;
+      if (causal) {  // keys 0 .. pos0 + t, then masked (two loops the compiler vectorises)
+        const int n = pos0 + t + 1;
+        for (int j = 0; j < n; ++j) row[j] *= scale;
+        std::fill(row + n, row + S, ninf);
+      } else {
+        for (int j = 0; j < S; ++j) row[j] = allowed(t, j) ? row[j] * scale : ninf;
+      }
     }
   };
   auto softmax = [&](int h) {
     for (int t = 0; t < T; ++t) {
       float* row = att + (size_t(h) * T + t) * S;
+      // Causal rows end in masked cells: exponentials only up to the last key read.
+      const int n = causal ? pos0 + t + 1 : S;
       float mx = ninf;
-      for (int j = 0; j < S; ++j) mx = std::max(mx, row[j]);
+      for (int j = 0; j < n; ++j) mx = std::max(mx, row[j]);
       if (mx == ninf) {  // every key masked: the row reads nothing
         std::fill_n(row, S, 0.0f);
         continue;
       }
-      const float sum = exp_shift_sum(row, S, mx);
+      const float sum = exp_shift_sum(row, n, mx);
       const float inv = 1.0f / sum;
-      for (int j = 0; j < S; ++j) row[j] *= inv;
+      for (int j = 0; j < n; ++j) row[j] *= inv;
+      std::fill(row + n, row + S, 0.0f);
     }
   };
   auto mix = [&](int h) {

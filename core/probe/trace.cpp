@@ -409,8 +409,10 @@ TraceRecorder::TraceRecorder(Hooks& hooks, const Config& cfg, Trace& trace, cons
             Hooks::name(Stack(s), l, Point(p));
   for (auto& pat : patterns) {
     handles_.push_back(hooks_.subscribe(pat, [this](HookEvent& ev) {
-      const std::string& nm =
-          names_[(size_t(ev.stack) * (n_layers_ + 1) + (ev.layer + 1)) * int(Point::Count) + int(ev.point)];
+      auto name_of = [&](Point p) -> const std::string& {
+        return names_[(size_t(ev.stack) * (n_layers_ + 1) + (ev.layer + 1)) * int(Point::Count) + int(p)];
+      };
+      const std::string& nm = name_of(ev.point);
       std::map<std::string, Tensor>* dst = nullptr;
       if (ev.stack == Stack::Encoder) {
         dst = &trace_.encoder;
@@ -427,14 +429,14 @@ TraceRecorder::TraceRecorder(Hooks& hooks, const Config& cfg, Trace& trace, cons
       const Point p = ev.point;
       const bool scores = p == Point::AttnScores || p == Point::CrossScores;
       const bool pattern = p == Point::AttnPattern || p == Point::CrossPattern;
+      const bool cross = p == Point::CrossScores || p == Point::CrossPattern;
       if (pattern) {
         // Rebuilt from the scores when they were recorded (they fire first).
-        const std::string sc = nm.substr(0, nm.size() - 7) + "scores";
-        if (dst->count(sc)) return;
+        if (dst->count(name_of(cross ? Point::CrossScores : Point::AttnScores))) return;
       }
       Tensor& t = (*dst)[nm];
       t.shape.assign(ev.t.shape, ev.t.shape + ev.t.rank);
-      if (scores) dst->erase(nm.substr(0, nm.size() - 6) + "mask");  // -inf cells are the mask
+      if (scores) dst->erase(name_of(cross ? Point::CrossMask : Point::AttnMask));  // -inf cells are the mask
       const bool norms_only = (p == Point::ResidPre && ev.layer > 0) || p == Point::ResidMid ||
                               p == Point::ResidMidCross;
       if (norms_only)

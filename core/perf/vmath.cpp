@@ -79,26 +79,6 @@ inline __m256d exp4d(__m256d a) {
 }
 #endif
 
-#if defined(DS_VMATH_AVX2) && defined(__AVX512F__)
-// exp4d on eight lanes.
-inline __m512d exp8d(__m512d a) {
-  const __m512d k = _mm512_roundscale_pd(_mm512_mul_pd(a, _mm512_set1_pd(1.4426950408889634)),
-                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512d r = _mm512_fnmadd_pd(k, _mm512_set1_pd(6.93147180369123816490e-01), a);
-  r = _mm512_fnmadd_pd(k, _mm512_set1_pd(1.90821492927058770002e-10), r);
-  auto c = [](int i) { return _mm512_set1_pd(kInvFact[i]); };
-  const __m512d r2 = _mm512_mul_pd(r, r), r4 = _mm512_mul_pd(r2, r2), r8 = _mm512_mul_pd(r4, r4);
-  const __m512d q0 = _mm512_fmadd_pd(c(1), r, c(0)), q1 = _mm512_fmadd_pd(c(3), r, c(2)),
-                q2 = _mm512_fmadd_pd(c(5), r, c(4)), q3 = _mm512_fmadd_pd(c(7), r, c(6)),
-                q4 = _mm512_fmadd_pd(c(9), r, c(8)), q5 = _mm512_fmadd_pd(c(11), r, c(10)),
-                q6 = _mm512_fmadd_pd(c(13), r, c(12));
-  const __m512d s0 = _mm512_fmadd_pd(q1, r2, q0), s1 = _mm512_fmadd_pd(q3, r2, q2), s2 = _mm512_fmadd_pd(q5, r2, q4);
-  const __m512d p = _mm512_fmadd_pd(_mm512_fmadd_pd(q6, r4, s2), r8, _mm512_fmadd_pd(s1, r4, s0));
-  const __m512d t = _mm512_add_pd(k, _mm512_set1_pd(6755399441055744.0 + 1023.0));
-  const __m512d scale = _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_castpd_si512(t), 52));
-  return _mm512_mul_pd(p, scale);
-}
-#endif
 
 }  // namespace
 
@@ -240,30 +220,6 @@ double exp_weights(const float* x, int64_t n, float xmax, double inv_t, double* 
                   lo = _mm256_set1_pd(-708.0);
     const __m128 fm = _mm_set1_ps(xmax);
     __m256d acc = _mm256_setzero_pd();
-#ifdef __AVX512F__
-    {
-      const __m512d vm8 = _mm512_set1_pd(m), vt8 = _mm512_set1_pd(inv_t), one8 = _mm512_set1_pd(1.0),
-                    lo8 = _mm512_set1_pd(-708.0);
-      const __m256 fm8 = _mm256_set1_ps(xmax);
-      __m512d acc8 = _mm512_setzero_pd();
-      for (; i + 8 <= n; i += 8) {
-        const __m256 xf = _mm256_loadu_ps(x + i);
-        const __m512d a = _mm512_mul_pd(_mm512_sub_pd(_mm512_cvtps_pd(xf), vm8), vt8);
-        if (_mm512_cmp_pd_mask(a, lo8, _CMP_NGE_UQ)) {  // a < -708 (or -inf) in some lane
-          for (int64_t j = i; j < i + 8; ++j) {
-            w[j] = x[j] == xmax ? 1.0 : std::exp((static_cast<double>(x[j]) - m) * inv_t);
-            sum += w[j];
-          }
-          continue;
-        }
-        const __mmask8 eq = _mm256_cmp_ps_mask(xf, fm8, _CMP_EQ_OQ);
-        const __m512d e = _mm512_mask_blend_pd(eq, exp8d(a), one8);
-        _mm512_storeu_pd(w + i, e);
-        acc8 = _mm512_add_pd(acc8, e);
-      }
-      acc = _mm256_add_pd(_mm512_castpd512_pd256(acc8), _mm512_extractf64x4_pd(acc8, 1));
-    }
-#endif
     for (; i + 4 <= n; i += 4) {
       const __m128 xf = _mm_loadu_ps(x + i);
       const __m256d a = _mm256_mul_pd(_mm256_sub_pd(_mm256_cvtps_pd(xf), vm), vt);

@@ -37,7 +37,7 @@ void scale_to_float(const double* w, int64_t n, double s, float* p);
 // where x[i] == xmax, 0 for -inf; returns their sum. xmax must be the maximum of x
 // and inv_t > 0. The exponential is within 2 ulp of std::exp (AVX2: four lanes, a
 // degree-13 polynomial after range reduction; lanes below -708 and an infinite
-// maximum use std::exp; with AVX-512, eight lanes).
+// maximum use std::exp).
 double exp_weights(const float* x, int64_t n, float xmax, double inv_t, double* w);
 
 }  // namespace ds

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <random>
 
 #include "perf/memory.h"
@@ -176,20 +175,6 @@ Buf16& Buf16::operator=(const Buf16& o) {
   std::copy_n(o.p_, o.n_, p);
   place(p, o.n_, std::move(own));
   return *this;
-}
-
-void Mat16::resize(Precision p, int64_t r, int64_t c) {
-  if (p == Precision::F32) throw Error("Mat16 holds bfloat16 or float16 values");
-  type = p;
-  rows = r;
-  cols = c;
-  if (r * c == 0) {
-    data.place(nullptr, 0, {});
-    return;
-  }
-  Keep own = allocate_aligned(size_t(r * c) * sizeof(uint16_t));  // zeroed
-  uint16_t* q = static_cast<uint16_t*>(own.get());
-  data.place(q, size_t(r * c), std::move(own));
 }
 
 void Mat16::row(int64_t r, float* out) const { widen_rows(data.data(), type, cols, r, r + 1, out); }

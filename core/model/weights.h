@@ -111,7 +111,6 @@ struct Mat16 {
   Buf16 data;
   bool empty() const { return data.empty(); }
   int64_t size() const { return rows * cols; }
-  void resize(Precision p, int64_t r, int64_t c);  // storage of its own, zeroed
   void row(int64_t r, float* out) const;  // widens one row
 };
 

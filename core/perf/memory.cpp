@@ -11,18 +11,6 @@
 
 namespace ds {
 
-void advise_huge_pages(void* p, size_t bytes) {
-#ifdef MADV_HUGEPAGE
-  constexpr uintptr_t kHuge = uintptr_t(2) << 20;
-  const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
-  const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHuge - 1);
-  if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_HUGEPAGE);
-#else
-  (void)p;
-  (void)bytes;
-#endif
-}
-
 namespace {
 std::string megabytes(size_t bytes) { return std::to_string((bytes + (1u << 20) - 1) >> 20) + " MB"; }
 }  // namespace
@@ -34,13 +22,15 @@ std::shared_ptr<void> allocate_weight_block(size_t bytes) {
   // Over-map by one huge page so that a 2 MB-aligned start exists inside, then
   // unmap the slack on both sides.
   void* raw = mmap(nullptr, len + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) throw Error("cannot reserve " + megabytes(bytes) + " for the model's weights");
+  if (raw == MAP_FAILED) throw Error("cannot reserve " + megabytes(bytes) + " of memory");
   const uintptr_t r = reinterpret_cast<uintptr_t>(raw);
   const uintptr_t start = (r + kHuge - 1) & ~uintptr_t(kHuge - 1);
   if (start > r) munmap(raw, start - r);
   if (r + len + kHuge > start + len) munmap(reinterpret_cast<void*>(start + len), r + len + kHuge - (start + len));
   void* p = reinterpret_cast<void*>(start);
-  advise_huge_pages(p, len);
+#ifdef MADV_HUGEPAGE
+  madvise(p, len, MADV_HUGEPAGE);  // before the first touch, so it faults in huge pages
+#endif
   return std::shared_ptr<void>(p, [len](void* q) { munmap(q, len); });
 }
 

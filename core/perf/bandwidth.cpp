@@ -76,15 +76,10 @@ double ReadProbe::pass() {
 
 Bandwidth ReadProbe::measure(int reps) {
   reps = std::max(1, reps);
+  pass();
+  rates_.pop_back();  // a warm-up pass, not a measurement
   std::vector<double> rates;
-  for (int r = 0; r <= reps; ++r) {
-    const double rate = pass();
-    if (r > 0) {
-      rates.push_back(rate);
-    } else {
-      rates_.pop_back();  // r == 0 warms up
-    }
-  }
+  for (int r = 0; r < reps; ++r) rates.push_back(pass());
   Bandwidth b;
   b.threads = threads_;
   b.bytes = n_ * sizeof(float);

@@ -25,6 +25,9 @@ double median(std::vector<double> v) {
 
 int start_token(const Config& c) { return c.bos_id >= 0 ? c.bos_id : (c.eos_id >= 0 ? c.eos_id : 0); }
 
+// Bytes of keys and values a decode step reads from the cache over `positions` positions.
+double kv_bytes(const Config& c, double positions) { return 2.0 * c.n_layers * c.kv_dim() * sizeof(float) * positions; }
+
 // One timed generation of `steps` positions from a one-token prompt; the first
 // step is not counted.
 struct DecodeRun {
@@ -63,7 +66,7 @@ DecodeRun time_decode(const std::shared_ptr<const Model>& m, int steps, int thre
     ++n;
     if (probe) {
       const double next = probe->pass();
-      const double bytes = weight_bytes + 2.0 * c.n_layers * c.kv_dim() * sizeof(float) * (n + 1);
+      const double bytes = weight_bytes + kv_bytes(c, n + 1);
       run.ratios.push_back(ms / (bytes / (0.5 * (rate + next) * 1e9) * 1e3));
       rate = next;
     }
@@ -110,7 +113,7 @@ DecodeBenchResult run_decode_bench(std::shared_ptr<const Model> m, const DecodeB
   const int steps = std::clamp(o.steps, 2, c.max_seq);
   r.weight_bytes = decode_weight_bytes(*m);
   // Keys and values of every layer up to the position, averaged over positions 1..steps-1.
-  r.kv_bytes = 2.0 * c.n_layers * c.kv_dim() * sizeof(float) * (steps / 2.0);
+  r.kv_bytes = kv_bytes(c, steps / 2.0);
 
   say("bandwidth and warm-up");
   // The machine's rate drifts (shared hosts, frequency), so a pass of the probe runs

@@ -87,17 +87,7 @@ Matrix attention_step_rows(const ds::Trace& t, int layer, int head, int step, bo
   for (int h = h0; h < h0 + H; ++h)
     for (int r = 0; r < T && r < Tt; ++r) {
       src->values((int64_t(h) * Tt + r) * St, St, row.data());
-      if (derive) {
-        float mx = ninf;
-        for (float v : row) mx = std::max(mx, v);
-        double z = 0;
-        for (float& v : row) {
-          v = (mx == ninf || v == ninf) ? 0.0f : std::exp(v - mx);
-          z += v;
-        }
-        if (z > 0)
-          for (float& v : row) v = float(v / z);
-      }
+      if (derive) ds::pattern_from_scores(row.data(), St);
       float* out = m.v.data() + size_t(r) * S;
       for (int j = 0; j < St && j < S; ++j) out[j] = h == h0 ? row[size_t(j)] : out[j] + row[size_t(j)];
     }

@@ -131,17 +131,7 @@ MatRM Trace::attention(int layer, int head, int step, bool cross, bool scores) c
       int q = steps[i].pos0 + r;
       if (q >= Q) break;
       t.values((int64_t(head) * T + r) * St, St, row.data());
-      if (derive) {
-        float mx = ninf;
-        for (float v : row) mx = std::max(mx, v);
-        double z = 0;
-        for (float& v : row) {
-          v = (mx == ninf || v == ninf) ? 0.0f : std::exp(v - mx);
-          z += v;
-        }
-        if (z > 0)
-          for (float& v : row) v = float(v / z);
-      }
+      if (derive) pattern_from_scores(row.data(), St);
       for (int j = 0; j < St && j < S; ++j) m(q, j) = row[size_t(j)];
     }
     found = true;
@@ -340,6 +330,19 @@ Trace Trace::load(const std::string& path) {
 }
 
 // ---- recorder
+
+void pattern_from_scores(float* row, int64_t n) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  float mx = ninf;
+  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, row[j]);
+  double z = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    row[j] = (mx == ninf || row[j] == ninf) ? 0.0f : std::exp(row[j] - mx);
+    z += row[j];
+  }
+  if (z > 0)
+    for (int64_t j = 0; j < n; ++j) row[j] = float(row[j] / z);
+}
 
 std::vector<std::string> default_record_patterns(const Config& cfg) {
   static const char* kWanted[] = {"blocks.*.attn.pattern", "blocks.*.attn.scores", "blocks.*.attn.mask",

@@ -111,6 +111,11 @@ struct TraceOptions {
   bool compact = false;
 };
 
+// An attention pattern row rebuilt from its recorded scores (a compact trace keeps
+// only the scores): the softmax of row[0..n), masked (-inf) cells 0, an all-masked
+// row all 0.
+void pattern_from_scores(float* row, int64_t n);
+
 // The hook patterns the window records by default (attention scores, patterns and
 // masks, self and cross, the residual stream), kept to those the model has. With
 // TraceOptions{.compact = true} this is the "default observers" set the benchmarks

@@ -174,7 +174,7 @@ LensRow Worker::lens_row(const std::vector<float>& x, const std::string& label) 
   if (int(x.size()) != d) throw ds::Error("logit lens: the residual vector does not fit this model");
   std::vector<float> y = final_norm(m, x);
   std::vector<float> logits(V);
-  ds::gemv_rows(head.data, head.type, head.cols, y.data(), logits.data(), 0, V);
+  head.gemv(y.data(), logits.data(), 0, V);
   float mx = *std::max_element(logits.begin(), logits.end());
   double z = 0;
   for (float v : logits) z += std::exp(double(v - mx));

@@ -15,6 +15,7 @@
 #include <functional>
 #include <thread>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "io/safetensors.h"
@@ -694,7 +695,13 @@ FolderModel load_model_folder(const std::string& dir, Precision precision) {
 void save_model_folder(const std::string& dir, const Config& cfg, const Weights& w, const json& tokenizer,
                        const json& extra, const std::string& dtype) {
   cfg.validate();
-  Weights& wm = const_cast<Weights&>(w);  // tensors() is non-const; nothing is written
+  // tensors() is non-const; nothing is written. Matrices in panels are saved row-major.
+  std::optional<Weights> in_rows;
+  if (const_cast<Weights&>(w).in_panels()) {
+    in_rows.emplace(w);
+    in_rows->to_rows();
+  }
+  Weights& wm = in_rows ? *in_rows : const_cast<Weights&>(w);
   // The tensors cfg implies, by name and shape.
   std::map<std::string, std::pair<int64_t, int64_t>> want;
   {

@@ -201,8 +201,9 @@ void Engine::matvec(const MatView& W, const float* x, float* y) const {
   matvec_group({&part, 1}, x);
 }
 
-// Y[T, out] = X[T, in] W^T by matrix-matrix products; 16-bit weights are widened a
-// block of rows at a time into scratch.
+// Y[T, out] = X[T, in] W^T by matrix-matrix products. Float32 weights (row-major or in
+// panels) are packed by gemm_nt directly; 16-bit weights, and panels without gemm_nt,
+// are converted a block of rows at a time into float32 rows in scratch.
 void Engine::matmul(const MatView& W, int T, const float* x, float* y) const {
   const int64_t out = W.rows, in = W.cols;
   MMap Y(y, T, out);
@@ -214,12 +215,15 @@ void Engine::matmul(const MatView& W, int T, const float* x, float* y) const {
     else
       Y.middleCols(r0, n).noalias() = X * CMap(Wr, n, in).transpose();
   };
-  if (W.type == Precision::F32) return product(static_cast<const float*>(W.data), 0, out);
+  if (W.type == Precision::F32 && W.panel_rows == 0) return product(static_cast<const float*>(W.data), 0, out);
+  if (W.type == Precision::F32 && gemm_nt_available())  // packs straight from the panels
+    return gemm_nt(x, T, in, static_cast<const float*>(W.data), out, y, out, threads_, W.panel_rows);
+  // 16-bit or panels: a block of rows at a time, as float32 rows.
   const int64_t block = std::max<int64_t>(64, std::min<int64_t>(out, (int64_t(1) << 20) / std::max<int64_t>(in, 1)));
   grow(s_->wide, size_t(block * in));
   for (int64_t r0 = 0; r0 < out; r0 += block) {
     const int64_t n = std::min(block, out - r0);
-    widen_rows(static_cast<const uint16_t*>(W.data), W.type, in, r0, r0 + n, s_->wide.data());
+    W.rows_f32(r0, r0 + n, s_->wide.data());
     product(s_->wide.data(), r0, n);
   }
 }
@@ -278,7 +282,7 @@ void Engine::matvec_group(std::span<const MatvecPart> parts, const float* x, con
       const int64_t a = std::max(g0, base), b = std::min(g1, base + p.W.rows);
       if (a < b) {
         float* y = p.y + (a - base);
-        gemv_rows(p.W.data, p.W.type, p.W.cols, x, y, a - base, b - base);
+        p.W.gemv(x, y, a - base, b - base);
         if (p.bias) VMap(y, b - a) += CVMap(p.bias + (a - base), b - a);
         if (p.gelu) gelu_tanh_inplace(y, b - a);
       }

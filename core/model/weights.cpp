@@ -159,6 +159,7 @@ void WMat::resize(Index r, Index c) {
 
 void WMat::place(float* p, Index r, Index c, Keep keep) {
   keep_ = std::move(keep);
+  panels_ = false;
   new (static_cast<Base*>(this)) Base(p, r, c);  // rebinds the map (the documented Eigen idiom)
 }
 
@@ -177,13 +178,44 @@ Buf16& Buf16::operator=(const Buf16& o) {
   return *this;
 }
 
-void Mat16::row(int64_t r, float* out) const { widen_rows(data.data(), type, cols, r, r + 1, out); }
+void Mat16::row(int64_t r, float* out) const {
+  ds::rows_f32(data.data(), type, cols, panels ? panel_rows(rows) : 0, r, r + 1, out);
+}
 
-void MatView::row(int64_t r, float* out) const {
-  if (type == Precision::F32)
-    std::copy_n(static_cast<const float*>(data) + r * cols, cols, out);
-  else
-    widen_rows(static_cast<const uint16_t*>(data), type, cols, r, r + 1, out);
+void MatView::row(int64_t r, float* out) const { rows_f32(r, r + 1, out); }
+void MatView::rows_f32(int64_t r0, int64_t r1, float* out) const {
+  ds::rows_f32(data, type, cols, panel_rows, r0, r1, out);
+}
+void MatView::gemv(const float* x, float* y, int64_t r0, int64_t r1) const {
+  gemv_rows(data, type, cols, x, y, r0, r1, panel_rows);
+}
+
+void Weights::to_panels() {
+  each_matrix(*this, [](WMat& m, Mat16& h) {
+    if (m.size() && !m.panels() && panels_fit(m.rows(), m.cols())) {
+      rows_to_panels(m.data(), sizeof(float), m.rows(), m.cols());
+      m.set_panels(true);
+    }
+    if (!h.empty() && !h.panels && panels_fit(h.rows, h.cols)) {
+      rows_to_panels(h.data.data(), sizeof(uint16_t), h.rows, h.cols);
+      h.panels = true;
+    }
+  });
+}
+
+void Weights::to_rows() {
+  each_matrix(*this, [](WMat& m, Mat16& h) {
+    if (m.panels()) panels_to_rows(m.data(), sizeof(float), m.rows(), m.cols());
+    m.set_panels(false);
+    if (h.panels) panels_to_rows(h.data.data(), sizeof(uint16_t), h.rows, h.cols);
+    h.panels = false;
+  });
+}
+
+bool Weights::in_panels() {
+  bool any = false;
+  each_matrix(*this, [&](WMat& m, Mat16& h) { any = any || m.panels() || h.panels; });
+  return any;
 }
 
 void Weights::narrow(Precision p) {
@@ -198,6 +230,7 @@ void Weights::narrow(Precision p) {
   big.finish();
   each_matrix(*this, [&](WMat& m, Mat16& h) {
     if (m.size()) ds::narrow(m.data(), m.size(), p, h.data.data());
+    h.panels = m.panels();  // element by element: the storage order carries over
     m = WMat();
   });
 }

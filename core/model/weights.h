@@ -32,19 +32,29 @@ class WMat : public Eigen::Map<MatRM> {
 
  public:
   WMat() : Base(nullptr, 0, 0) {}
-  WMat(const WMat& o) : Base(nullptr, 0, 0) { assign(o); }
-  WMat(WMat&& o) noexcept : Base(o.data(), o.rows(), o.cols()), keep_(std::move(o.keep_)) { o.place(nullptr, 0, 0, {}); }
+  WMat(const WMat& o) : Base(nullptr, 0, 0) {
+    assign(o);
+    panels_ = o.panels_;
+  }
+  WMat(WMat&& o) noexcept : Base(o.data(), o.rows(), o.cols()), keep_(std::move(o.keep_)), panels_(o.panels_) {
+    o.place(nullptr, 0, 0, {});
+  }
   template <class D>
   WMat(const Eigen::DenseBase<D>& e) : Base(nullptr, 0, 0) {  // NOLINT: converts like MatRM
     assign(e);
   }
   WMat& operator=(const WMat& o) {
-    if (this != &o) assign(o);
+    if (this != &o) {
+      assign(o);
+      panels_ = o.panels_;
+    }
     return *this;
   }
   WMat& operator=(WMat&& o) noexcept {
     if (this != &o) {
+      const bool panels = o.panels_;
       place(o.data(), o.rows(), o.cols(), std::move(o.keep_));
+      panels_ = panels;
       o.place(nullptr, 0, 0, {});
     }
     return *this;
@@ -56,8 +66,13 @@ class WMat : public Eigen::Map<MatRM> {
   }
   // New shape; the values are unspecified unless the size is unchanged.
   void resize(Index r, Index c);
-  // Views [p, p + r*c) of a block that `keep` holds alive.
+  // Views [p, p + r*c) of a block that `keep` holds alive (row-major).
   void place(float* p, Index r, Index c, Keep keep);
+  // Whether the values are stored in panels (perf/gemv.h) rather than row-major: then
+  // element access and Eigen expressions on the matrix do not see it as a matrix;
+  // read it through view() (MatView::row, gemv_rows) or convert it back first.
+  bool panels() const { return panels_; }
+  void set_panels(bool on) { panels_ = on; }
 
  private:
   template <class D>
@@ -65,8 +80,10 @@ class WMat : public Eigen::Map<MatRM> {
     const MatRM v = e;  // evaluated first: e may read this matrix
     resize(v.rows(), v.cols());
     if (v.size()) std::copy_n(v.data(), v.size(), data());
+    panels_ = false;
   }
   Keep keep_;
+  bool panels_ = false;
 };
 
 // 16-bit values of a Mat16, in a shared block or storage of their own.
@@ -109,6 +126,7 @@ struct Mat16 {
   Precision type = Precision::BF16;
   int64_t rows = 0, cols = 0;
   Buf16 data;
+  bool panels = false;  // stored in panels (perf/gemv.h) rather than row-major
   bool empty() const { return data.empty(); }
   int64_t size() const { return rows * cols; }
   void row(int64_t r, float* out) const;  // widens one row
@@ -119,12 +137,17 @@ struct MatView {
   const void* data = nullptr;
   Precision type = Precision::F32;
   int64_t rows = 0, cols = 0;
+  int64_t panel_rows = 0;  // the first panel_rows rows are in panels (perf/gemv.h)
   bool empty() const { return rows * cols == 0; }
   void row(int64_t r, float* out) const;
+  // Rows r0 <= r < r1 as float32, row-major.
+  void rows_f32(int64_t r0, int64_t r1, float* out) const;
+  // y[r - r0] = (W x)[r] for r0 <= r < r1.
+  void gemv(const float* x, float* y, int64_t r0, int64_t r1) const;
 };
 inline MatView view(const WMat& m, const Mat16& h) {
-  if (!h.empty()) return {h.data.data(), h.type, h.rows, h.cols};
-  return {m.data(), Precision::F32, m.rows(), m.cols()};
+  if (!h.empty()) return {h.data.data(), h.type, h.rows, h.cols, h.panels ? panel_rows(h.rows) : 0};
+  return {m.data(), Precision::F32, m.rows(), m.cols(), m.panels() ? panel_rows(m.rows()) : 0};
 }
 
 // A matrix is in W (float32) or, after Weights::narrow, in W16; never both.
@@ -216,6 +239,12 @@ struct Weights {
   void narrow(Precision p);
   // Bytes of every parameter in its storage type.
   int64_t bytes() const;
+  // Stores every large matrix whose shape allows it (panels_fit) in panels, for
+  // decoding (perf/gemv.h), in place; to_rows() converts back. Loaded models are kept
+  // in panels; Eigen code and element access (training, tests' references) need rows.
+  void to_panels();
+  void to_rows();
+  bool in_panels();  // whether any matrix is in panels
 
   // Every non-empty parameter tensor with a stable name, e.g. "blocks.0.attn.q.W"
   // (used by checks, loaders, training and tests).

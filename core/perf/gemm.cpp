@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "perf/gemv.h"  // element_index (panels)
 #include "perf/transpose.h"
 
 #if defined(__AVX512F__)
@@ -73,17 +74,24 @@ void pack_x(const float* X, int64_t K, int64_t r0, int rows, int64_t k0, int kc,
 }
 
 // Columns [n0, n0 + cols) of W^T (rows of W), depth [k0, k0 + kc), as NR-column
-// panels [kc][NR], zero-padded past the last column.
-void pack_w(const float* W, int64_t K, int64_t n0, int cols, int64_t k0, int kc, float* Bp) {
+// panels [kc][NR], zero-padded past the last column. W's first pr rows are in panels
+// (perf/gemv.h): there each 8x8 block is contiguous, rows 8 floats apart.
+void pack_w(const float* W, int64_t K, int64_t pr, int64_t n0, int cols, int64_t k0, int kc, float* Bp) {
   for (int p = 0; p < cols; p += NR) {
     float* dst = Bp + int64_t(p) * kc;
     const int n = std::min(NR, cols - p);
     int k = 0;
     if (n == NR)
       for (; k + 8 <= kc; k += 8)
-        for (int j = 0; j < NR; j += 8) transpose8(W + (n0 + p + j) * K + k0 + k, K, dst + k * NR + j, NR);
+        for (int j = 0; j < NR; j += 8) {
+          const int64_t r = n0 + p + j;  // a multiple of 8, as is k0 + k
+          if (r + 8 <= pr)
+            transpose8(W + r * K + (k0 + k) * 8, 8, dst + k * NR + j, NR);
+          else
+            transpose8(W + r * K + k0 + k, K, dst + k * NR + j, NR);
+        }
     for (; k < kc; ++k) {
-      for (int j = 0; j < n; ++j) dst[k * NR + j] = W[(n0 + p + j) * K + k0 + k];
+      for (int j = 0; j < n; ++j) dst[k * NR + j] = W[element_index(n0 + p + j, k0 + k, K, pr)];
       for (int j = n; j < NR; ++j) dst[k * NR + j] = 0.0f;
     }
   }
@@ -95,8 +103,8 @@ float* aligned64(std::vector<float>& v, size_t n) {
 }
 
 // The columns [n_begin, n_end) of Y.
-void gemm_columns(const float* X, int64_t T, int64_t K, const float* W, int64_t n_begin, int64_t n_end, float* Y,
-                  int64_t ldy) {
+void gemm_columns(const float* X, int64_t T, int64_t K, const float* W, int64_t pr, int64_t n_begin, int64_t n_end,
+                  float* Y, int64_t ldy) {
   thread_local std::vector<float> a_buf, b_buf;  // kept between calls: no allocation once warm
   float* Ap = aligned64(a_buf, size_t(MC + MR) * KC);
   float* Bp = aligned64(b_buf, size_t(NC + NR) * KC);
@@ -104,7 +112,7 @@ void gemm_columns(const float* X, int64_t T, int64_t K, const float* W, int64_t 
     const int nc = int(std::min<int64_t>(NC, n_end - jc));
     for (int64_t pc = 0; pc < K; pc += KC) {
       const int kc = int(std::min<int64_t>(KC, K - pc));
-      pack_w(W, K, jc, nc, pc, kc, Bp);
+      pack_w(W, K, pr, jc, nc, pc, kc, Bp);
       for (int64_t ic = 0; ic < T; ic += MC) {
         const int mc = int(std::min<int64_t>(MC, T - ic));
         pack_x(X, K, ic, mc, pc, kc, Ap);
@@ -121,25 +129,26 @@ void gemm_columns(const float* X, int64_t T, int64_t K, const float* W, int64_t 
 
 bool gemm_nt_available() { return true; }
 
-void gemm_nt(const float* X, int64_t T, int64_t K, const float* W, int64_t N, float* Y, int64_t ldy, int threads) {
+void gemm_nt(const float* X, int64_t T, int64_t K, const float* W, int64_t N, float* Y, int64_t ldy, int threads,
+             int64_t pr) {
   if (T <= 0 || N <= 0) return;
   if (K <= 0) {
     for (int64_t t = 0; t < T; ++t) std::fill_n(Y + t * ldy, N, 0.0f);
     return;
   }
   const int nt = int(std::max<int64_t>(1, std::min<int64_t>(threads, (N + NR - 1) / NR)));
-  if (nt == 1) return gemm_columns(X, T, K, W, 0, N, Y, ldy);
+  if (nt == 1) return gemm_columns(X, T, K, W, pr, 0, N, Y, ldy);
 #pragma omp parallel for num_threads(nt) schedule(static)
   for (int t = 0; t < nt; ++t) {
     const int64_t a = t == 0 ? 0 : N * t / nt / NR * NR, b = t + 1 == nt ? N : N * (t + 1) / nt / NR * NR;
-    if (a < b) gemm_columns(X, T, K, W, a, b, Y, ldy);
+    if (a < b) gemm_columns(X, T, K, W, pr, a, b, Y, ldy);
   }
 }
 
 #else
 
 bool gemm_nt_available() { return false; }
-void gemm_nt(const float*, int64_t, int64_t, const float*, int64_t, float*, int64_t, int) {}
+void gemm_nt(const float*, int64_t, int64_t, const float*, int64_t, float*, int64_t, int, int64_t) {}
 
 #endif
 

@@ -13,7 +13,10 @@ namespace ds {
 bool gemm_nt_available();
 
 // Y[t * ldy + n] = sum_k X[t * K + k] * W[n * K + k], for t < T, n < N (ldy >= N).
-// With threads > 1 the columns are split among them. Only when gemm_nt_available().
-void gemm_nt(const float* X, int64_t T, int64_t K, const float* W, int64_t N, float* Y, int64_t ldy, int threads);
+// W's first pr rows may be stored in panels (perf/gemv.h; pr == panel_rows(N), K a
+// multiple of 8), else pr == 0. With threads > 1 the columns are split among them.
+// Only when gemm_nt_available().
+void gemm_nt(const float* X, int64_t T, int64_t K, const float* W, int64_t N, float* Y, int64_t ldy, int threads,
+             int64_t pr = 0);
 
 }  // namespace ds

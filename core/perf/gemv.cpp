@@ -1,6 +1,8 @@
 #include "perf/gemv.h"
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "io/safetensors.h"  // the exact scalar f16/bf16 conversions
 
@@ -83,20 +85,74 @@ void gemv_avx2(const void* W, int64_t cols, const float* x, float* y, int64_t r0
     y[r - r0] = s0;
   }
 }
+
+// Groups g0 <= g < g1 of a matrix in panels: eight rows at a time, one accumulator per
+// row, each chunk of x loaded once for the eight.
+template <Precision P>
+void gemv_groups_avx2(const void* W, int64_t cols, const float* x, float* y, int64_t g0, int64_t g1) {
+  const int64_t esz = P == Precision::F32 ? 4 : 2;
+  for (int64_t g = g0; g < g1; ++g) {
+    const void* w = static_cast<const char*>(W) + g * 8 * cols * esz;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (int64_t c = 0; c < cols; c += 8) {
+      const __m256 xv = _mm256_loadu_ps(x + c);
+      const int64_t i = c * 8;
+      a0 = _mm256_fmadd_ps(load8<P>(w, i), xv, a0);
+      a1 = _mm256_fmadd_ps(load8<P>(w, i + 8), xv, a1);
+      a2 = _mm256_fmadd_ps(load8<P>(w, i + 16), xv, a2);
+      a3 = _mm256_fmadd_ps(load8<P>(w, i + 24), xv, a3);
+      a4 = _mm256_fmadd_ps(load8<P>(w, i + 32), xv, a4);
+      a5 = _mm256_fmadd_ps(load8<P>(w, i + 40), xv, a5);
+      a6 = _mm256_fmadd_ps(load8<P>(w, i + 48), xv, a6);
+      a7 = _mm256_fmadd_ps(load8<P>(w, i + 56), xv, a7);
+    }
+    // Lane sums of the eight accumulators: rows 0-3 in the low halves, 4-7 in the high.
+    const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));
+    _mm256_storeu_ps(y + (g - g0) * 8,
+                     _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31)));
+  }
+}
+
+// Row k of the panel group at w: its chunks of 8 are 64 values apart.
+template <Precision P>
+float dot_group_row(const void* w, int64_t k, int64_t cols, const float* x) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+  int64_t c = 0;
+  for (; c + 16 <= cols; c += 16) {
+    a0 = _mm256_fmadd_ps(load8<P>(w, c * 8 + k * 8), _mm256_loadu_ps(x + c), a0);
+    a1 = _mm256_fmadd_ps(load8<P>(w, (c + 8) * 8 + k * 8), _mm256_loadu_ps(x + c + 8), a1);
+  }
+  for (; c < cols; c += 8) a0 = _mm256_fmadd_ps(load8<P>(w, c * 8 + k * 8), _mm256_loadu_ps(x + c), a0);
+  return hsum(_mm256_add_ps(a0, a1));
+}
+
+template <Precision P>
+void gemv_any_avx2(const void* W, int64_t cols, const float* x, float* y, int64_t r0, int64_t r1, int64_t pr) {
+  const int64_t esz = P == Precision::F32 ? 4 : 2;
+  const int64_t pend = std::min(r1, pr);
+  int64_t r = r0;
+  while (r < pend) {
+    if ((r & 7) == 0 && r + 8 <= pend) {
+      gemv_groups_avx2<P>(W, cols, x, y + (r - r0), r / 8, pend / 8);
+      r = pend / 8 * 8;
+    } else {
+      y[r - r0] = dot_group_row<P>(static_cast<const char*>(W) + (r - (r & 7)) * cols * esz, r & 7, cols, x);
+      ++r;
+    }
+  }
+  if (r < r1) gemv_avx2<P>(W, cols, x, y + (r - r0), r, r1);
+}
 #endif
 
-void gemv_portable(const void* W, Precision p, int64_t cols, const float* x, float* y, int64_t r0, int64_t r1) {
+void gemv_portable(const void* W, Precision p, int64_t cols, const float* x, float* y, int64_t r0, int64_t r1,
+                   int64_t pr) {
   for (int64_t r = r0; r < r1; ++r) {
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int64_t c = 0;
-    if (p == Precision::F32) {
-      const float* w = static_cast<const float*>(W) + r * cols;
-      for (; c + 8 <= cols; c += 8)
-        for (int k = 0; k < 8; ++k) acc[k] += w[c + k] * x[c + k];
-      for (; c < cols; ++c) acc[0] += w[c] * x[c];
-    } else {
-      const uint16_t* w = static_cast<const uint16_t*>(W) + r * cols;
-      for (; c < cols; ++c) acc[c & 7] += widen1(w[c], p) * x[c];
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t i = element_index(r, c, cols, pr);
+      const float w = p == Precision::F32 ? static_cast<const float*>(W)[i] : widen1(static_cast<const uint16_t*>(W)[i], p);
+      acc[c & 7] += w * x[c];
     }
     y[r - r0] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
   }
@@ -104,16 +160,77 @@ void gemv_portable(const void* W, Precision p, int64_t cols, const float* x, flo
 
 }  // namespace
 
-void gemv_rows(const void* W, Precision p, int64_t cols, const float* x, float* y, int64_t r0, int64_t r1) {
+void gemv_rows(const void* W, Precision p, int64_t cols, const float* x, float* y, int64_t r0, int64_t r1,
+               int64_t pr) {
 #ifdef DS_GEMV_AVX2
-  switch (p) {
-    case Precision::F32: return gemv_avx2<Precision::F32>(W, cols, x, y, r0, r1);
-    case Precision::BF16: return gemv_avx2<Precision::BF16>(W, cols, x, y, r0, r1);
-    case Precision::F16: return gemv_avx2<Precision::F16>(W, cols, x, y, r0, r1);
+  if (cols % 8 == 0) {
+    switch (p) {
+      case Precision::F32: return gemv_any_avx2<Precision::F32>(W, cols, x, y, r0, r1, pr);
+      case Precision::BF16: return gemv_any_avx2<Precision::BF16>(W, cols, x, y, r0, r1, pr);
+      case Precision::F16: return gemv_any_avx2<Precision::F16>(W, cols, x, y, r0, r1, pr);
+    }
+  }
+  if (pr == 0) {
+    switch (p) {
+      case Precision::F32: return gemv_avx2<Precision::F32>(W, cols, x, y, r0, r1);
+      case Precision::BF16: return gemv_avx2<Precision::BF16>(W, cols, x, y, r0, r1);
+      case Precision::F16: return gemv_avx2<Precision::F16>(W, cols, x, y, r0, r1);
+    }
   }
 #endif
-  gemv_portable(W, p, cols, x, y, r0, r1);
+  gemv_portable(W, p, cols, x, y, r0, r1, pr);
 }
+
+void rows_f32(const void* W, Precision p, int64_t cols, int64_t pr, int64_t r0, int64_t r1, float* out) {
+  const int64_t esz = precision_bytes(p);
+  const char* base = static_cast<const char*>(W);
+  int64_t r = r0;
+  for (; r < std::min(r1, pr); ++r) {  // in panels: chunks of 8, 64 values apart
+    const char* w = base + (r - (r & 7)) * cols * esz + (r & 7) * 8 * esz;
+    float* o = out + (r - r0) * cols;
+    for (int64_t c = 0; c < cols; c += 8) {
+      if (p == Precision::F32)
+        std::memcpy(o + c, w + c * 8 * esz, 8 * sizeof(float));
+      else
+        widen_rows(reinterpret_cast<const uint16_t*>(w + c * 8 * esz), p, 8, 0, 1, o + c);
+    }
+  }
+  if (r < r1) {
+    if (p == Precision::F32)
+      std::memcpy(out + (r - r0) * cols, base + r * cols * esz, size_t((r1 - r) * cols) * sizeof(float));
+    else
+      widen_rows(reinterpret_cast<const uint16_t*>(base), p, cols, r, r1, out + (r - r0) * cols);
+  }
+}
+
+namespace {
+// Group g of a matrix of esz-byte elements: between its 8 rows (from) and its panel (to).
+void regroup(char* g, char* tmp, int esz, int64_t cols, bool to_panels) {
+  const size_t bytes = size_t(8 * cols * esz), piece = size_t(8 * esz);
+  std::memcpy(tmp, g, bytes);
+  for (int64_t k = 0; k < 8; ++k)
+    for (int64_t c = 0; c < cols; c += 8) {
+      const size_t row_major = size_t(k * cols + c) * esz, panel = size_t(c * 8 + k * 8) * esz;
+      if (to_panels)
+        std::memcpy(g + panel, tmp + row_major, piece);
+      else
+        std::memcpy(g + row_major, tmp + panel, piece);
+    }
+}
+void regroup_all(void* W, int esz, int64_t rows, int64_t cols, bool to_panels) {
+  const int64_t groups = rows / 8;
+  char* base = static_cast<char*>(W);
+#pragma omp parallel if (groups >= 64)
+  {
+    std::vector<char> tmp(size_t(8 * cols * esz));
+#pragma omp for schedule(static)
+    for (int64_t g = 0; g < groups; ++g) regroup(base + g * 8 * cols * esz, tmp.data(), esz, cols, to_panels);
+  }
+}
+}  // namespace
+
+void rows_to_panels(void* W, int esz, int64_t rows, int64_t cols) { regroup_all(W, esz, rows, cols, true); }
+void panels_to_rows(void* W, int esz, int64_t rows, int64_t cols) { regroup_all(W, esz, rows, cols, false); }
 
 void widen_rows(const uint16_t* W, Precision p, int64_t cols, int64_t r0, int64_t r1, float* out) {
   const uint16_t* in = W + r0 * cols;

@@ -11,10 +11,37 @@ enum class Precision : uint8_t { F32 = 0, BF16 = 1, F16 = 2 };
 inline int precision_bytes(Precision p) { return p == Precision::F32 ? 4 : 2; }
 const char* precision_name(Precision p);  // "float32", "bfloat16", "float16"
 
+// Panels: the storage a matrix is given for decoding. Its rows are taken in groups of
+// 8, and each group is stored as chunks of 8 columns, the group's 8 rows one after
+// another in each chunk: [r0 c0-7][r1 c0-7] ... [r7 c0-7][r0 c8-15] ... A product
+// with a vector then still reads the matrix as one sequential stream, and loads each
+// value of the vector once per 8 rows instead of once per row (measured on one core:
+// 1.05x the read floor row by row, 1.00x in panels). A group covers the same bytes as
+// its rows row-major, so converting is done in place, group by group. Only the first
+// panel_rows(rows) rows are in groups; the rest stay row-major after them. A matrix
+// whose cols is not a multiple of 8 is not stored in panels.
+inline bool panels_fit(int64_t rows, int64_t cols) { return rows >= 8 && cols > 0 && cols % 8 == 0; }
+inline int64_t panel_rows(int64_t rows) { return rows / 8 * 8; }
+// Where element (r, c) is, counted in elements from the start of the matrix, when its
+// first pr rows are in panels (pr == 0: row-major).
+inline int64_t element_index(int64_t r, int64_t c, int64_t cols, int64_t pr) {
+  if (r >= pr) return r * cols + c;
+  return (r - (r & 7)) * cols + (c - (c & 7)) * 8 + (r & 7) * 8 + (c & 7);
+}
+// Converts a [rows, cols] matrix of esz-byte elements between row-major and panels,
+// in place (panels_fit(rows, cols) must hold).
+void rows_to_panels(void* W, int esz, int64_t rows, int64_t cols);
+void panels_to_rows(void* W, int esz, int64_t rows, int64_t cols);
+
 // y[r - r0] = sum_c W[r, c] x[c] for rows r0 <= r < r1 of a [rows, cols] matrix whose
-// element type is p (W points at row 0). Uses AVX2/FMA (and F16C) when the build
-// targets them, plain loops otherwise.
-void gemv_rows(const void* W, Precision p, int64_t cols, const float* x, float* y, int64_t r0, int64_t r1);
+// element type is p (W points at row 0) and whose first pr rows are in panels (0:
+// all row-major). Uses AVX2/FMA (and F16C) when the build targets them, plain loops
+// otherwise.
+void gemv_rows(const void* W, Precision p, int64_t cols, const float* x, float* y, int64_t r0, int64_t r1,
+               int64_t pr = 0);
+
+// Rows r0 <= r < r1 of such a matrix as float32, row-major (out holds (r1-r0)*cols).
+void rows_f32(const void* W, Precision p, int64_t cols, int64_t pr, int64_t r0, int64_t r1, float* out);
 
 // One 16-bit value (BF16 or F16) as float32, exactly.
 float widen(uint16_t v, Precision p);

@@ -1,0 +1,149 @@
+// Panels (perf/gemv.h): the storage loaded models keep their matrices in for decoding.
+// Checked against the row-major matrix they came from: the element positions, the
+// conversion both ways, products and rows read from panels (against double loops),
+// and prefill products packed from panels.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "model/weights.h"
+#include "perf/gemm.h"
+#include "perf/gemv.h"
+
+namespace {
+
+std::vector<float> random_values(int64_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+// (rows, cols) shapes: whole groups, a row-major tail, one group, wide rows.
+const std::vector<std::pair<int64_t, int64_t>> kShapes = {{8, 8}, {13, 24}, {50, 768}, {16, 3072}, {57, 40}};
+
+TEST(Panels, ConversionPlacesEveryElementAndRoundTrips) {
+  for (auto [rows, cols] : kShapes) {
+    SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(cols));
+    const std::vector<float> orig = random_values(rows * cols, 1);
+    std::vector<float> p = orig;
+    ds::rows_to_panels(p.data(), sizeof(float), rows, cols);
+    if (cols > 8) EXPECT_NE(p, orig);  // (one chunk wide, a group is its rows)
+    const int64_t pr = ds::panel_rows(rows);
+    // Chunks of 8 columns of the 8 rows of a group follow each other.
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t want = r < pr ? (r / 8) * 8 * cols + (c / 8) * 64 + (r % 8) * 8 + c % 8 : r * cols + c;
+        ASSERT_EQ(ds::element_index(r, c, cols, pr), want);
+        ASSERT_EQ(p[size_t(want)], orig[size_t(r * cols + c)]) << r << "," << c;
+      }
+    ds::panels_to_rows(p.data(), sizeof(float), rows, cols);
+    EXPECT_EQ(p, orig);
+  }
+}
+
+TEST(Panels, ProductsAndRowsMatchDoubleLoops) {
+  for (ds::Precision prec : {ds::Precision::F32, ds::Precision::BF16, ds::Precision::F16}) {
+    for (auto [rows, cols] : kShapes) {
+      SCOPED_TRACE(std::string(ds::precision_name(prec)) + " " + std::to_string(rows) + "x" + std::to_string(cols));
+      const std::vector<float> w = random_values(rows * cols, 2);
+      const std::vector<float> x = random_values(cols, 3);
+      // The values as stored (16-bit ones widened back), row-major, for the reference.
+      std::vector<float> exact(w.size());
+      std::vector<uint16_t> h(w.size());
+      if (prec == ds::Precision::F32) {
+        exact = w;
+      } else {
+        ds::narrow(w.data(), int64_t(w.size()), prec, h.data());
+        for (size_t i = 0; i < h.size(); ++i) exact[i] = ds::widen(h[i], prec);
+      }
+      std::vector<float> stored = w;
+      void* data = prec == ds::Precision::F32 ? static_cast<void*>(stored.data()) : static_cast<void*>(h.data());
+      ds::rows_to_panels(data, ds::precision_bytes(prec), rows, cols);
+      const int64_t pr = ds::panel_rows(rows);
+      // Ranges that start and end inside groups and in the row-major tail.
+      for (auto [r0, r1] : std::vector<std::pair<int64_t, int64_t>>{{0, rows}, {3, rows - 2}, {5, 7}, {rows - 1, rows}}) {
+        if (r0 < 0 || r1 <= r0) continue;
+        std::vector<float> y(size_t(r1 - r0), -1.0f), got_rows(size_t((r1 - r0) * cols));
+        ds::gemv_rows(data, prec, cols, x.data(), y.data(), r0, r1, pr);
+        ds::rows_f32(data, prec, cols, pr, r0, r1, got_rows.data());
+        for (int64_t r = r0; r < r1; ++r) {
+          double want = 0, mag = 0;
+          for (int64_t c = 0; c < cols; ++c) {
+            want += double(exact[size_t(r * cols + c)]) * x[size_t(c)];
+            mag += std::abs(double(exact[size_t(r * cols + c)]) * x[size_t(c)]);
+          }
+          EXPECT_NEAR(y[size_t(r - r0)], want, 1e-5 * mag + 1e-6) << "row " << r;
+          for (int64_t c = 0; c < cols; ++c)
+            ASSERT_EQ(got_rows[size_t((r - r0) * cols + c)], exact[size_t(r * cols + c)]) << r << "," << c;
+        }
+      }
+    }
+  }
+}
+
+TEST(Panels, PrefillProductsPackFromPanels) {
+  if (!ds::gemm_nt_available()) GTEST_SKIP() << "gemm_nt needs an AVX-512 build";
+  for (auto [N, K] : std::vector<std::pair<int64_t, int64_t>>{{77, 40}, {64, 768}, {1000, 24}}) {
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(std::to_string(N) + "x" + std::to_string(K) + ", " + std::to_string(threads) + " thread(s)");
+      const int64_t T = 29;
+      const std::vector<float> w = random_values(N * K, 4), X = random_values(T * K, 5);
+      std::vector<float> p = w;
+      ds::rows_to_panels(p.data(), sizeof(float), N, K);
+      std::vector<float> Y(size_t(T * N));
+      ds::gemm_nt(X.data(), T, K, p.data(), N, Y.data(), N, threads, ds::panel_rows(N));
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t n = 0; n < N; ++n) {
+          double want = 0, mag = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            want += double(X[size_t(t * K + k)]) * w[size_t(n * K + k)];
+            mag += std::abs(double(X[size_t(t * K + k)]) * w[size_t(n * K + k)]);
+          }
+          ASSERT_NEAR(Y[size_t(t * N + n)], want, 1e-5 * mag + 1e-6) << t << "," << n;
+        }
+    }
+  }
+}
+
+TEST(Panels, WeightsConvertInPlaceAndBack) {
+  ds::Config c;
+  c.d_model = 24;
+  c.n_heads = 3;
+  c.d_head = 8;
+  c.n_kv_heads = 3;
+  c.d_ff = 40;
+  c.vocab_size = 37;  // the head and embedding end in a row-major tail
+  c.n_layers = 2;
+  c.max_seq = 16;
+  const ds::Weights orig = ds::Weights::random(c, 11);
+  ds::Weights w = orig;
+  w.to_panels();
+  ASSERT_TRUE(w.in_panels());
+  EXPECT_TRUE(w.blocks[1].ffn.down.W.panels());
+  EXPECT_EQ(w.blocks[1].ffn.down.W.data() == orig.blocks[1].ffn.down.W.data(), false);  // a deep copy
+  // Rows read through the views are the original rows.
+  std::vector<float> row(static_cast<size_t>(c.d_model));
+  for (int r = 0; r < c.vocab_size; ++r) {
+    w.embed_view().row(r, row.data());
+    for (int j = 0; j < c.d_model; ++j) ASSERT_EQ(row[size_t(j)], orig.tok_embed(r, j));
+  }
+  // Narrowing keeps the storage order; converting back restores every value.
+  ds::Weights n = w;
+  n.narrow(ds::Precision::BF16);
+  EXPECT_TRUE(n.blocks[0].attn.q.W16.panels);
+  n.blocks[0].attn.q.view().row(5, row.data());
+  for (int j = 0; j < c.d_model; ++j)
+    EXPECT_EQ(row[size_t(j)], ds::bf16_to_f32(ds::f32_to_bf16(orig.blocks[0].attn.q.W(5, j))));
+  w.to_rows();
+  EXPECT_FALSE(w.in_panels());
+  EXPECT_EQ(w.blocks[1].ffn.down.W, orig.blocks[1].ffn.down.W);
+  EXPECT_EQ(w.tok_embed, orig.tok_embed);
+  EXPECT_EQ(w.blocks[0].attn.q.W, orig.blocks[0].attn.q.W);
+}
+
+}  // namespace

@@ -32,7 +32,9 @@ TEST(Panels, ConversionPlacesEveryElementAndRoundTrips) {
     const std::vector<float> orig = random_values(rows * cols, 1);
     std::vector<float> p = orig;
     ds::rows_to_panels(p.data(), sizeof(float), rows, cols);
-    if (cols > 8) EXPECT_NE(p, orig);  // (one chunk wide, a group is its rows)
+    if (cols > 8) {  // (one chunk wide, a group is its rows)
+      EXPECT_NE(p, orig);
+    }
     const int64_t pr = ds::panel_rows(rows);
     // Chunks of 8 columns of the 8 rows of a group follow each other.
     for (int64_t r = 0; r < rows; ++r)

@@ -571,9 +571,11 @@ struct TinyGPT2 {
   HFState s;
 };
 
-TinyGPT2 make_tiny_gpt2(uint64_t seed, int n_inner) {
+TinyGPT2 make_tiny_gpt2(uint64_t seed, int n_inner, int d_model = 8, int vocab = 23) {
   TinyGPT2 g;
   g.n_inner = n_inner;
+  g.d = d_model;
+  g.vocab = vocab;
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> nd;
   auto add = [&](const std::string& name, Shape shape, bool gain) {
@@ -742,6 +744,37 @@ double folder_error(const std::string& dir, const TinyGPT2& g, float (*round)(fl
 
 }  // namespace
 
+// Loaded in panels (as load_model keeps models), then converted back, the weights are
+// bit for bit those of the row-major load, in float32 and in bfloat16; the matrices
+// whose shape allows it were in panels.
+void expect_panels_load_same(const std::string& dir) {
+  for (ds::Precision p : {ds::Precision::F32, ds::Precision::BF16}) {
+    SCOPED_TRACE(std::string("panels, ") + ds::precision_name(p));
+    ds::FolderModel want = ds::load_model_folder(dir, p);
+    ds::FolderModel got = ds::load_model_folder(dir, p, true);
+    EXPECT_TRUE(got.w.in_panels());
+    // Rows read through the views before converting back.
+    const ds::MatView e = got.w.embed_view();
+    std::vector<float> a(static_cast<size_t>(e.cols)), b(a.size());
+    for (int64_t r = 0; r < e.rows; ++r) {
+      e.row(r, a.data());
+      want.w.embed_view().row(r, b.data());
+      ASSERT_EQ(a, b) << "embedding row " << r;
+    }
+    got.w.to_rows();
+    auto g = got.w.tensors(), w = want.w.tensors();
+    ASSERT_EQ(g.size(), w.size());
+    for (size_t i = 0; i < g.size(); ++i) {
+      ASSERT_EQ(g[i].name, w[i].name);
+      const size_t n = size_t(g[i].rows * g[i].cols);
+      if (g[i].data)
+        EXPECT_EQ(0, std::memcmp(g[i].data, w[i].data, n * sizeof(float))) << g[i].name;
+      else
+        EXPECT_EQ(0, std::memcmp(g[i].data16, w[i].data16, n * sizeof(uint16_t))) << g[i].name;
+    }
+  }
+}
+
 TEST(GPT2Folder, LoadsHuggingFaceLayout) {
   TempDir tmp;
   struct Case {
@@ -787,6 +820,19 @@ TEST(GPT2Folder, LoadsHuggingFaceLayout) {
           << got[i].name;
     }
     EXPECT_LE(folder_error(dir, g, round), 1e-4);
+    expect_panels_load_same(dir);
+  }
+}
+
+// Matrices larger than one read chunk: the transposed Conv1D weights and the
+// embedding are written into panels a block of rows at a time, with a row-major tail.
+TEST(GPT2Folder, LoadsIntoPanelsAcrossReadChunks) {
+  TempDir tmp;
+  TinyGPT2 g = make_tiny_gpt2(7, 1056, 264, 1001);
+  for (const std::string dtype : {"F32", "BF16"}) {
+    const std::string dir = tmp.sub("gpt2_chunks_" + dtype);
+    write_gpt2_folder(dir, g, gpt2_config_json(g, true), "", dtype);
+    expect_panels_load_same(dir);
   }
 }
 
@@ -1063,6 +1109,7 @@ TEST(OwnFolder, RoundTripsDecoderAndEncoderDecoder) {
     EXPECT_EQ(m.cfg.pad_id, cfg.pad_id);
     EXPECT_EQ(m.cfg.encoder_decoder, cfg.encoder_decoder);
     expect_same(w, m.w);
+    expect_panels_load_same(dir);
 
     // Through load_model: chars tokenizer, BOS prompts, EOS stops.
     ds::LoadedModel lm = ds::load_model(dir);

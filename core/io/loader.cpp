@@ -41,7 +41,7 @@ LoadedModel load_llama2c_model(const std::string& path, const std::string& token
 
 LoadedModel load_folder_model(const std::string& dir, const std::string& tokenizer_path, const std::string& name,
                               Precision precision) {
-  FolderModel f = load_model_folder(dir, precision);
+  FolderModel f = load_model_folder(dir, precision, true);  // in panels as it reads
   LoadedModel out;
   out.precision = precision;
   out.kind = f.format;
@@ -60,7 +60,6 @@ LoadedModel load_folder_model(const std::string& dir, const std::string& tokeniz
   if (out.tokenizer->vocab_size() > f.cfg.vocab_size)
     throw Error(dir + ": the tokenizer has " + std::to_string(out.tokenizer->vocab_size()) +
                 " tokens but the model only " + std::to_string(f.cfg.vocab_size));
-  f.w.to_panels();  // the storage decoding reads fastest (perf/gemv.h)
   out.model = std::make_shared<const Model>(std::move(f.cfg), std::move(f.w));
   return out;
 }

@@ -86,16 +86,22 @@ struct Dest {
   float* f32 = nullptr;
   uint16_t* h = nullptr;
   Precision type = Precision::F32;
+  // A large matrix written in panels (perf/gemv.h): its width and panel rows (0: row-major).
+  int64_t cols = 0, pr = 0;
 };
-Dest dest_of(WMat& m, Mat16& h) {
-  if (!h.empty()) return {nullptr, h.data.data(), h.type};
-  return {m.data(), nullptr, Precision::F32};
+// panels: write the matrix in panels when its shape allows (Weights::mark_panels's rule).
+Dest dest_of(int64_t rows, int64_t cols, bool panels, float* f32, uint16_t* h, Precision type) {
+  const bool in_panels = panels && panels_fit(rows, cols);
+  return {f32, h, type, cols, in_panels ? panel_rows(rows) : 0};
+}
+Dest dest_of(WMat& m, Mat16& h, bool panels) {
+  if (!h.empty()) return dest_of(h.rows, h.cols, panels, nullptr, h.data.data(), h.type);
+  return dest_of(m.rows(), m.cols(), panels, m.data(), nullptr, Precision::F32);
 }
 Dest dest_of(Vec& v) { return {v.data(), nullptr, Precision::F32}; }
 Dest dest_of(MatRM& m) { return {m.data(), nullptr, Precision::F32}; }
-Dest dest_of(const Weights::TensorRef& t) {
-  if (t.data) return {t.data, nullptr, Precision::F32};
-  return {nullptr, t.data16, t.type};
+Dest dest_of(const Weights::TensorRef& t, bool panels) {
+  return dest_of(t.rows, t.cols, panels && t.matrix, t.data, t.data16, t.type);
 }
 
 // Whether all n values are finite (no NaN or infinity): a branch-free scan of the
@@ -133,6 +139,19 @@ void transpose_cols(const T* src, int64_t rows, int64_t cols, int64_t c0, int64_
     for (int64_t r = (c < w8 ? r8 : 0); r < rows; ++r) dst[c * ld + r] = src[r * cols + c0 + c];
 }
 
+// The same into a destination [width, ld] matrix whose first pr rows are in panels
+// (perf/gemv.h): src holds its columns r0 .. r0+rows-1 (r0 a multiple of 8), and dst
+// points at the matrix's start. Each 8x8 block of a group is contiguous there.
+template <class T>
+void transpose_cols_panels(const T* src, int64_t rows, int64_t cols, int64_t c0, int64_t width, T* dst, int64_t ld,
+                           int64_t r0, int64_t pr) {
+  const int64_t r8 = rows / 8 * 8, w8 = std::min(width, pr) / 8 * 8;
+  for (int64_t r = 0; r < r8; r += 8)
+    for (int64_t c = 0; c < w8; c += 8) transpose8(src + r * cols + c0 + c, cols, dst + c * ld + (r0 + r) * 8, 8);
+  for (int64_t c = 0; c < width; ++c)
+    for (int64_t r = (c < w8 ? r8 : 0); r < rows; ++r) dst[element_index(c, r0 + r, ld, pr)] = src[r * cols + c0 + c];
+}
+
 // Reads tensors of one file into their destinations, a chunk at a time: values are
 // converted to the destination's type as they are read and checked while they are
 // still in cache.
@@ -140,17 +159,28 @@ class Filler {
  public:
   explicit Filler(const SafeTensors& st) : st_(st) {}
 
-  // All of e, in its flat order, into d.
+  // All of e, in its flat order, into d. A destination in panels is read in whole
+  // groups of rows, each chunk regrouped in place while it is still in cache.
   void copy(const SafeTensors::Entry& e, Dest d) {
     const int64_t n = e.numel();
-    for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
-      const int64_t m = std::min(kChunk, n - i0);
+    const int64_t chunk = d.pr ? std::max<int64_t>(8, kChunk / d.cols / 8 * 8) * d.cols : kChunk;
+    for (int64_t i0 = 0; i0 < n; i0 += chunk) {
+      const int64_t m = std::min(chunk, n - i0);
       if (d.type == Precision::F32) {
         st_.read_f32(e, i0, m, d.f32 + i0);
         check(e, i0, d.f32 + i0, m);
       } else {
         st_.read_16(e, i0, m, d.type, d.h + i0);
         check(e, i0, d.h + i0, m, d.type);
+      }
+      if (d.pr) {  // the rows of this chunk that lie in whole groups
+        const int64_t rows = std::min(m / d.cols, std::max<int64_t>(0, d.pr - i0 / d.cols)) / 8 * 8;
+        if (rows > 0) {
+          if (d.type == Precision::F32)
+            rows_to_panels(d.f32 + i0, sizeof(float), rows, d.cols);
+          else
+            rows_to_panels(d.h + i0, sizeof(uint16_t), rows, d.cols);
+        }
       }
     }
   }
@@ -161,7 +191,7 @@ class Filler {
   void transpose(const SafeTensors::Entry& e, int64_t rows, int64_t cols,
                  const std::vector<std::pair<Dest, int64_t>>& parts) {
     const Precision p = parts.front().first.type;
-    const int64_t step = std::max<int64_t>(1, kChunk / std::max<int64_t>(cols, 1));
+    const int64_t step = std::max<int64_t>(8, kChunk / std::max<int64_t>(cols, 1) / 8 * 8);  // whole 8x8 blocks
     for (int64_t r0 = 0; r0 < rows; r0 += step) {
       const int64_t m = std::min(step, rows - r0);
       if (p == Precision::F32) {
@@ -175,7 +205,11 @@ class Filler {
       }
       int64_t c0 = 0;
       for (const auto& [d, width] : parts) {
-        if (p == Precision::F32)
+        if (d.pr && p == Precision::F32)
+          transpose_cols_panels(f32_.data(), m, cols, c0, width, d.f32, rows, r0, d.pr);
+        else if (d.pr)
+          transpose_cols_panels(h_.data(), m, cols, c0, width, d.h, rows, r0, d.pr);
+        else if (p == Precision::F32)
           transpose_cols(f32_.data(), m, cols, c0, width, d.f32 + r0, rows);
         else
           transpose_cols(h_.data(), m, cols, c0, width, d.h + r0, rows);
@@ -447,7 +481,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 
 void load_gpt2(FolderModel& m, const json& j, const std::string& config_path, const std::string& st_path,
-               Precision p) {
+               Precision p, bool panels) {
   m.format = "gpt2";
   m.tokenizer_kind = "gpt2-bpe";
   m.cfg = gpt2_config_from(j, config_path);
@@ -516,13 +550,13 @@ void load_gpt2(FolderModel& m, const json& j, const std::string& config_path, co
     std::vector<std::pair<Dest, int64_t>> dests;
     std::vector<Dest> all;
     for (Linear* l : parts) {
-      dests.push_back({dest_of(l->W, l->W16), out / static_cast<int64_t>(parts.size())});
+      dests.push_back({dest_of(l->W, l->W16, panels), out / static_cast<int64_t>(parts.size())});
       all.push_back(dests.back().first);
     }
     job(name, [&fill, in, out, dests](const SafeTensors::Entry& e) { fill.transpose(e, in, out, dests); },
         fresh_memory(all, in * out / static_cast<int64_t>(parts.size())));
   };
-  const Dest embed = dest_of(w.tok_embed, w.tok_embed16);
+  const Dest embed = dest_of(w.tok_embed, w.tok_embed16, panels);
   job(prefix + "wte.weight", [&fill, embed](const SafeTensors::Entry& e) { fill.copy(e, embed); },
       fresh_memory({embed}, V * d));
   job(prefix + "wpe.weight", [&](const SafeTensors::Entry& e) { fill.copy(e, dest_of(w.pos_embed)); });
@@ -557,10 +591,11 @@ void load_gpt2(FolderModel& m, const json& j, const std::string& config_path, co
       if (fill.same_values(e, *wte)) return;
       Weights::allocate_matrix(p, w.lm_head, w.lm_head16, V, d);
       c.tied_head = false;
-      fill.copy(e, dest_of(w.lm_head, w.lm_head16));
+      fill.copy(e, dest_of(w.lm_head, w.lm_head16, panels));
     });
   }
   run_in_file_order(st, jobs);
+  if (panels) w.mark_panels();
 }
 
 // ------------------------------------------------------------------ decoderscope
@@ -581,7 +616,7 @@ double matrix_params(const Config& c) {
 }
 
 void load_own(FolderModel& m, const json& j, const std::string& config_path, const std::string& st_path,
-              Precision p) {
+              Precision p, bool panels) {
   m.format = "decoderscope";
   try {
     const int version = json_int(j, "version");
@@ -636,7 +671,7 @@ void load_own(FolderModel& m, const json& j, const std::string& config_path, con
   std::vector<std::pair<const SafeTensors::Entry*, Dest>> todo;
   for (auto& t : w.tensors()) {
     const Shape shape = is_vector_name(t.name) ? Shape{t.rows} : Shape{t.rows, t.cols};
-    todo.push_back({&need_tensor(st, t.name, shape), dest_of(t)});
+    todo.push_back({&need_tensor(st, t.name, shape), dest_of(t, panels)});
     used.insert(t.name);
   }
   std::vector<std::string> unknown;
@@ -650,11 +685,12 @@ void load_own(FolderModel& m, const json& j, const std::string& config_path, con
     jobs.push_back({e, [&fill, d = dest](const SafeTensors::Entry& en) { fill.copy(en, d); },
                     fresh_memory({dest}, e->numel())});
   run_in_file_order(st, jobs);
+  if (panels) w.mark_panels();
 }
 
 }  // namespace
 
-FolderModel load_model_folder(const std::string& dir, Precision precision) {
+FolderModel load_model_folder(const std::string& dir, Precision precision, bool panels) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw Error(dir + ": not a folder");
   const fs::path d(dir);
@@ -685,9 +721,9 @@ FolderModel load_model_folder(const std::string& dir, Precision precision) {
     if (format != "decoderscope")
       throw Error(config_path + ": field \"format\" is " +
                   json(format).dump(-1, ' ', true, json::error_handler_t::replace) + ", expected \"decoderscope\"");
-    load_own(m, j, config_path, st_path, precision);
+    load_own(m, j, config_path, st_path, precision, panels);
   } else {
-    load_gpt2(m, j, config_path, st_path, precision);
+    load_gpt2(m, j, config_path, st_path, precision, panels);
   }
   return m;
 }

@@ -111,9 +111,9 @@ void add(std::vector<Weights::TensorRef>& out, const std::string& name, MatRM& m
 }
 void add(std::vector<Weights::TensorRef>& out, const std::string& name, WMat& m, Mat16& h) {
   if (!h.empty())
-    out.push_back({name, nullptr, h.rows, h.cols, h.data.data(), h.type});
+    out.push_back({name, nullptr, h.rows, h.cols, h.data.data(), h.type, true});
   else if (m.size())
-    out.push_back({name, m.data(), m.rows(), m.cols()});
+    out.push_back({name, m.data(), m.rows(), m.cols(), nullptr, Precision::F32, true});
 }
 void add(std::vector<Weights::TensorRef>& out, const std::string& name, Vec& v) {
   if (v.size()) out.push_back({name, v.data(), v.size(), 1});
@@ -200,6 +200,13 @@ void Weights::to_panels() {
       rows_to_panels(h.data.data(), sizeof(uint16_t), h.rows, h.cols);
       h.panels = true;
     }
+  });
+}
+
+void Weights::mark_panels() {
+  each_matrix(*this, [](WMat& m, Mat16& h) {
+    if (m.size() && panels_fit(m.rows(), m.cols())) m.set_panels(true);
+    if (!h.empty() && panels_fit(h.rows, h.cols)) h.panels = true;
   });
 }
 

@@ -244,6 +244,9 @@ struct Weights {
   // in panels; Eigen code and element access (training, tests' references) need rows.
   void to_panels();
   void to_rows();
+  // For loaders that wrote the values of every large matrix whose shape allows it in
+  // panels already: marks them so, converting nothing.
+  void mark_panels();
   bool in_panels();  // whether any matrix is in panels
 
   // Every non-empty parameter tensor with a stable name, e.g. "blocks.0.attn.q.W"
@@ -254,6 +257,7 @@ struct Weights {
     int64_t rows, cols;  // a vector has cols == 1
     uint16_t* data16 = nullptr;  // 16-bit storage (type)
     Precision type = Precision::F32;
+    bool matrix = false;  // one of the large matrices (linear layers, embeddings, head)
   };
   std::vector<TensorRef> tensors();
   int64_t parameter_count() const;

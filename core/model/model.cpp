@@ -248,13 +248,17 @@ void touch(const float* p, size_t n) {
 }
 
 // Claims rows of a share: a quarter of what is left (at least 8 rows, in multiples of
-// 8), from the front or the back. False when nothing is left.
+// 8), from the front or the back. Shares start on a multiple of 8 rows, and a claim
+// from the back ends its piece on one too, so that pieces keep to whole groups of
+// matrices in panels (perf/gemv.h) even when the share's length is not a multiple of
+// 8. False when nothing is left.
 bool claim_rows(std::atomic<uint64_t>& fb, bool front, int64_t& r0, int64_t& r1) {
   uint64_t cur = fb.load(std::memory_order_relaxed);
   for (;;) {
     const uint32_t f = uint32_t(cur >> 32), b = uint32_t(cur);
     if (f >= b) return false;
-    const uint32_t n = std::min(b - f, std::max<uint32_t>(8, (b - f) / 4 / 8 * 8));
+    uint32_t n = std::min(b - f, std::max<uint32_t>(8, (b - f) / 4 / 8 * 8));
+    if (!front && b - n > f) n += (b - n) % 8;  // the new back on a multiple of 8
     const uint64_t next = front ? (uint64_t(f + n) << 32) | b : (uint64_t(f) << 32) | (b - n);
     if (fb.compare_exchange_weak(cur, next, std::memory_order_relaxed)) {
       r0 = front ? f : b - n;

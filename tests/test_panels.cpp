@@ -127,7 +127,7 @@ TEST(Panels, WeightsConvertInPlaceAndBack) {
   w.to_panels();
   ASSERT_TRUE(w.in_panels());
   EXPECT_TRUE(w.blocks[1].ffn.down.W.panels());
-  EXPECT_EQ(w.blocks[1].ffn.down.W.data() == orig.blocks[1].ffn.down.W.data(), false);  // a deep copy
+  EXPECT_NE(w.blocks[1].ffn.down.W.data(), orig.blocks[1].ffn.down.W.data());  // a deep copy
   // Rows read through the views are the original rows.
   std::vector<float> row(static_cast<size_t>(c.d_model));
   for (int r = 0; r < c.vocab_size; ++r) {

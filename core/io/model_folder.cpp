@@ -175,12 +175,9 @@ class Filler {
       }
       if (d.pr) {  // the rows of this chunk that lie in whole groups
         const int64_t rows = std::min(m / d.cols, std::max<int64_t>(0, d.pr - i0 / d.cols)) / 8 * 8;
-        if (rows > 0) {
-          if (d.type == Precision::F32)
-            rows_to_panels(d.f32 + i0, sizeof(float), rows, d.cols);
-          else
-            rows_to_panels(d.h + i0, sizeof(uint16_t), rows, d.cols);
-        }
+        if (rows > 0)
+          rows_to_panels(d.f32 ? static_cast<void*>(d.f32 + i0) : static_cast<void*>(d.h + i0),
+                         precision_bytes(d.type), rows, d.cols);
       }
     }
   }

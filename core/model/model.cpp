@@ -208,23 +208,23 @@ void Engine::matmul(const MatView& W, int T, const float* x, float* y) const {
   const int64_t out = W.rows, in = W.cols;
   MMap Y(y, T, out);
   CMap X(x, T, in);
-  // Y[:, r0 .. r0 + n) from the float32 rows Wr[n, in].
-  auto product = [&](const float* Wr, int64_t r0, int64_t n) {
+  // Y[:, r0 .. r0 + n) from the float32 rows Wr[n, in], the first pr in panels (only
+  // with gemm_nt).
+  auto product = [&](const float* Wr, int64_t r0, int64_t n, int64_t pr) {
     if (gemm_nt_available())
-      gemm_nt(x, T, in, Wr, n, y + r0, out, threads_);
+      gemm_nt(x, T, in, Wr, n, y + r0, out, threads_, pr);
     else
       Y.middleCols(r0, n).noalias() = X * CMap(Wr, n, in).transpose();
   };
-  if (W.type == Precision::F32 && W.panel_rows == 0) return product(static_cast<const float*>(W.data), 0, out);
-  if (W.type == Precision::F32 && gemm_nt_available())  // packs straight from the panels
-    return gemm_nt(x, T, in, static_cast<const float*>(W.data), out, y, out, threads_, W.panel_rows);
-  // 16-bit or panels: a block of rows at a time, as float32 rows.
+  if (W.type == Precision::F32 && (W.panel_rows == 0 || gemm_nt_available()))
+    return product(static_cast<const float*>(W.data), 0, out, W.panel_rows);
+  // 16-bit, or panels without gemm_nt: a block of rows at a time, as float32 rows.
   const int64_t block = std::max<int64_t>(64, std::min<int64_t>(out, (int64_t(1) << 20) / std::max<int64_t>(in, 1)));
   grow(s_->wide, size_t(block * in));
   for (int64_t r0 = 0; r0 < out; r0 += block) {
     const int64_t n = std::min(block, out - r0);
     W.rows_f32(r0, r0 + n, s_->wide.data());
-    product(s_->wide.data(), r0, n);
+    product(s_->wide.data(), r0, n, 0);
   }
 }
 

@@ -190,38 +190,45 @@ void MatView::gemv(const float* x, float* y, int64_t r0, int64_t r1) const {
   gemv_rows(data, type, cols, x, y, r0, r1, panel_rows);
 }
 
+namespace {
+// Every large matrix's storage as raw memory: f(data, element bytes, rows, cols,
+// in_panels), where f may change in_panels (the matrix's flag).
+template <class F>
+void each_storage(Weights& w, F&& f) {
+  each_matrix(w, [&](WMat& m, Mat16& h) {
+    if (!h.empty()) {
+      f(static_cast<void*>(h.data.data()), int(sizeof(uint16_t)), h.rows, h.cols, h.panels);
+    } else if (m.size()) {
+      bool on = m.panels();
+      f(static_cast<void*>(m.data()), int(sizeof(float)), int64_t(m.rows()), int64_t(m.cols()), on);
+      m.set_panels(on);
+    }
+  });
+}
+}  // namespace
+
 void Weights::to_panels() {
-  each_matrix(*this, [](WMat& m, Mat16& h) {
-    if (m.size() && !m.panels() && panels_fit(m.rows(), m.cols())) {
-      rows_to_panels(m.data(), sizeof(float), m.rows(), m.cols());
-      m.set_panels(true);
-    }
-    if (!h.empty() && !h.panels && panels_fit(h.rows, h.cols)) {
-      rows_to_panels(h.data.data(), sizeof(uint16_t), h.rows, h.cols);
-      h.panels = true;
-    }
+  each_storage(*this, [](void* p, int esz, int64_t rows, int64_t cols, bool& on) {
+    if (on || !panels_fit(rows, cols)) return;
+    rows_to_panels(p, esz, rows, cols);
+    on = true;
   });
 }
 
 void Weights::mark_panels() {
-  each_matrix(*this, [](WMat& m, Mat16& h) {
-    if (m.size() && panels_fit(m.rows(), m.cols())) m.set_panels(true);
-    if (!h.empty() && panels_fit(h.rows, h.cols)) h.panels = true;
-  });
+  each_storage(*this, [](void*, int, int64_t rows, int64_t cols, bool& on) { on = on || panels_fit(rows, cols); });
 }
 
 void Weights::to_rows() {
-  each_matrix(*this, [](WMat& m, Mat16& h) {
-    if (m.panels()) panels_to_rows(m.data(), sizeof(float), m.rows(), m.cols());
-    m.set_panels(false);
-    if (h.panels) panels_to_rows(h.data.data(), sizeof(uint16_t), h.rows, h.cols);
-    h.panels = false;
+  each_storage(*this, [](void* p, int esz, int64_t rows, int64_t cols, bool& on) {
+    if (on) panels_to_rows(p, esz, rows, cols);
+    on = false;
   });
 }
 
 bool Weights::in_panels() {
   bool any = false;
-  each_matrix(*this, [&](WMat& m, Mat16& h) { any = any || m.panels() || h.panels; });
+  each_storage(*this, [&](void*, int, int64_t, int64_t, bool& on) { any = any || on; });
   return any;
 }
 

@@ -163,44 +163,50 @@ void gemv_portable(const void* W, Precision p, int64_t cols, const float* x, flo
 void gemv_rows(const void* W, Precision p, int64_t cols, const float* x, float* y, int64_t r0, int64_t r1,
                int64_t pr) {
 #ifdef DS_GEMV_AVX2
-  if (cols % 8 == 0) {
-    switch (p) {
-      case Precision::F32: return gemv_any_avx2<Precision::F32>(W, cols, x, y, r0, r1, pr);
-      case Precision::BF16: return gemv_any_avx2<Precision::BF16>(W, cols, x, y, r0, r1, pr);
-      case Precision::F16: return gemv_any_avx2<Precision::F16>(W, cols, x, y, r0, r1, pr);
-    }
-  }
-  if (pr == 0) {
-    switch (p) {
-      case Precision::F32: return gemv_avx2<Precision::F32>(W, cols, x, y, r0, r1);
-      case Precision::BF16: return gemv_avx2<Precision::BF16>(W, cols, x, y, r0, r1);
-      case Precision::F16: return gemv_avx2<Precision::F16>(W, cols, x, y, r0, r1);
-    }
+  switch (p) {  // (panels only exist where cols is a multiple of 8; gemv_any_avx2 reads both storages)
+    case Precision::F32: return gemv_any_avx2<Precision::F32>(W, cols, x, y, r0, r1, pr);
+    case Precision::BF16: return gemv_any_avx2<Precision::BF16>(W, cols, x, y, r0, r1, pr);
+    case Precision::F16: return gemv_any_avx2<Precision::F16>(W, cols, x, y, r0, r1, pr);
   }
 #endif
   gemv_portable(W, p, cols, x, y, r0, r1, pr);
 }
 
-void rows_f32(const void* W, Precision p, int64_t cols, int64_t pr, int64_t r0, int64_t r1, float* out) {
-  const int64_t esz = precision_bytes(p);
-  const char* base = static_cast<const char*>(W);
-  int64_t r = r0;
-  for (; r < std::min(r1, pr); ++r) {  // in panels: chunks of 8, 64 values apart
-    const char* w = base + (r - (r & 7)) * cols * esz + (r & 7) * 8 * esz;
+namespace {
+// Rows r0 <= r < r1 of a matrix in panels as float32: each row's chunks of 8 values
+// are 64 values apart.
+template <Precision P>
+void panel_rows_f32(const void* W, int64_t cols, int64_t r0, int64_t r1, float* out) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t first = (r - (r & 7)) * cols + (r & 7) * 8;  // element index of (r, 0)
     float* o = out + (r - r0) * cols;
     for (int64_t c = 0; c < cols; c += 8) {
-      if (p == Precision::F32)
-        std::memcpy(o + c, w + c * 8 * esz, 8 * sizeof(float));
-      else
-        widen_rows(reinterpret_cast<const uint16_t*>(w + c * 8 * esz), p, 8, 0, 1, o + c);
+#ifdef DS_GEMV_AVX2
+      _mm256_storeu_ps(o + c, load8<P>(W, first + c * 8));
+#else
+      for (int64_t k = 0; k < 8; ++k) {
+        const int64_t i = first + c * 8 + k;
+        o[c + k] = P == Precision::F32 ? static_cast<const float*>(W)[i] : widen1(static_cast<const uint16_t*>(W)[i], P);
+      }
+#endif
     }
   }
-  if (r < r1) {
-    if (p == Precision::F32)
-      std::memcpy(out + (r - r0) * cols, base + r * cols * esz, size_t((r1 - r) * cols) * sizeof(float));
-    else
-      widen_rows(reinterpret_cast<const uint16_t*>(base), p, cols, r, r1, out + (r - r0) * cols);
+}
+}  // namespace
+
+void rows_f32(const void* W, Precision p, int64_t cols, int64_t pr, int64_t r0, int64_t r1, float* out) {
+  const int64_t pend = std::max(r0, std::min(r1, pr));
+  switch (p) {
+    case Precision::F32: panel_rows_f32<Precision::F32>(W, cols, r0, pend, out); break;
+    case Precision::BF16: panel_rows_f32<Precision::BF16>(W, cols, r0, pend, out); break;
+    case Precision::F16: panel_rows_f32<Precision::F16>(W, cols, r0, pend, out); break;
   }
+  if (pend == r1) return;
+  float* o = out + (pend - r0) * cols;
+  if (p == Precision::F32)
+    std::memcpy(o, static_cast<const float*>(W) + pend * cols, size_t((r1 - pend) * cols) * sizeof(float));
+  else
+    widen_rows(static_cast<const uint16_t*>(W), p, cols, pend, r1, o);
 }
 
 namespace {

@@ -20,7 +20,8 @@
 #include "model/config.h"
 #include "model/model.h"
 #include "model/weights.h"
-#include "probe/hooks.h"
+#include "model/hooks.h"
+#include "probe/interventions.h"
 #include "reference.h"
 #include "util/error.h"
 

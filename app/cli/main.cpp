@@ -17,7 +17,7 @@
 #include "io/llama2c.h"
 #include "io/loader.h"
 #include "io/model_folder.h"
-#include "perf/decode_bench.h"
+#include "bench/decode_bench.h"
 #include "session/session.h"
 #include "train_cmds.h"
 #include "text/gpt2_tokenizer.h"

@@ -10,6 +10,7 @@
 
 #include "models.h"
 #include "trace_view.h"
+#include "probe/interventions.h"
 #include "util/error.h"
 
 namespace dsgui {

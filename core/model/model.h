@@ -11,7 +11,7 @@
 
 #include "model/config.h"
 #include "model/weights.h"
-#include "probe/hooks.h"
+#include "model/hooks.h"
 
 namespace ds {
 

@@ -14,7 +14,7 @@
 
 #include "model/config.h"
 #include "model/weights.h"
-#include "probe/hooks.h"
+#include "model/hooks.h"
 #include "sample/sampler.h"
 
 namespace ds {

@@ -1,4 +1,4 @@
-// decoderscope_bench decode: the decode benchmark (core/perf/decode_bench.h) on a
+// decoderscope_bench decode: the decode benchmark (core/bench/decode_bench.h) on a
 // random model of a given shape built in memory, so no checkpoint file is needed.
 //   decoderscope_bench decode [--shape gpt2-small|llama-110m] [--steps N] [--threads N]
 //                             [--reps R] [--precision f32|bf16|f16] [--prefill N] [--trace-tokens N]
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "model/model.h"
-#include "perf/decode_bench.h"
+#include "bench/decode_bench.h"
 
 namespace {
 

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "model/model.h"
-#include "perf/bandwidth.h"
+#include "bench/bandwidth.h"
 
 namespace ds {
 

@@ -1,7 +1,9 @@
 #pragma once
 // Hook points: named places inside the forward pass where observers read, and
-// interventions change, the tensors as they are computed. Names follow
-// TransformerLens: "blocks.3.attn.pattern", "encoder.blocks.0.resid_post", "logits".
+// interventions change, the tensors as they are computed. The engine publishes them
+// (model/); what subscribes to them (the trace recorder, interventions, the logit
+// lens) lives in probe/. Names follow TransformerLens: "blocks.3.attn.pattern",
+// "encoder.blocks.0.resid_post", "logits".
 //
 // Shapes (T = rows computed in this call, S = keys):
 //   embed, pos_embed, resid_pre, resid_mid, resid_mid_cross, resid_post, ln_final: [T, d_model]
@@ -107,10 +109,5 @@ class Hooks {
   int next_handle_ = 1;
   int n_active_ = 0;
 };
-
-// Interventions for a class to ask "what if": each subscribes to the head outputs
-// (attn.z or cross_attn.z) of one layer and returns the hook handle.
-int zero_head(Hooks& hooks, int layer, int head, int d_head, bool cross = false);
-int scale_head(Hooks& hooks, int layer, int head, int d_head, float scale, bool cross = false);
 
 }  // namespace ds

@@ -1,4 +1,4 @@
-#include "perf/bandwidth.h"
+#include "bench/bandwidth.h"
 
 #include "perf/memory.h"
 

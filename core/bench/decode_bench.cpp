@@ -1,4 +1,4 @@
-#include "perf/decode_bench.h"
+#include "bench/decode_bench.h"
 
 #include <algorithm>
 #include <chrono>

@@ -33,7 +33,8 @@ usage:
   decoderscope-cli generate --model PATH [--tokenizer FILE] [--steps N]
                             [--prompt TEXT | --prompt-ids "1 2 3"] [--source TEXT | --source-ids "..."]
                             [--temperature T] [--top-k K] [--top-p P] [--seed S]
-                            [--ids] [--trace FILE.json] [--threads N] [--precision P]
+                            [--ids] [--trace FILE.json [--hooks PATTERNS]] [--threads N] [--precision P]
+  decoderscope-cli hooks    --model PATH
   decoderscope-cli bench    --model PATH [--steps N] [--threads N] [--reps R] [--precision P]
                             [--prefill N] [--trace-tokens N]
   decoderscope-cli inspect  --model PATH [--precision P]
@@ -48,6 +49,11 @@ generate: --steps counts positions in all, prompt included (llama2.c's -n; defau
   maximum: the model's context). Prints the text (or with --ids the generated ids).
   A llama2.c model with no prompt starts from BOS (id 1). Defaults: temperature 1,
   top-p 0.9, top-k off, seed 0; temperature 0 is greedy.
+--trace FILE.json records every hook point of the run; --hooks keeps only the points
+  matching a comma-separated list of patterns ('*' one name segment, '**' anything), in
+  decoderscope's or TransformerLens's spelling: "blocks.*.attn.pattern,logits" or
+  "blocks.*.attn.hook_pattern,blocks.*.hook_resid_post".
+hooks: lists every hook point of the model, with TransformerLens's name for it.
 --precision f32|bf16|f16: how the weight matrices are kept in memory (default f32);
   16-bit weights halve the bytes each token reads, the arithmetic stays float32.
 bench: the machine's read bandwidth, the floor it sets for one token (weight and KV-cache
@@ -196,16 +202,43 @@ ds::SamplerConfig sampler_of(const Args& a) {
   return s;
 }
 
+// "blocks.*.attn.pattern, logits" -> {"blocks.*.attn.pattern", "logits"}.
+std::vector<std::string> hook_patterns(const std::string& list) {
+  std::vector<std::string> out;
+  std::istringstream in(list);
+  std::string p;
+  while (std::getline(in, p, ',')) {
+    p.erase(0, p.find_first_not_of(" \t"));
+    p.erase(p.find_last_not_of(" \t") + 1);
+    if (!p.empty()) out.push_back(p);
+  }
+  if (out.empty()) throw Error("--hooks expects hook names or patterns, e.g. \"blocks.*.attn.pattern\"");
+  return out;
+}
+
+// Every hook point of the model: decoderscope's name, TransformerLens's, the shape.
+int cmd_hooks(const Args& a) {
+  only(a, {"model", "tokenizer", "precision"});
+  auto m = open_model(a);
+  std::printf("%-34s %-40s\n", "hook point", "TransformerLens name");
+  for (const std::string& n : ds::Hooks::names(m.model->cfg)) {
+    const std::string tl = ds::Hooks::transformerlens_name(n);
+    std::printf("%-34s %-40s\n", n.c_str(), tl.empty() ? "-" : tl.c_str());
+  }
+  return 0;
+}
+
 int cmd_generate(const Args& a) {
   only(a, {"model", "tokenizer", "steps", "prompt", "prompt-ids", "source", "source-ids", "temperature", "top-k",
-           "top-p", "seed", "ids", "trace", "threads"});
+           "top-p", "seed", "ids", "trace", "hooks", "threads"});
   auto m = open_model(a);
   ds::SessionOptions o;
   o.sampler = sampler_of(a);
   o.steps = int(a.integer("steps", 0, 0, 1 << 24));
   o.stop_ids = m.stop_ids;
   o.threads = int(a.integer("threads", 1, 1, 256));
-  if (a.has("trace")) o.record = {"**"};
+  if (a.has("hooks") && !a.has("trace")) throw Error("--hooks chooses what --trace records; give --trace FILE.json");
+  if (a.has("trace")) o.record = a.has("hooks") ? hook_patterns(a.str("hooks")) : std::vector<std::string>{"**"};
   const bool print_ids = a.has("ids") || !m.tokenizer;
   ds::Session s(m.model, m.tokenizer, o);
   s.start(prompt_of(a, m), source_of(a, m));
@@ -394,6 +427,7 @@ int main(int argc, char** argv) {
     Args a = parse(argc, argv);
     if (a.cmd == "generate") return cmd_generate(a);
     if (a.cmd == "bench") return cmd_bench(a);
+    if (a.cmd == "hooks") return cmd_hooks(a);
     if (a.cmd == "inspect") return cmd_inspect(a);
     if (a.cmd == "tokenize") return cmd_tokenize(a);
     if (a.cmd == "random") return cmd_random(a);

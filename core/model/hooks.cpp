@@ -12,28 +12,29 @@ struct PointInfo {
   Point p;
   const char* suffix;
   bool in_block;
+  const char* tl_suffix;  // TransformerLens's spelling of the same point ("" when it has none)
 };
 
 // Forward order of the points, with their name suffixes.
 constexpr PointInfo kPoints[] = {
-    {Point::Embed, "embed", false},
-    {Point::PosEmbed, "pos_embed", false},
-    {Point::ResidPre, "resid_pre", true},
-    {Point::AttnScores, "attn.scores", true},
-    {Point::AttnMask, "attn.mask", true},
-    {Point::AttnPattern, "attn.pattern", true},
-    {Point::AttnZ, "attn.z", true},
-    {Point::ResidMid, "resid_mid", true},
-    {Point::CrossScores, "cross_attn.scores", true},
-    {Point::CrossMask, "cross_attn.mask", true},
-    {Point::CrossPattern, "cross_attn.pattern", true},
-    {Point::CrossZ, "cross_attn.z", true},
-    {Point::ResidMidCross, "resid_mid_cross", true},
-    {Point::MlpPre, "mlp.pre", true},
-    {Point::MlpPost, "mlp.post", true},
-    {Point::ResidPost, "resid_post", true},
-    {Point::LnFinal, "ln_final", false},
-    {Point::Logits, "logits", false},
+    {Point::Embed, "embed", false, "hook_embed"},
+    {Point::PosEmbed, "pos_embed", false, "hook_pos_embed"},
+    {Point::ResidPre, "resid_pre", true, "hook_resid_pre"},
+    {Point::AttnScores, "attn.scores", true, "attn.hook_attn_scores"},
+    {Point::AttnMask, "attn.mask", true, ""},
+    {Point::AttnPattern, "attn.pattern", true, "attn.hook_pattern"},
+    {Point::AttnZ, "attn.z", true, "attn.hook_z"},
+    {Point::ResidMid, "resid_mid", true, "hook_resid_mid"},
+    {Point::CrossScores, "cross_attn.scores", true, "cross_attn.hook_attn_scores"},
+    {Point::CrossMask, "cross_attn.mask", true, ""},
+    {Point::CrossPattern, "cross_attn.pattern", true, "cross_attn.hook_pattern"},
+    {Point::CrossZ, "cross_attn.z", true, "cross_attn.hook_z"},
+    {Point::ResidMidCross, "resid_mid_cross", true, "hook_resid_mid_cross"},
+    {Point::MlpPre, "mlp.pre", true, "mlp.hook_pre"},
+    {Point::MlpPost, "mlp.post", true, "mlp.hook_post"},
+    {Point::ResidPost, "resid_post", true, "hook_resid_post"},
+    {Point::LnFinal, "ln_final", false, "ln_final.hook_normalized"},
+    {Point::Logits, "logits", false, ""},
 };
 
 const PointInfo& info(Point p) {
@@ -84,6 +85,16 @@ std::string Hooks::name(Stack s, int layer, Point p) {
   return n + info(p).suffix;
 }
 
+std::string Hooks::transformerlens_name(const std::string& name) {
+  Stack s;
+  int layer;
+  Point p;
+  if (!parse(name, s, layer, p) || !*info(p).tl_suffix) return "";
+  std::string n = s == Stack::Encoder ? "encoder." : "";
+  if (info(p).in_block) n += "blocks." + std::to_string(layer) + ".";
+  return n + info(p).tl_suffix;
+}
+
 std::vector<std::string> Hooks::names(const Config& cfg) {
   std::vector<std::string> out;
   auto stack = [&](Stack s, int n_layers) {
@@ -108,7 +119,9 @@ std::vector<std::string> Hooks::names(const Config& cfg) {
 }
 
 bool Hooks::matches(const std::string& pattern, const std::string& name) {
-  return glob(pattern.c_str(), name.c_str());
+  if (glob(pattern.c_str(), name.c_str())) return true;
+  const std::string tl = transformerlens_name(name);
+  return !tl.empty() && glob(pattern.c_str(), tl.c_str());
 }
 
 bool Hooks::parse(const std::string& name, Stack& s, int& layer, Point& p) {
@@ -128,7 +141,7 @@ bool Hooks::parse(const std::string& name, Stack& s, int& layer, Point& p) {
     rest = rest.substr(dot + 1);
   }
   for (auto& i : kPoints) {
-    if (rest == i.suffix && i.in_block == (layer >= 0)) {
+    if ((rest == i.suffix || (*i.tl_suffix && rest == i.tl_suffix)) && i.in_block == (layer >= 0)) {
       if (s == Stack::Encoder && (i.p == Point::Logits || is_cross(i.p))) return false;
       p = i.p;
       return true;

@@ -91,7 +91,12 @@ class Hooks {
   static std::vector<std::string> names(const Config& cfg);
   static std::string name(Stack s, int layer, Point p);
   static bool matches(const std::string& pattern, const std::string& name);
-  // Parses a hook name; returns false if it is not one.
+  // The same point as TransformerLens spells it ("blocks.0.attn.hook_pattern",
+  // "blocks.0.hook_resid_pre", "ln_final.hook_normalized"); "" for points it has no
+  // name for (attn.mask, logits) and for strings that are not hook names. Every
+  // function here that takes a name or a pattern accepts either spelling.
+  static std::string transformerlens_name(const std::string& name);
+  // Parses a hook name (either spelling); returns false if it is not one.
   static bool parse(const std::string& name, Stack& s, int& layer, Point& p);
 
  private:

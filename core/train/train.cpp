@@ -32,21 +32,10 @@ TrainSpec default_spec(const std::string& task) {
     s.ffn = "gelu";
     s.pos = "learned";
     s.tied_head = true;
-    s.steps = 2500;  // 99.8% validation exact match from step 1250 on (seed 1)
+    s.steps = 2500;
   } else {
-    // Measured (seed 1, busy 2-core machine, load average ~6): with 4 heads of 16
-    // dimensions and lr 2e-3 the model plateaued (78% validation exact match at 3000
-    // steps, 90.6% after 8000 steps in 19 min); lr 3e-3 was worse still (27% at 3000).
-    // The errors were alignment errors (a wrong operand digit, not a wrong carry): each
-    // output digit reads two or four operand digits whose positions depend on the
-    // operand lengths, so more, narrower heads help (8 heads: 82% at 3000 steps at lr
-    // 2e-3), and a lower peak rate helps most: 8 heads at lr 1e-3 reach 97% at 2000
-    // steps, 99.8% at 2500 and 100% validation / 99.95% on 2000 fresh samples at 3000.
-    // A 4000-step schedule gave 99.5% on `eval --seed 12345` (missed carries into the
-    // tens column, 3-digit + 2-digit); a 6000-step schedule gives 100% there and on
-    // 4000 other fresh samples, at lr 1e-3 and at 5e-4 alike. 6000 steps take 3-5
-    // minutes at 2 threads on this machine under load (13-18 steps/s per thread),
-    // about 14 minutes at the worst rate seen (7 steps/s).
+    // More, narrower heads and a low peak rate: each output digit reads operand digits
+    // whose positions depend on the operand lengths (README, "Built-in models").
     s.d_model = 64;
     s.n_layers = 3;
     s.n_enc_layers = 0;

@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "imgui_stdlib.h"
 #include "models.h"
@@ -271,32 +269,9 @@ void App::fork_here() {
 bool App::open_trace(const std::string& path) {
   try {
     ds::Trace t = ds::Trace::load(path);
-    // The window's own addition to the file: the logit lens of every position.
-    std::map<int, LensResult> lens_by_pos;
-    try {
-      std::ifstream f(path);
-      nlohmann::json j = nlohmann::json::parse(f);
-      if (j.contains("gui_logit_lens"))
-        for (auto& p : j.at("gui_logit_lens")) {
-          LensResult r;
-          r.pos = p.at("pos").get<int>();
-          for (auto& row : p.at("rows")) {
-            LensRow lr;
-            lr.label = row.at("label").get<std::string>();
-            lr.ids = row.at("ids").get<std::vector<int>>();
-            lr.texts = row.at("texts").get<std::vector<std::string>>();
-            lr.probs = row.at("probs").get<std::vector<float>>();
-            r.rows.push_back(std::move(lr));
-          }
-          lens_by_pos[r.pos] = std::move(r);
-        }
-    } catch (const std::exception&) {
-      lens_by_pos.clear();  // a trace without a readable lens still replays
-    }
     worker.cancel();
     playing = false;
     trace = std::move(t);
-    replay_lens = std::move(lens_by_pos);
     ++version;
     ++trace_epoch;
     replay = true;

@@ -2,15 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
-#include <fstream>
-#include <nlohmann/json.hpp>
-#include <numeric>
-#include <sstream>
 
 #include "models.h"
-#include "trace_view.h"
 #include "probe/interventions.h"
+#include "probe/lens.h"
 #include "util/error.h"
 
 namespace dsgui {
@@ -142,54 +137,19 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// The final norm of a model applied to one residual vector (lens).
-std::vector<float> final_norm(const ds::Model& m, const std::vector<float>& x) {
-  const ds::Config& c = m.cfg;
-  const int d = c.d_model;
-  std::vector<float> y(x.begin(), x.end());
-  if (!c.final_norm || m.w.ln_final.g.size() != d) return y;
-  const ds::Norm& n = m.w.ln_final;
-  if (c.norm == ds::NormKind::RMSNorm) {
-    double ss = 0;
-    for (int i = 0; i < d; ++i) ss += double(x[i]) * x[i];
-    float r = float(1.0 / std::sqrt(ss / d + c.norm_eps));
-    for (int i = 0; i < d; ++i) y[i] = x[i] * r * n.g[i];
-  } else {
-    double mean = 0, var = 0;
-    for (int i = 0; i < d; ++i) mean += x[i];
-    mean /= d;
-    for (int i = 0; i < d; ++i) var += (x[i] - mean) * (x[i] - mean);
-    var /= d;
-    float r = float(1.0 / std::sqrt(var + c.norm_eps));
-    for (int i = 0; i < d; ++i) y[i] = float((x[i] - mean) * r) * n.g[i] + (n.b.size() == d ? n.b[i] : 0.0f);
-  }
-  return y;
-}
-
 }  // namespace
 
 LensRow Worker::lens_row(const std::vector<float>& x, const std::string& label) {
   const ds::Model& m = *lm_.model;
-  const ds::MatView head = m.w.head_view();
-  const int V = m.cfg.vocab_size, d = m.cfg.d_model;
-  if (int(x.size()) != d) throw ds::Error("logit lens: the residual vector does not fit this model");
-  std::vector<float> y = final_norm(m, x);
-  std::vector<float> logits(V);
-  head.gemv(y.data(), logits.data(), 0, V);
-  float mx = *std::max_element(logits.begin(), logits.end());
-  double z = 0;
-  for (float v : logits) z += std::exp(double(v - mx));
-  std::vector<int> idx(V);
-  std::iota(idx.begin(), idx.end(), 0);
-  const int k = std::min(5, V);
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                    [&](int a, int b) { return logits[a] != logits[b] ? logits[a] > logits[b] : a < b; });
+  if (int(x.size()) != m.cfg.d_model) throw ds::Error("logit lens: the residual vector does not fit this model");
+  const ds::LensTop top = ds::lens_top_k(m, x.data(), 1, ds::kWindowLensTopK);
   LensRow row;
   row.label = label;
-  for (int i = 0; i < k; ++i) {
-    row.ids.push_back(idx[i]);
-    row.texts.push_back(lm_.tokenizer ? lm_.tokenizer->piece(idx[i]) : "#" + std::to_string(idx[i]));
-    row.probs.push_back(float(std::exp(double(logits[idx[i]] - mx)) / z));
+  for (int i = 0; i < top.k && top.ids[size_t(i)] >= 0; ++i) {
+    const int id = top.ids[size_t(i)];
+    row.ids.push_back(id);
+    row.texts.push_back(lm_.tokenizer ? lm_.tokenizer->piece(id) : "#" + std::to_string(id));
+    row.probs.push_back(top.probs[size_t(i)]);
   }
   return row;
 }
@@ -237,6 +197,7 @@ void Worker::handle(Command& c) {
       o.stop_ids = lm_.stop_ids;
       o.record = record_patterns(cfg);
       o.trace_options.compact = true;
+      o.trace_options.lens_top_k = ds::kWindowLensTopK;  // the panel reads the lens from the trace
       o.candidates = 20;
       o.threads = std::max(1, c.threads);
       std::vector<int> prompt, src;
@@ -335,34 +296,7 @@ void Worker::handle(Command& c) {
     }
     case Command::SaveTrace: {
       set_activity("saving " + c.a);
-      const ds::Trace& t = *c.trace;
-      // The logit lens of every position goes into the file too (when this model made
-      // the trace), so that a replay without the model still shows it.
-      nlohmann::json lens = nlohmann::json::array();
-      const bool fits = lm_.model && lm_.model->cfg.d_model == t.config.d_model &&
-                        lm_.model->cfg.vocab_size == t.config.vocab_size && !t.steps.empty();
-      if (fits) {
-        const int last = int(t.steps.size()) - 1;
-        for (int pos = 0; pos < t.positions(last); ++pos) {
-          std::vector<std::vector<float>> resid;
-          std::vector<std::string> labels;
-          lens_inputs(t, last, pos, resid, labels);
-          nlohmann::json rows = nlohmann::json::array();
-          for (size_t r = 0; r < resid.size(); ++r) {
-            LensRow row = lens_row(resid[r], labels[r]);
-            rows.push_back({{"label", row.label}, {"ids", row.ids}, {"texts", row.texts}, {"probs", row.probs}});
-          }
-          if (!rows.empty()) lens.push_back({{"pos", pos}, {"rows", std::move(rows)}});
-        }
-      }
-      std::ostringstream os;
-      t.write_json(os);
-      nlohmann::json j = nlohmann::json::parse(os.str());
-      if (!lens.empty()) j["gui_logit_lens"] = std::move(lens);
-      std::ofstream f(c.a);
-      if (!f) throw ds::Error("cannot write trace file " + c.a);
-      f << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-      if (!f) throw ds::Error("error while writing trace file " + c.a);
+      c.trace->save(c.a);  // the logit lens is in the trace when the window recorded it
       Event ev;
       ev.kind = Event::Saved;
       ev.msg = c.a;

@@ -154,87 +154,93 @@ LensRow Worker::lens_row(const std::vector<float>& x, const std::string& label) 
   return row;
 }
 
+void Worker::load(const Command& c) {
+  set_activity("loading " + c.a);
+  Event ev;
+  ev.kind = Event::Loading;
+  ev.msg = c.a;
+  emit(std::move(ev));
+  auto t0 = Clock::now();
+  session_.reset();
+  head_handles_.clear();
+  lm_ = ds::LoadedModel{};
+  ds::LoadedModel m = open_model(c.a, c.b, c.precision);
+  lm_ = std::move(m);
+  auto info = std::make_shared<ModelInfo>();
+  info->spec = c.a;
+  info->tokenizer = c.b;
+  info->name = lm_.name;
+  info->kind = lm_.kind;
+  info->cfg = lm_.model->cfg;
+  info->describe = lm_.model->cfg.describe();
+  info->has_tokenizer = lm_.tokenizer != nullptr;
+  info->prompt = default_prompt(lm_);
+  info->source = default_source(lm_);
+  info->params = lm_.model->w.parameter_count();
+  info->precision = lm_.model->w.precision();
+  info->weight_bytes = lm_.model->w.bytes();
+  info->load_seconds = since(t0);
+  Event done;
+  done.kind = Event::Loaded;
+  done.info = std::move(info);
+  emit(std::move(done));
+}
+
+void Worker::start(const Command& c) {
+  if (!lm_.model) throw ds::Error("no model is loaded");
+  set_activity("encoding the prompt");
+  const ds::Config& cfg = lm_.model->cfg;
+  ds::SessionOptions o;
+  o.sampler = sampler_;
+  o.stop_ids = lm_.stop_ids;
+  o.record = record_patterns(cfg);
+  o.trace_options.compact = true;
+  o.trace_options.lens_top_k = ds::kWindowLensTopK;  // the panel reads the lens from the trace
+  o.candidates = 20;
+  o.threads = std::max(1, c.threads);
+  std::vector<int> prompt, src;
+  if (lm_.tokenizer) {
+    if (cfg.encoder_decoder) {
+      // The target starts with BOS, then the prefix typed (if any).
+      if (cfg.bos_id >= 0) prompt.push_back(cfg.bos_id);
+      for (int id : lm_.tokenizer->encode(c.a, false)) prompt.push_back(id);
+      src = lm_.tokenizer->encode(c.b, false);
+    } else if (lm_.kind == "random") {
+      prompt = lm_.tokenizer->encode(c.a, lm_.bos_prompt);
+    } else {
+      prompt = ds::encode_prompt(lm_, c.a);
+    }
+  }
+  if (prompt.empty()) {
+    if (cfg.bos_id >= 0)
+      prompt = {cfg.bos_id};
+    else if (!lm_.tokenizer)
+      throw ds::Error("this model has no tokenizer, so text cannot be turned into tokens");
+    else
+      throw ds::Error("the prompt is empty: type some text");
+  }
+  if (cfg.encoder_decoder && src.empty()) throw ds::Error("the source is empty: type a source text");
+  session_.reset();
+  head_handles_.clear();
+  session_ = std::make_unique<ds::Session>(lm_.model, lm_.tokenizer, o);
+  apply_heads();
+  session_->start(prompt, src);
+  Event ev;
+  ev.kind = Event::Started;
+  ev.source = session_->trace().source;
+  ev.source_text = session_->trace().source_text;
+  ev.encoder = session_->trace().encoder;
+  emit(std::move(ev));
+}
+
 void Worker::handle(Command& c) {
   switch (c.kind) {
-    case Command::Load: {
-      set_activity("loading " + c.a);
-      Event ev;
-      ev.kind = Event::Loading;
-      ev.msg = c.a;
-      emit(std::move(ev));
-      auto t0 = Clock::now();
-      session_.reset();
-      head_handles_.clear();
-      lm_ = ds::LoadedModel{};
-      ds::LoadedModel m = open_model(c.a, c.b, c.precision);
-      lm_ = std::move(m);
-      auto info = std::make_shared<ModelInfo>();
-      info->spec = c.a;
-      info->tokenizer = c.b;
-      info->name = lm_.name;
-      info->kind = lm_.kind;
-      info->cfg = lm_.model->cfg;
-      info->describe = lm_.model->cfg.describe();
-      info->has_tokenizer = lm_.tokenizer != nullptr;
-      info->prompt = default_prompt(lm_);
-      info->source = default_source(lm_);
-      info->params = lm_.model->w.parameter_count();
-      info->precision = lm_.model->w.precision();
-      info->weight_bytes = lm_.model->w.bytes();
-      info->load_seconds = since(t0);
-      Event done;
-      done.kind = Event::Loaded;
-      done.info = std::move(info);
-      emit(std::move(done));
+    case Command::Load:
+      load(c);
       return;
-    }
-    case Command::Start: {
-      if (!lm_.model) throw ds::Error("no model is loaded");
-      set_activity("encoding the prompt");
-      const ds::Config& cfg = lm_.model->cfg;
-      ds::SessionOptions o;
-      o.sampler = sampler_;
-      o.stop_ids = lm_.stop_ids;
-      o.record = record_patterns(cfg);
-      o.trace_options.compact = true;
-      o.trace_options.lens_top_k = ds::kWindowLensTopK;  // the panel reads the lens from the trace
-      o.candidates = 20;
-      o.threads = std::max(1, c.threads);
-      std::vector<int> prompt, src;
-      if (lm_.tokenizer) {
-        if (cfg.encoder_decoder) {
-          // The target starts with BOS, then the prefix typed (if any).
-          if (cfg.bos_id >= 0) prompt.push_back(cfg.bos_id);
-          for (int id : lm_.tokenizer->encode(c.a, false)) prompt.push_back(id);
-          src = lm_.tokenizer->encode(c.b, false);
-        } else if (lm_.kind == "random") {
-          prompt = lm_.tokenizer->encode(c.a, lm_.bos_prompt);
-        } else {
-          prompt = ds::encode_prompt(lm_, c.a);
-        }
-      }
-      if (prompt.empty()) {
-        if (cfg.bos_id >= 0)
-          prompt = {cfg.bos_id};
-        else if (!lm_.tokenizer)
-          throw ds::Error("this model has no tokenizer, so text cannot be turned into tokens");
-        else
-          throw ds::Error("the prompt is empty: type some text");
-      }
-      if (cfg.encoder_decoder && src.empty()) throw ds::Error("the source is empty: type a source text");
-      session_.reset();
-      head_handles_.clear();
-      session_ = std::make_unique<ds::Session>(lm_.model, lm_.tokenizer, o);
-      apply_heads();
-      session_->start(prompt, src);
-      Event ev;
-      ev.kind = Event::Started;
-      ev.source = session_->trace().source;
-      ev.source_text = session_->trace().source_text;
-      ev.encoder = session_->trace().encoder;
-      emit(std::move(ev));
+    case Command::Start:
+      start(c);
       return;
-    }
     case Command::Step: {
       if (!session_) throw ds::Error("press Start first: there is no prompt yet");
       for (int i = 0; c.n < 0 || i < c.n; ++i) {

@@ -66,6 +66,7 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int64_t kChunk = 256;  // vocabulary rows of the head widened at a time
 constexpr int kRowBlock = 64;    // residual rows multiplied with them at a time
+constexpr int kGemvRows = 2;     // up to this many rows, one matrix-vector product a row
 
 // The running softmax normaliser and top k of some rows over part of the vocabulary,
 // scanned in ascending id order.
@@ -94,11 +95,7 @@ void Partial::add(int r, const float* l, int cnt, int id0) {
     max[r] = cm;
   }
   const float mx = max[r];
-  if (mx != kNegInf) {
-    float s = 0;
-    for (int j = 0; j < cnt; ++j) s += std::exp(l[j] - mx);
-    sum[r] += s;
-  }
+  if (mx != kNegInf) sum[r] += (Eigen::Map<const Eigen::ArrayXf>(l, cnt) - mx).exp().sum();  // vectorised exp
   float* v = val.data() + size_t(r) * k;
   int* ids = id.data() + size_t(r) * k;
   int& nr = n[r];
@@ -141,9 +138,21 @@ void Partial::merge(const Partial& b) {
   }
 }
 
-// Vocabulary rows [v0, v1) of the head against normed rows y [rows, d].
+// Vocabulary rows [v0, v1) of the head against normed rows y [rows, d]. A row or two
+// take the matrix-vector product, which reads the head (in any storage) at memory
+// speed; more rows share each slice of the head widened to float32 rows (B), in
+// one matrix product per block of rows (L).
 void scan(const MatView& W, const float* y, int rows, int d, int64_t v0, int64_t v1, float* B, float* L,
           Partial& p) {
+  if (rows <= kGemvRows) {
+    for (int r = 0; r < rows; ++r)
+      for (int64_t c0 = v0; c0 < v1; c0 += kChunk * kRowBlock) {
+        const int n = int(std::min(kChunk * kRowBlock, v1 - c0));
+        W.gemv(y + size_t(r) * d, L, c0, c0 + n);
+        p.add(r, L, n, int(c0));
+      }
+    return;
+  }
   for (int64_t c0 = v0; c0 < v1; c0 += kChunk) {
     const int n = int(std::min(kChunk, v1 - c0));
     W.rows_f32(c0, c0 + n, B);

@@ -17,6 +17,7 @@
 #include "io/llama2c.h"
 #include "io/loader.h"
 #include "io/model_folder.h"
+#include "probe/lens.h"
 #include "bench/decode_bench.h"
 #include "session/session.h"
 #include "train_cmds.h"
@@ -35,6 +36,9 @@ usage:
                             [--temperature T] [--top-k K] [--top-p P] [--seed S]
                             [--ids] [--trace FILE.json [--hooks PATTERNS]] [--threads N] [--precision P]
   decoderscope-cli hooks    --model PATH
+  decoderscope-cli lens     --model PATH [--tokenizer FILE] [--prompt TEXT | --prompt-ids "..."]
+                            [--source TEXT | --source-ids "..."] [--top-k K] [--position P] [--steps N]
+                            [--temperature T] [--top-p P] [--seed S] [--json] [--threads N] [--precision P]
   decoderscope-cli bench    --model PATH [--steps N] [--threads N] [--reps R] [--precision P]
                             [--prefill N] [--trace-tokens N]
   decoderscope-cli inspect  --model PATH [--precision P]
@@ -53,7 +57,14 @@ generate: --steps counts positions in all, prompt included (llama2.c's -n; defau
   matching a comma-separated list of patterns ('*' one name segment, '**' anything), in
   decoderscope's or TransformerLens's spelling: "blocks.*.attn.pattern,logits" or
   "blocks.*.attn.hook_pattern,blocks.*.hook_resid_post".
+  Without --hooks the trace also holds the logit lens of every position (top 10 tokens
+  of each layer).
 hooks: lists every hook point of the model, with TransformerLens's name for it.
+lens: the logit lens. Runs the prompt and prints, for each layer (the embedding, then the
+  output of every layer), the --top-k tokens (default 10) that the final norm and the output
+  head read from the residual stream at --position (default: the last position run), with
+  their probabilities. --steps N first generates up to N positions (sampled as generate
+  does). --json prints one JSON object instead.
 --precision f32|bf16|f16: how the weight matrices are kept in memory (default f32);
   16-bit weights halve the bytes each token reads, the arithmetic stays float32.
 bench: the machine's read bandwidth, the floor it sets for one token (weight and KV-cache
@@ -105,7 +116,7 @@ struct Args {
   }
 };
 
-const char* kFlags[] = {"ids", "help", "jsonl"};
+const char* kFlags[] = {"ids", "help", "jsonl", "json"};
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -238,7 +249,10 @@ int cmd_generate(const Args& a) {
   o.stop_ids = m.stop_ids;
   o.threads = int(a.integer("threads", 1, 1, 256));
   if (a.has("hooks") && !a.has("trace")) throw Error("--hooks chooses what --trace records; give --trace FILE.json");
-  if (a.has("trace")) o.record = a.has("hooks") ? hook_patterns(a.str("hooks")) : std::vector<std::string>{"**"};
+  if (a.has("trace")) {
+    o.record = a.has("hooks") ? hook_patterns(a.str("hooks")) : std::vector<std::string>{"**"};
+    if (!a.has("hooks")) o.trace_options.lens_top_k = 10;
+  }
   const bool print_ids = a.has("ids") || !m.tokenizer;
   ds::Session s(m.model, m.tokenizer, o);
   s.start(prompt_of(a, m), source_of(a, m));
@@ -267,6 +281,87 @@ int cmd_generate(const Args& a) {
     t.model_name = m.name;
     t.save(a.str("trace"));
   }
+  return 0;
+}
+
+// A token piece in double quotes, with JSON's escapes for newlines and other controls.
+std::string quoted(const std::string& piece) {
+  return nlohmann::json(piece).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// The text of every position of a trace (the token's id as "#id" when it has none).
+std::vector<std::string> position_texts(const ds::Trace& t) {
+  std::vector<std::string> out;
+  for (auto& s : t.steps)
+    for (size_t i = 0; i < s.input.size(); ++i)
+      out.push_back(i < s.input_text.size() && !s.input_text[i].empty() ? s.input_text[i]
+                                                                          : "#" + std::to_string(s.input[i]));
+  return out;
+}
+
+void print_lens(const std::vector<ds::LensRow>& rows, int pos, const std::string& token, const std::string& next,
+                int k) {
+  std::printf("logit lens at position %d %s", pos, quoted(token).c_str());
+  if (!next.empty()) std::printf(", followed by %s", quoted(next).c_str());
+  std::printf(": the top %d tokens read from each layer\n", k);
+  size_t w = 0;
+  for (auto& r : rows) w = std::max(w, r.label.size());
+  for (auto& r : rows) {
+    std::printf("  %-*s", int(w), r.label.c_str());
+    for (size_t i = 0; i < r.ids.size(); ++i) std::printf("  %s %.3f", quoted(r.texts[i]).c_str(), r.probs[i]);
+    std::printf("\n");
+  }
+}
+
+// lens: runs the prompt (and with --steps a generation) recording the logit lens, then
+// prints each layer's top tokens at one position.
+int cmd_lens(const Args& a) {
+  only(a, {"model", "tokenizer", "precision", "prompt", "prompt-ids", "source", "source-ids", "top-k", "position",
+           "steps", "temperature", "top-p", "seed", "threads", "json"});
+  auto m = open_model(a);
+  const ds::Config& c = m.model->cfg;
+  const std::vector<int> prompt = prompt_of(a, m);
+  ds::SessionOptions o;
+  o.sampler.temperature = float(a.number("temperature", 1.0));
+  o.sampler.top_p = float(a.number("top-p", 0.9));
+  o.sampler.seed = uint64_t(a.integer("seed", 0, 0, (1LL << 62)));
+  ds::validate(o.sampler);
+  const int k = int(a.integer("top-k", std::min(10, c.vocab_size), 1, c.vocab_size));
+  o.trace_options.lens_top_k = k;
+  o.steps = a.has("steps") ? int(a.integer("steps", 0, 1, c.max_seq)) : int(prompt.size());
+  o.stop_ids = m.stop_ids;
+  o.threads = int(a.integer("threads", 1, 1, 256));
+  ds::Session s(m.model, m.tokenizer, o);
+  s.start(prompt, source_of(a, m));
+  while (!s.done()) s.step();
+  const ds::Trace& t = s.trace();
+  const std::vector<std::string> texts = position_texts(t);
+  const int n = int(texts.size());
+  const int pos = int(a.integer("position", n - 1, 0, n - 1));
+  std::string next;
+  int next_id = -1;
+  if (pos + 1 < n) {
+    next_id = t.tokens()[size_t(pos) + 1];
+    next = texts[size_t(pos) + 1];
+  } else if (!s.generated().empty() && !s.stopped_on_token()) {
+    next_id = s.generated().back();  // drawn from the last position, not run
+    next = m.tokenizer ? m.tokenizer->piece(next_id) : "#" + std::to_string(next_id);
+  }
+  const std::vector<ds::LensRow> rows = ds::recorded_lens(t, pos);
+  if (!a.has("json")) {
+    print_lens(rows, pos, texts[size_t(pos)], next, k);
+    return 0;
+  }
+  nlohmann::json layers = nlohmann::json::array();
+  for (auto& r : rows)
+    layers.push_back({{"hook", r.hook}, {"label", r.label}, {"ids", r.ids}, {"texts", r.texts}, {"probs", r.probs}});
+  nlohmann::json j{{"position", pos}, {"token", t.tokens()[size_t(pos)]}, {"text", texts[size_t(pos)]},
+                   {"top_k", k},      {"layers", std::move(layers)}};
+  if (next_id >= 0) {
+    j["next"] = next_id;
+    j["next_text"] = next;
+  }
+  std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   return 0;
 }
 
@@ -426,6 +521,7 @@ int main(int argc, char** argv) {
     if (argc >= 2 && !std::strcmp(argv[1], "batch")) return cmd_batch(argc, argv);
     Args a = parse(argc, argv);
     if (a.cmd == "generate") return cmd_generate(a);
+    if (a.cmd == "lens") return cmd_lens(a);
     if (a.cmd == "bench") return cmd_bench(a);
     if (a.cmd == "hooks") return cmd_hooks(a);
     if (a.cmd == "inspect") return cmd_inspect(a);

@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "imgui_stdlib.h"
 #include "models.h"
@@ -271,32 +269,9 @@ void App::fork_here() {
 bool App::open_trace(const std::string& path) {
   try {
     ds::Trace t = ds::Trace::load(path);
-    // The window's own addition to the file: the logit lens of every position.
-    std::map<int, LensResult> lens_by_pos;
-    try {
-      std::ifstream f(path);
-      nlohmann::json j = nlohmann::json::parse(f);
-      if (j.contains("gui_logit_lens"))
-        for (auto& p : j.at("gui_logit_lens")) {
-          LensResult r;
-          r.pos = p.at("pos").get<int>();
-          for (auto& row : p.at("rows")) {
-            LensRow lr;
-            lr.label = row.at("label").get<std::string>();
-            lr.ids = row.at("ids").get<std::vector<int>>();
-            lr.texts = row.at("texts").get<std::vector<std::string>>();
-            lr.probs = row.at("probs").get<std::vector<float>>();
-            r.rows.push_back(std::move(lr));
-          }
-          lens_by_pos[r.pos] = std::move(r);
-        }
-    } catch (const std::exception&) {
-      lens_by_pos.clear();  // a trace without a readable lens still replays
-    }
     worker.cancel();
     playing = false;
     trace = std::move(t);
-    replay_lens = std::move(lens_by_pos);
     ++version;
     ++trace_epoch;
     replay = true;
@@ -663,6 +638,23 @@ void App::toolbar() {
   ImGui::Text("of %d%s", n, done ? " (end)" : "");
 }
 
+// What a token chip's tooltip says about its token (s: its visible text).
+static void token_tooltip(const TokenInfo& t, const std::string& s) {
+  ImGui::BeginTooltip();
+  ImGui::Text("position %d, token id %d", t.pos, t.id);
+  ImGui::Text("text: \"%s\"", s.c_str());
+  if (t.prompt) ImGui::TextUnformatted("part of the prompt");
+  if (t.drawn_at >= 0) {
+    ImGui::Text("drawn at step %d with probability %.4f (model alone: %.4f)", t.drawn_at + 1, t.p, t.p_raw);
+    ImGui::Text("rank %d among all tokens", t.rank + 1);
+  }
+  if (!t.fed)
+    ImGui::TextUnformatted("just drawn: the next step runs it through the model");
+  else
+    ImGui::TextUnformatted("click: every view follows this position");
+  ImGui::EndTooltip();
+}
+
 void App::token_strip() {
   const float font = ImGui::GetFontSize();
   const ImGuiStyle& style = ImGui::GetStyle();
@@ -743,21 +735,7 @@ void App::token_strip() {
       ImVec2 a = ImGui::GetItemRectMin(), b = ImGui::GetItemRectMax();
       if (t.pos >= cur0 && t.pos <= cur1)
         ImGui::GetWindowDrawList()->AddLine(ImVec2(a.x, b.y + 1), ImVec2(b.x, b.y + 1), IM_COL32(255, 170, 40, 255), 2);
-      if (ImGui::IsItemHovered()) {
-        ImGui::BeginTooltip();
-        ImGui::Text("position %d, token id %d", t.pos, t.id);
-        ImGui::Text("text: \"%s\"", s.c_str());
-        if (t.prompt) ImGui::TextUnformatted("part of the prompt");
-        if (t.drawn_at >= 0) {
-          ImGui::Text("drawn at step %d with probability %.4f (model alone: %.4f)", t.drawn_at + 1, t.p, t.p_raw);
-          ImGui::Text("rank %d among all tokens", t.rank + 1);
-        }
-        if (!t.fed)
-          ImGui::TextUnformatted("just drawn: the next step runs it through the model");
-        else
-          ImGui::TextUnformatted("click: every view follows this position");
-        ImGui::EndTooltip();
-      }
+      if (ImGui::IsItemHovered()) token_tooltip(t, s);
       ImGui::PopID();
       return w;
     });

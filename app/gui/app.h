@@ -103,7 +103,6 @@ class App {
 
   // ---- logit lens
   LensResult lens;
-  std::map<int, LensResult> replay_lens;  // by position, read from a saved trace
   uint64_t lens_key = 0;
   bool lens_pending = false;
 

@@ -1,11 +1,39 @@
 // The logit lens: each layer's residual stream at the selected position, read through
-// the final norm and the output head as if the model stopped there.
+// the final norm and the output head as if the model stopped there. The trace carries
+// it (the worker records it with every step); for a trace recorded without it, the
+// worker computes it from the recorded residual stream when the model is loaded.
 #include <algorithm>
 #include <cstdio>
 
 #include "app.h"
+#include "probe/lens.h"
 
 namespace dsgui {
+
+namespace {
+
+// The lens the trace recorded at pos as of step `step`, its first few tokens per row.
+bool recorded(const ds::Trace& t, int step, int pos, LensResult& out) {
+  const int s = t.step_of(pos);
+  if (s < 0 || s > step) return false;
+  std::vector<ds::LensRow> rows;
+  try {
+    rows = ds::recorded_lens(t, pos);
+  } catch (const std::exception&) {
+    return false;  // malformed: as if not recorded
+  }
+  if (rows.empty()) return false;
+  out.step = step;
+  out.pos = pos;
+  for (auto& r : rows) {
+    const size_t n = std::min(r.ids.size(), size_t(ds::kWindowLensTopK));
+    out.rows.push_back({r.label, {r.ids.begin(), r.ids.begin() + n}, {r.texts.begin(), r.texts.begin() + n},
+                        {r.probs.begin(), r.probs.begin() + n}});
+  }
+  return true;
+}
+
+}  // namespace
 
 void panel_lens(App& app) {
   view_caption(app, kLens);
@@ -19,13 +47,13 @@ void panel_lens(App& app) {
   const bool live =
       app.model && app.model->cfg.d_model == t.config.d_model && app.model->cfg.vocab_size == t.config.vocab_size;
   const LensResult* shown = nullptr;
-  auto saved = app.replay_lens.find(pos);
-  if (app.replay && saved != app.replay_lens.end()) {
-    shown = &saved->second;  // computed when the trace was saved
+  LensResult in_trace;
+  if (recorded(t, app.cursor, pos, in_trace)) {
+    shown = &in_trace;
   } else if (!live) {
     ImGui::TextDisabled(
-        "The logit lens needs the model's final norm and output head: load the model this trace "
-        "came from (traces saved by the window carry the lens with them).");
+        "This trace did not record the logit lens, which needs the model's final norm and output head: "
+        "load the model this trace came from (traces saved by the window carry the lens with them).");
     return;
   } else {
     // Ask the worker when the position or the trace changed.

@@ -2,15 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
-#include <fstream>
-#include <nlohmann/json.hpp>
-#include <numeric>
-#include <sstream>
 
 #include "models.h"
-#include "trace_view.h"
 #include "probe/interventions.h"
+#include "probe/lens.h"
 #include "util/error.h"
 
 namespace dsgui {
@@ -142,138 +137,110 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// The final norm of a model applied to one residual vector (lens).
-std::vector<float> final_norm(const ds::Model& m, const std::vector<float>& x) {
-  const ds::Config& c = m.cfg;
-  const int d = c.d_model;
-  std::vector<float> y(x.begin(), x.end());
-  if (!c.final_norm || m.w.ln_final.g.size() != d) return y;
-  const ds::Norm& n = m.w.ln_final;
-  if (c.norm == ds::NormKind::RMSNorm) {
-    double ss = 0;
-    for (int i = 0; i < d; ++i) ss += double(x[i]) * x[i];
-    float r = float(1.0 / std::sqrt(ss / d + c.norm_eps));
-    for (int i = 0; i < d; ++i) y[i] = x[i] * r * n.g[i];
-  } else {
-    double mean = 0, var = 0;
-    for (int i = 0; i < d; ++i) mean += x[i];
-    mean /= d;
-    for (int i = 0; i < d; ++i) var += (x[i] - mean) * (x[i] - mean);
-    var /= d;
-    float r = float(1.0 / std::sqrt(var + c.norm_eps));
-    for (int i = 0; i < d; ++i) y[i] = float((x[i] - mean) * r) * n.g[i] + (n.b.size() == d ? n.b[i] : 0.0f);
-  }
-  return y;
-}
-
 }  // namespace
 
 LensRow Worker::lens_row(const std::vector<float>& x, const std::string& label) {
   const ds::Model& m = *lm_.model;
-  const ds::MatView head = m.w.head_view();
-  const int V = m.cfg.vocab_size, d = m.cfg.d_model;
-  if (int(x.size()) != d) throw ds::Error("logit lens: the residual vector does not fit this model");
-  std::vector<float> y = final_norm(m, x);
-  std::vector<float> logits(V);
-  head.gemv(y.data(), logits.data(), 0, V);
-  float mx = *std::max_element(logits.begin(), logits.end());
-  double z = 0;
-  for (float v : logits) z += std::exp(double(v - mx));
-  std::vector<int> idx(V);
-  std::iota(idx.begin(), idx.end(), 0);
-  const int k = std::min(5, V);
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                    [&](int a, int b) { return logits[a] != logits[b] ? logits[a] > logits[b] : a < b; });
+  if (int(x.size()) != m.cfg.d_model) throw ds::Error("logit lens: the residual vector does not fit this model");
+  const ds::LensTop top = ds::lens_top_k(m, x.data(), 1, ds::kWindowLensTopK);
   LensRow row;
   row.label = label;
-  for (int i = 0; i < k; ++i) {
-    row.ids.push_back(idx[i]);
-    row.texts.push_back(lm_.tokenizer ? lm_.tokenizer->piece(idx[i]) : "#" + std::to_string(idx[i]));
-    row.probs.push_back(float(std::exp(double(logits[idx[i]] - mx)) / z));
+  for (int i = 0; i < top.k && top.ids[size_t(i)] >= 0; ++i) {
+    const int id = top.ids[size_t(i)];
+    row.ids.push_back(id);
+    row.texts.push_back(lm_.tokenizer ? lm_.tokenizer->piece(id) : "#" + std::to_string(id));
+    row.probs.push_back(top.probs[size_t(i)]);
   }
   return row;
 }
 
+void Worker::load(const Command& c) {
+  set_activity("loading " + c.a);
+  Event ev;
+  ev.kind = Event::Loading;
+  ev.msg = c.a;
+  emit(std::move(ev));
+  auto t0 = Clock::now();
+  session_.reset();
+  head_handles_.clear();
+  lm_ = ds::LoadedModel{};
+  ds::LoadedModel m = open_model(c.a, c.b, c.precision);
+  lm_ = std::move(m);
+  auto info = std::make_shared<ModelInfo>();
+  info->spec = c.a;
+  info->tokenizer = c.b;
+  info->name = lm_.name;
+  info->kind = lm_.kind;
+  info->cfg = lm_.model->cfg;
+  info->describe = lm_.model->cfg.describe();
+  info->has_tokenizer = lm_.tokenizer != nullptr;
+  info->prompt = default_prompt(lm_);
+  info->source = default_source(lm_);
+  info->params = lm_.model->w.parameter_count();
+  info->precision = lm_.model->w.precision();
+  info->weight_bytes = lm_.model->w.bytes();
+  info->load_seconds = since(t0);
+  Event done;
+  done.kind = Event::Loaded;
+  done.info = std::move(info);
+  emit(std::move(done));
+}
+
+void Worker::start(const Command& c) {
+  if (!lm_.model) throw ds::Error("no model is loaded");
+  set_activity("encoding the prompt");
+  const ds::Config& cfg = lm_.model->cfg;
+  ds::SessionOptions o;
+  o.sampler = sampler_;
+  o.stop_ids = lm_.stop_ids;
+  o.record = record_patterns(cfg);
+  o.trace_options.compact = true;
+  o.trace_options.lens_top_k = ds::kWindowLensTopK;  // the panel reads the lens from the trace
+  o.candidates = 20;
+  o.threads = std::max(1, c.threads);
+  std::vector<int> prompt, src;
+  if (lm_.tokenizer) {
+    if (cfg.encoder_decoder) {
+      // The target starts with BOS, then the prefix typed (if any).
+      if (cfg.bos_id >= 0) prompt.push_back(cfg.bos_id);
+      for (int id : lm_.tokenizer->encode(c.a, false)) prompt.push_back(id);
+      src = lm_.tokenizer->encode(c.b, false);
+    } else if (lm_.kind == "random") {
+      prompt = lm_.tokenizer->encode(c.a, lm_.bos_prompt);
+    } else {
+      prompt = ds::encode_prompt(lm_, c.a);
+    }
+  }
+  if (prompt.empty()) {
+    if (cfg.bos_id >= 0)
+      prompt = {cfg.bos_id};
+    else if (!lm_.tokenizer)
+      throw ds::Error("this model has no tokenizer, so text cannot be turned into tokens");
+    else
+      throw ds::Error("the prompt is empty: type some text");
+  }
+  if (cfg.encoder_decoder && src.empty()) throw ds::Error("the source is empty: type a source text");
+  session_.reset();
+  head_handles_.clear();
+  session_ = std::make_unique<ds::Session>(lm_.model, lm_.tokenizer, o);
+  apply_heads();
+  session_->start(prompt, src);
+  Event ev;
+  ev.kind = Event::Started;
+  ev.source = session_->trace().source;
+  ev.source_text = session_->trace().source_text;
+  ev.encoder = session_->trace().encoder;
+  emit(std::move(ev));
+}
+
 void Worker::handle(Command& c) {
   switch (c.kind) {
-    case Command::Load: {
-      set_activity("loading " + c.a);
-      Event ev;
-      ev.kind = Event::Loading;
-      ev.msg = c.a;
-      emit(std::move(ev));
-      auto t0 = Clock::now();
-      session_.reset();
-      head_handles_.clear();
-      lm_ = ds::LoadedModel{};
-      ds::LoadedModel m = open_model(c.a, c.b, c.precision);
-      lm_ = std::move(m);
-      auto info = std::make_shared<ModelInfo>();
-      info->spec = c.a;
-      info->tokenizer = c.b;
-      info->name = lm_.name;
-      info->kind = lm_.kind;
-      info->cfg = lm_.model->cfg;
-      info->describe = lm_.model->cfg.describe();
-      info->has_tokenizer = lm_.tokenizer != nullptr;
-      info->prompt = default_prompt(lm_);
-      info->source = default_source(lm_);
-      info->params = lm_.model->w.parameter_count();
-      info->precision = lm_.model->w.precision();
-      info->weight_bytes = lm_.model->w.bytes();
-      info->load_seconds = since(t0);
-      Event done;
-      done.kind = Event::Loaded;
-      done.info = std::move(info);
-      emit(std::move(done));
+    case Command::Load:
+      load(c);
       return;
-    }
-    case Command::Start: {
-      if (!lm_.model) throw ds::Error("no model is loaded");
-      set_activity("encoding the prompt");
-      const ds::Config& cfg = lm_.model->cfg;
-      ds::SessionOptions o;
-      o.sampler = sampler_;
-      o.stop_ids = lm_.stop_ids;
-      o.record = record_patterns(cfg);
-      o.trace_options.compact = true;
-      o.candidates = 20;
-      o.threads = std::max(1, c.threads);
-      std::vector<int> prompt, src;
-      if (lm_.tokenizer) {
-        if (cfg.encoder_decoder) {
-          // The target starts with BOS, then the prefix typed (if any).
-          if (cfg.bos_id >= 0) prompt.push_back(cfg.bos_id);
-          for (int id : lm_.tokenizer->encode(c.a, false)) prompt.push_back(id);
-          src = lm_.tokenizer->encode(c.b, false);
-        } else if (lm_.kind == "random") {
-          prompt = lm_.tokenizer->encode(c.a, lm_.bos_prompt);
-        } else {
-          prompt = ds::encode_prompt(lm_, c.a);
-        }
-      }
-      if (prompt.empty()) {
-        if (cfg.bos_id >= 0)
-          prompt = {cfg.bos_id};
-        else if (!lm_.tokenizer)
-          throw ds::Error("this model has no tokenizer, so text cannot be turned into tokens");
-        else
-          throw ds::Error("the prompt is empty: type some text");
-      }
-      if (cfg.encoder_decoder && src.empty()) throw ds::Error("the source is empty: type a source text");
-      session_.reset();
-      head_handles_.clear();
-      session_ = std::make_unique<ds::Session>(lm_.model, lm_.tokenizer, o);
-      apply_heads();
-      session_->start(prompt, src);
-      Event ev;
-      ev.kind = Event::Started;
-      ev.source = session_->trace().source;
-      ev.source_text = session_->trace().source_text;
-      ev.encoder = session_->trace().encoder;
-      emit(std::move(ev));
+    case Command::Start:
+      start(c);
       return;
-    }
     case Command::Step: {
       if (!session_) throw ds::Error("press Start first: there is no prompt yet");
       for (int i = 0; c.n < 0 || i < c.n; ++i) {
@@ -335,34 +302,7 @@ void Worker::handle(Command& c) {
     }
     case Command::SaveTrace: {
       set_activity("saving " + c.a);
-      const ds::Trace& t = *c.trace;
-      // The logit lens of every position goes into the file too (when this model made
-      // the trace), so that a replay without the model still shows it.
-      nlohmann::json lens = nlohmann::json::array();
-      const bool fits = lm_.model && lm_.model->cfg.d_model == t.config.d_model &&
-                        lm_.model->cfg.vocab_size == t.config.vocab_size && !t.steps.empty();
-      if (fits) {
-        const int last = int(t.steps.size()) - 1;
-        for (int pos = 0; pos < t.positions(last); ++pos) {
-          std::vector<std::vector<float>> resid;
-          std::vector<std::string> labels;
-          lens_inputs(t, last, pos, resid, labels);
-          nlohmann::json rows = nlohmann::json::array();
-          for (size_t r = 0; r < resid.size(); ++r) {
-            LensRow row = lens_row(resid[r], labels[r]);
-            rows.push_back({{"label", row.label}, {"ids", row.ids}, {"texts", row.texts}, {"probs", row.probs}});
-          }
-          if (!rows.empty()) lens.push_back({{"pos", pos}, {"rows", std::move(rows)}});
-        }
-      }
-      std::ostringstream os;
-      t.write_json(os);
-      nlohmann::json j = nlohmann::json::parse(os.str());
-      if (!lens.empty()) j["gui_logit_lens"] = std::move(lens);
-      std::ofstream f(c.a);
-      if (!f) throw ds::Error("cannot write trace file " + c.a);
-      f << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-      if (!f) throw ds::Error("error while writing trace file " + c.a);
+      c.trace->save(c.a);  // the logit lens is in the trace when the window recorded it
       Event ev;
       ev.kind = Event::Saved;
       ev.msg = c.a;

@@ -105,6 +105,8 @@ class Worker {
  private:
   void run();
   void handle(Command& c);
+  void load(const Command& c);
+  void start(const Command& c);
   void emit(Event e);
   void apply_heads();
   void set_activity(std::string s);

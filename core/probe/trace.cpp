@@ -1,6 +1,7 @@
 #include "probe/trace.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -8,6 +9,7 @@
 
 #include "io/safetensors.h"
 #include "model/config_json.h"
+#include "probe/lens.h"
 #include "util/error.h"
 
 namespace ds {
@@ -78,6 +80,7 @@ size_t Trace::bytes() const {
     for (auto& [k, t] : s.tensors) n += t.bytes() + k.capacity();
     if (s.sample)
       for (auto& c : s.sample->candidates) n += sizeof(Candidate) + c.text.capacity();
+    for (auto& [id, text] : s.token_text) n += sizeof(id) + sizeof(text) + text.capacity();
     n += s.input.capacity() * sizeof(int);
   }
   return n;
@@ -99,6 +102,12 @@ std::vector<int> Trace::tokens() const {
 int Trace::positions(int step) const {
   if (step < 0 || step >= int(steps.size())) return 0;
   return steps[step].pos0 + int(steps[step].input.size());
+}
+
+int Trace::step_of(int pos) const {
+  for (int s = 0; s < int(steps.size()); ++s)
+    if (pos >= steps[s].pos0 && pos < steps[s].pos0 + int(steps[s].input.size())) return s;
+  return -1;
 }
 
 MatRM Trace::attention(int layer, int head, int step, bool cross, bool scores) const {
@@ -174,9 +183,12 @@ float json_float(const json& j) {
   throw Error("expected a number, found " + j.dump());
 }
 
-json tensor_json(const Tensor& t) {
+// Token ids (the logit lens's "*.ids" tensors) are written as integers.
+json tensor_json(const Tensor& t, bool ints) {
   json d = json::array();
-  if (t.storage == Storage::F16)
+  if (ints && t.storage == Storage::F32)
+    for (float f : t.data) d.push_back(std::isfinite(f) ? json(int64_t(std::lround(f))) : float_json(f));
+  else if (t.storage == Storage::F16)
     for (int64_t i = 0; i < t.size(); ++i) d.push_back(float_json(t.at(i)));
   else
     for (float f : t.data) d.push_back(float_json(f));
@@ -206,12 +218,29 @@ Tensor json_tensor(const json& j, const std::string& name) {
 
 json tensors_json(const std::map<std::string, Tensor>& m) {
   json o = json::object();
-  for (auto& [k, v] : m) o[k] = tensor_json(v);
+  for (auto& [k, v] : m) o[k] = tensor_json(v, k.size() > 4 && k.compare(k.size() - 4, 4, ".ids") == 0);
   return o;
 }
 std::map<std::string, Tensor> json_tensors(const json& j) {
   std::map<std::string, Tensor> m;
   for (auto& [k, v] : j.items()) m[k] = json_tensor(v, k);
+  return m;
+}
+
+// A step's token_text: {"284": " of", ...}.
+json token_text_json(const std::map<int, std::string>& m) {
+  json o = json::object();
+  for (auto& [id, text] : m) o[std::to_string(id)] = text;
+  return o;
+}
+std::map<int, std::string> json_token_text(const json& j) {
+  std::map<int, std::string> m;
+  for (auto& [k, v] : j.items()) {
+    char* end = nullptr;
+    const long id = std::strtol(k.c_str(), &end, 10);
+    if (k.empty() || *end || id < 0 || id >= (1 << 24)) throw Error("token_text: '" + k + "' is not a token id");
+    m[int(id)] = v.get<std::string>();
+  }
   return m;
 }
 
@@ -228,6 +257,7 @@ void Trace::write_json(std::ostream& os) const {
   json st = json::array();
   for (auto& s : steps) {
     json o{{"pos0", s.pos0}, {"input", s.input}, {"input_text", s.input_text}, {"tensors", tensors_json(s.tensors)}};
+    if (!s.token_text.empty()) o["token_text"] = token_text_json(s.token_text);
     if (s.sample) {
       const SampleRecord& r = *s.sample;
       json cands = json::array();
@@ -285,6 +315,7 @@ Trace Trace::read_json(std::istream& is) {
       s.input = o.at("input").get<std::vector<int>>();
       s.input_text = o.value("input_text", std::vector<std::string>{});
       s.tensors = json_tensors(o.at("tensors"));
+      if (o.contains("token_text")) s.token_text = json_token_text(o.at("token_text"));
       if (o.contains("sample")) {
         const json& r = o.at("sample");
         SampleRecord rec;
@@ -401,8 +432,17 @@ void store_row_norms(Tensor& t, const TensorView& src) {
 }  // namespace
 
 TraceRecorder::TraceRecorder(Hooks& hooks, const Config& cfg, Trace& trace, const std::vector<std::string>& patterns,
-                             TraceOptions options)
+                             TraceOptions options, std::shared_ptr<const Model> model)
     : hooks_(hooks), trace_(trace), opt_(options) {
+  if (opt_.lens_top_k < 0) throw Error("the logit lens's top k must be positive (0: no lens)");
+  if (opt_.lens_top_k > 0) {
+    if (!model) throw Error("recording the logit lens needs the model's weights: give the recorder the model");
+    const Config& mc = model->cfg;
+    if (mc.d_model != cfg.d_model || mc.n_layers != cfg.n_layers || mc.vocab_size != cfg.vocab_size)
+      throw Error("the logit lens's model (" + mc.describe() + ") is not the model recorded (" + cfg.describe() + ")");
+    lens_ = std::make_unique<LensRecorder>(hooks, std::move(model), trace, opt_.lens_top_k, opt_.compact,
+                                           std::max(1, opt_.threads));
+  }
   n_layers_ = std::max(cfg.n_layers, cfg.n_enc_layers);
   names_.resize(size_t(2) * (n_layers_ + 1) * int(Point::Count));
   for (int s = 0; s < 2; ++s)

@@ -15,6 +15,7 @@
 #include "model/config.h"
 #include "model/weights.h"
 #include "model/hooks.h"
+#include "model/model.h"
 #include "sample/sampler.h"
 
 namespace ds {
@@ -63,6 +64,9 @@ struct TraceStep {
   std::vector<std::string> input_text;
   std::map<std::string, Tensor> tensors;  // hook name -> what it published in this step
   std::optional<SampleRecord> sample;     // the token drawn from this step's last row
+  // The text of every token id the step's logit lens names (probe/lens.h), when the
+  // session has a tokenizer: a trace replayed with no model still shows them.
+  std::map<int, std::string> token_text;
 };
 
 struct Trace {
@@ -78,6 +82,8 @@ struct Trace {
   std::vector<int> tokens() const;
   // Number of query positions seen up to and including step s.
   int positions(int step) const;
+  // The step whose rows include position pos (pos0 <= pos < pos0 + inputs), or -1.
+  int step_of(int pos) const;
 
   // The [Q, S] attention matrix of one layer and head as of step `step` (inclusive):
   // row i is query position i (self: S = Q; cross: S = source length). Reads
@@ -109,6 +115,12 @@ struct TraceOptions {
   //    the other residual points keep only the norm of each row;
   //  * everything else is float16.
   bool compact = false;
+  // > 0: every step also records the logit lens of each of its rows, the k most
+  // probable tokens and their probabilities (names in probe/lens.h). The recorder
+  // then needs the model's weights.
+  int lens_top_k = 0;
+  // Threads the lens's products use (the Session sets its own thread count).
+  int threads = 1;
 };
 
 // An attention pattern row rebuilt from its recorded scores (a compact trace keeps
@@ -116,18 +128,27 @@ struct TraceOptions {
 // row all 0.
 void pattern_from_scores(float* row, int64_t n);
 
+// The logit lens the window records (TraceOptions::lens_top_k): the tokens its panel
+// shows for each layer.
+inline constexpr int kWindowLensTopK = 5;
+
 // The hook patterns the window records by default (attention scores, patterns and
 // masks, self and cross, the residual stream), kept to those the model has. With
 // TraceOptions{.compact = true} this is the "default observers" set the benchmarks
-// time.
+// time; the window also records the logit lens (kWindowLensTopK).
 std::vector<std::string> default_record_patterns(const Config& cfg);
 
+class LensRecorder;
+
 // Copies what the hook points publish into a Trace. Subscribes on construction to
-// every hook matching the patterns and unsubscribes on destruction.
+// every hook matching the patterns and unsubscribes on destruction. With
+// options.lens_top_k > 0 it also records the logit lens, computed with `model` (the
+// one the hooks belong to); throws ds::Error when that model is missing or does not
+// fit cfg, or lens_top_k < 0.
 class TraceRecorder {
  public:
   TraceRecorder(Hooks& hooks, const Config& cfg, Trace& trace, const std::vector<std::string>& patterns,
-                TraceOptions options = {});
+                TraceOptions options = {}, std::shared_ptr<const Model> model = nullptr);
   ~TraceRecorder();
   TraceRecorder(const TraceRecorder&) = delete;
   TraceRecorder& operator=(const TraceRecorder&) = delete;
@@ -139,6 +160,7 @@ class TraceRecorder {
   std::vector<std::string> names_;  // by slot: stack, layer + 1, point
   int n_layers_ = 0;
   TraceOptions opt_;
+  std::unique_ptr<LensRecorder> lens_;
 };
 
 }  // namespace ds

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "probe/lens.h"
 #include "util/error.h"
 
 namespace ds {
@@ -13,8 +14,10 @@ Session::Session(std::shared_ptr<const Model> model, std::shared_ptr<const Token
   engine_.set_threads(opt_.threads);
   steps_ = (opt_.steps <= 0 || opt_.steps > c.max_seq) ? c.max_seq : opt_.steps;
   trace_.config = c;
-  if (!opt_.record.empty())
-    recorder_ = std::make_unique<TraceRecorder>(engine_.hooks(), c, trace_, opt_.record, opt_.trace_options);
+  TraceOptions to = opt_.trace_options;
+  to.threads = engine_.threads();
+  if (!opt_.record.empty() || to.lens_top_k != 0)
+    recorder_ = std::make_unique<TraceRecorder>(engine_.hooks(), c, trace_, opt_.record, to, engine_.model_ptr());
 }
 
 Session::~Session() = default;
@@ -85,6 +88,9 @@ int Session::step() {
   for (int id : feed) ts.input_text.push_back(text_of(id));
 
   auto logits = engine_.forward(feed);
+  if (opt_.trace_options.lens_top_k > 0)
+    for (int id : lens_token_ids(ts))
+      if (std::string text = text_of(id); !text.empty()) ts.token_text[id] = std::move(text);
   const int V = engine_.config().vocab_size;
   rng_before_.push_back(sampler_.rng());
   int token = sampler_.sample(logits.data(), V, last_);

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "models.h"
+#include "probe/lens.h"
 #include "worker.h"
 
 namespace {
@@ -115,7 +116,10 @@ TEST(GuiWorker, ErrorsArriveAsEventsAndTheWorkerGoesOn) {
   EXPECT_EQ(steps, 2);
 }
 
-TEST(GuiWorker, SavedTraceCarriesTheLogitLens) {
+// Every step the worker sends carries the logit lens of its rows (the panel reads it
+// from there), with the texts of its tokens, and a saved trace keeps it: a replay with
+// no model shows the same lens.
+TEST(GuiWorker, StepsAndSavedTracesCarryTheLogitLens) {
   dsgui::Worker w;
   post(w, Command::Load, 1, "random:decoder");
   post(w, Command::Start, 1, "hi");
@@ -127,6 +131,20 @@ TEST(GuiWorker, SavedTraceCarriesTheLogitLens) {
   for (auto& e : evs)
     if (e.kind == Event::Step) t->steps.push_back(*e.step);
   ASSERT_EQ(t->steps.size(), 3u);
+  const int last = t->positions(2) - 1;
+  const std::vector<ds::LensRow> live = ds::recorded_lens(*t, last);
+  ASSERT_EQ(live.size(), size_t(t->config.n_layers + 1));
+  EXPECT_EQ(live[0].label, "embedding");
+  EXPECT_EQ(live.back().label, "after layer " + std::to_string(t->config.n_layers - 1));
+  auto tok = dsgui::demo_tokenizer(t->config.vocab_size);
+  for (auto& r : live) {
+    ASSERT_EQ(r.ids.size(), size_t(ds::kWindowLensTopK));
+    EXPECT_GE(r.probs[0], r.probs.back());
+    for (size_t j = 0; j < r.ids.size(); ++j) {
+      EXPECT_EQ(r.texts[j], tok->piece(r.ids[j]));
+      EXPECT_TRUE(t->steps.back().token_text.count(r.ids[j]));
+    }
+  }
   const std::string path = (std::filesystem::temp_directory_path() / "ds_gui_worker_trace.json").string();
   Command c;
   c.kind = Command::SaveTrace;
@@ -136,11 +154,20 @@ TEST(GuiWorker, SavedTraceCarriesTheLogitLens) {
   bool saved = false;
   for (auto& e : drain(w)) saved |= e.kind == Event::Saved;
   ASSERT_TRUE(saved);
-  ds::Trace back = ds::Trace::load(path);  // still a valid trace for the core reader
+  ds::Trace back = ds::Trace::load(path);
   EXPECT_EQ(back.steps.size(), 3u);
+  for (int pos = 0; pos <= last; ++pos) {
+    const std::vector<ds::LensRow> a = ds::recorded_lens(*t, pos), b = ds::recorded_lens(back, pos);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].ids, b[i].ids);
+      EXPECT_EQ(a[i].texts, b[i].texts);
+      for (size_t j = 0; j < a[i].probs.size(); ++j) EXPECT_NEAR(a[i].probs[j], b[i].probs[j], 1e-6);
+    }
+  }
   std::ifstream f(path);
   std::string text((std::istreambuf_iterator<char>(f)), {});
-  EXPECT_NE(text.find("gui_logit_lens"), std::string::npos);
+  EXPECT_EQ(text.find("gui_logit_lens"), std::string::npos);  // no splice: the lens is in the trace
   std::filesystem::remove(path);
 }
 

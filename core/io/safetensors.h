@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "perf/gemv.h"  // Precision
+#include "perf/precision.h"  // Precision and the 16-bit conversions
 
 namespace ds {
 
@@ -94,13 +94,6 @@ class SafeTensors {
 // Bytes per element of a safetensors dtype, or 0 when the name is not a known
 // whole-byte dtype.
 int dtype_size(const std::string& dtype);
-
-// Exact conversions between float32 and the 16-bit formats. Narrowing rounds to
-// nearest, ties to even; overflow gives infinity; NaN stays a (quiet) NaN.
-float f16_to_f32(uint16_t h);
-float bf16_to_f32(uint16_t b);
-uint16_t f32_to_f16(float f);
-uint16_t f32_to_bf16(float f);
 
 struct SafeTensorOut {
   std::string name;

@@ -4,7 +4,6 @@
 #include <cstring>
 #include <vector>
 
-#include "io/safetensors.h"  // the exact scalar f16/bf16 conversions
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define DS_GEMV_AVX2 1
@@ -12,14 +11,6 @@
 #endif
 
 namespace ds {
-
-const char* precision_name(Precision p) {
-  switch (p) {
-    case Precision::BF16: return "bfloat16";
-    case Precision::F16: return "float16";
-    default: return "float32";
-  }
-}
 
 namespace {
 

@@ -4,12 +4,9 @@
 // reading its whole matrix once, so they are written to run at memory speed.
 #include <cstdint>
 
+#include "perf/precision.h"
+
 namespace ds {
-
-enum class Precision : uint8_t { F32 = 0, BF16 = 1, F16 = 2 };
-
-inline int precision_bytes(Precision p) { return p == Precision::F32 ? 4 : 2; }
-const char* precision_name(Precision p);  // "float32", "bfloat16", "float16"
 
 // Panels: the storage a matrix is given for decoding. Its rows are taken in groups of
 // 8, and each group is stored as chunks of 8 columns, the group's 8 rows one after

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "io/safetensors.h"
+#include "perf/precision.h"
 #include "model/config_json.h"
 #include "probe/lens.h"
 #include "util/error.h"

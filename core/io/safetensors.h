@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "perf/precision.h"  // Precision and the 16-bit conversions
+#include "util/precision.h"  // Precision and the 16-bit conversions
 
 namespace ds {
 

@@ -4,7 +4,7 @@
 // reading its whole matrix once, so they are written to run at memory speed.
 #include <cstdint>
 
-#include "perf/precision.h"
+#include "util/precision.h"
 
 namespace ds {
 

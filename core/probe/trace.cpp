@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "perf/precision.h"
+#include "util/precision.h"
 #include "model/config_json.h"
 #include "probe/lens.h"
 #include "util/error.h"

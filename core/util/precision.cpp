@@ -1,4 +1,4 @@
-#include "perf/precision.h"
+#include "util/precision.h"
 
 #include <bit>
 

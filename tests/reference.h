@@ -96,8 +96,7 @@ inline Rows add(const Rows& a, const Rows& b) {
 }
 
 // x_p = E[id] * (scale_embed ? sqrt(d_model) : 1) + P(p).
-inline Rows embed(const ds::Config& cfg, const ds::MatRM& tok, const ds::MatRM& pos,
-                  const std::vector<int>& ids) {
+inline Rows embed(const ds::Config& cfg, const ds::MatRM& tok, const ds::MatRM& pos, const std::vector<int>& ids) {
   const int d = cfg.d_model;
   const double scale = cfg.scale_embed ? std::sqrt(double(d)) : 1.0;
   Rows x(ids.size(), Row(size_t(d), 0.0));
@@ -141,8 +140,7 @@ inline void rotate(const ds::Config& cfg, Row& vec, int n_heads_here, int p) {
 //   zero_h: this head's z slice is set to zero before Wo (-1: none)
 //   pat: if non-null, receives [n_heads][Tq][Tk]
 inline Rows attention(const ds::Config& cfg, const ds::Attention& a, const Rows& xq, const Rows& xkv,
-                      const std::vector<std::vector<bool>>& allowed, bool rotary, int zero_h,
-                      std::vector<Rows>* pat) {
+                      const std::vector<std::vector<bool>>& allowed, bool rotary, int zero_h, std::vector<Rows>* pat) {
   const int H = cfg.n_heads, KV = cfg.n_kv_heads, dh = cfg.d_head;
   require(KV > 0 && H % KV == 0, "n_heads must be a multiple of n_kv_heads");
   const int group = H / KV;
@@ -233,24 +231,21 @@ inline Rows ffn(const ds::Config& cfg, const ds::FeedForward& f, const Rows& x) 
 }
 
 // One block. enc: encoder output for cross-attention (null: no cross-attention).
-inline Rows block(const ds::Config& cfg, const ds::Block& b, Rows x,
-                  const std::vector<std::vector<bool>>& self_allowed, const Rows* enc,
-                  const std::vector<std::vector<bool>>* cross_allowed, int zero_h,
+inline Rows block(const ds::Config& cfg, const ds::Block& b, Rows x, const std::vector<std::vector<bool>>& self_allowed,
+                  const Rows* enc, const std::vector<std::vector<bool>>* cross_allowed, int zero_h,
                   std::vector<Rows>* self_pat, std::vector<Rows>* cross_pat) {
   const bool rotary = cfg.pos == ds::PosKind::Rotary;
   if (cfg.norm_place == ds::NormPlace::Pre) {
-    add_into(x, attention(cfg, b.attn, norm_rows(cfg, b.ln1, x), norm_rows(cfg, b.ln1, x),
-                          self_allowed, rotary, zero_h, self_pat));
+    add_into(x, attention(cfg, b.attn, norm_rows(cfg, b.ln1, x), norm_rows(cfg, b.ln1, x), self_allowed, rotary, zero_h,
+                          self_pat));
     if (enc) {
-      add_into(x, attention(cfg, b.cross, norm_rows(cfg, b.ln2, x), *enc, *cross_allowed, false, -1,
-                            cross_pat));
+      add_into(x, attention(cfg, b.cross, norm_rows(cfg, b.ln2, x), *enc, *cross_allowed, false, -1, cross_pat));
     }
     add_into(x, ffn(cfg, b.ffn, norm_rows(cfg, b.ln3, x)));
   } else {
     x = norm_rows(cfg, b.ln1, add(x, attention(cfg, b.attn, x, x, self_allowed, rotary, zero_h, self_pat)));
     if (enc) {
-      x = norm_rows(cfg, b.ln2,
-                    add(x, attention(cfg, b.cross, x, *enc, *cross_allowed, false, -1, cross_pat)));
+      x = norm_rows(cfg, b.ln2, add(x, attention(cfg, b.cross, x, *enc, *cross_allowed, false, -1, cross_pat)));
     }
     x = norm_rows(cfg, b.ln3, add(x, ffn(cfg, b.ffn, x)));
   }
@@ -295,8 +290,7 @@ inline Rows ref_logits(const ds::Config& cfg, const ds::Weights& w, const std::v
     if (trace) trace->enc_out = enc;
     cross_allowed.assign(tokens.size(), std::vector<bool>(src.size(), true));
     for (size_t i = 0; i < tokens.size(); ++i)
-      for (size_t j = 0; j < src.size(); ++j)
-        cross_allowed[i][j] = !(cfg.pad_id >= 0 && src[j] == cfg.pad_id);
+      for (size_t j = 0; j < src.size(); ++j) cross_allowed[i][j] = !(cfg.pad_id >= 0 && src[j] == cfg.pad_id);
   }
   const size_t T = tokens.size();
   std::vector<std::vector<bool>> causal(T, std::vector<bool>(T, false));

@@ -20,16 +20,16 @@ namespace {
 constexpr uint64_t kFreshSeed = 0x5EED2026C0FFEEull;  // not a training or validation seed
 constexpr int kSamples = 2000;
 
-ds::LoadedModel load_or_skip(const std::string& name) {
-  return ds::load_model("builtin:" + name);
-}
+ds::LoadedModel load_or_skip(const std::string& name) { return ds::load_model("builtin:" + name); }
 
 // Greedy continuation of `prompt` (after encoding `src` for encoder-decoder models)
 // until the model writes eos or reaches its context; returns the generated ids.
 std::vector<int> greedy(ds::Engine& e, const std::vector<int>& src, const std::vector<int>& prompt, int eos,
                         int max_new) {
-  if (!src.empty()) e.encode(src);
-  else e.reset();
+  if (!src.empty())
+    e.encode(src);
+  else
+    e.reset();
   std::vector<int> out;
   auto next = [&](const std::vector<int>& feed) {
     auto logits = e.forward(feed);

@@ -2,12 +2,12 @@
 // its handling of bad arguments and bad files.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <sys/wait.h>
 
 namespace fs = std::filesystem;
 
@@ -45,7 +45,7 @@ std::string slurp(const fs::path& p) {
 
 fs::path fixture_dir() { return fs::path(DS_SHARED_DIR) / "fixtures" / "aidreams260K"; }
 
-#define NEED_FIXTURE()                                                                        \
+#define NEED_FIXTURE()                                                                       \
   if (!fs::exists(fixture_dir() / "model.bin"))                                              \
   GTEST_SKIP() << "../shared/fixtures/aidreams260K is absent: skipping the comparison with " \
                   "llama2.c's run.c"
@@ -71,7 +71,7 @@ TEST(CliRunC, GreedyIdsFromBosMatchRunC) {
 TEST(CliRunC, GreedyTextFromBosMatchesRunC) {
   NEED_FIXTURE();
   CliRun r = run_cli("generate --model " + q(fixture_dir() / "model.bin") + " --tokenizer " +
-                  q(fixture_dir() / "tok512.bin") + " --steps 128 --temperature 0");
+                     q(fixture_dir() / "tok512.bin") + " --steps 128 --temperature 0");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, slurp(fixture_dir() / "greedy_from_bos.txt"));
 }
@@ -79,7 +79,7 @@ TEST(CliRunC, GreedyTextFromBosMatchesRunC) {
 TEST(CliRunC, GreedyTextFromPromptMatchesRunC) {
   NEED_FIXTURE();
   CliRun r = run_cli("generate --model " + q(fixture_dir() / "model.bin") + " --tokenizer " +
-                  q(fixture_dir() / "tok512.bin") + " --prompt 'The robot dreams of' --steps 64 --temperature 0");
+                     q(fixture_dir() / "tok512.bin") + " --prompt 'The robot dreams of' --steps 64 --temperature 0");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, slurp(fixture_dir() / "greedy_prompt_robot.txt"));
 }
@@ -92,7 +92,7 @@ TEST(CliRunC, SeededSamplingRepeatsAndTraceIsWritten) {
   CliRun a = run_cli(base + " --trace " + q(tr));
   CliRun b = run_cli(base);
   CliRun c = run_cli("generate --model " + q(fixture_dir() / "model.bin") +
-                  " --steps 40 --temperature 0.9 --top-k 40 --top-p 0.95 --seed 12 --ids");
+                     " --steps 40 --temperature 0.9 --top-k 40 --top-p 0.95 --seed 12 --ids");
   ASSERT_EQ(a.code, 0) << a.err;
   EXPECT_EQ(a.out, b.out);  // recording a trace does not change what is drawn
   EXPECT_NE(a.out, c.out);

@@ -2,13 +2,13 @@
 // reference ids of real GPT-2 tokenizers (shared fixture), and its errors.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -60,7 +60,7 @@ std::string read_all(const fs::path& p) {
 }
 
 #define NEED_GPT2_CLI_FIXTURE()                                                          \
-  if (!fs::exists(gpt2_dir() / "reference_pairs.jsonl"))                                \
+  if (!fs::exists(gpt2_dir() / "reference_pairs.jsonl"))                                 \
   GTEST_SKIP() << "../shared/fixtures/gpt2-tokenizer is absent: skipping the CLI check " \
                   "against real GPT-2 tokenizer outputs"
 

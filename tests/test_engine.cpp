@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/hooks.h"
 #include "model/model.h"
 #include "model/weights.h"
-#include "model/hooks.h"
 #include "probe/interventions.h"
 #include "reference.h"
 #include "util/error.h"
@@ -226,7 +226,9 @@ struct Captured {
   int rank;
   int shape[3];
   std::vector<float> data;
-  float at(int a, int b, int c) const { return data[(size_t(a) * size_t(shape[1]) + size_t(b)) * size_t(shape[2]) + size_t(c)]; }
+  float at(int a, int b, int c) const {
+    return data[(size_t(a) * size_t(shape[1]) + size_t(b)) * size_t(shape[2]) + size_t(c)];
+  }
   float at2(int a, int b) const { return data[size_t(a) * size_t(shape[1]) + size_t(b)]; }
 };
 
@@ -493,7 +495,8 @@ TEST_P(EngineTest, PatternsAndMasks) {
           if (is_pad(j)) {
             EXPECT_EQ(p, 0.0f) << "padded key " << j;
           }
-          worst = std::max(worst, std::abs(double(p) - refp[size_t(c.layer)][size_t(h)][size_t(row_offset + t)][size_t(j)]));
+          worst = std::max(worst,
+                           std::abs(double(p) - refp[size_t(c.layer)][size_t(h)][size_t(row_offset + t)][size_t(j)]));
         }
         EXPECT_NEAR(sum, 1.0, 1e-5);
       }

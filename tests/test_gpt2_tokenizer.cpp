@@ -28,9 +28,9 @@ namespace {
 
 fs::path gpt2_fixture() { return fs::path(DS_SHARED_DIR) / "fixtures" / "gpt2-tokenizer"; }
 
-#define NEED_GPT2_FIXTURE()                                                                      \
+#define NEED_GPT2_FIXTURE()                                                                                \
   if (!fs::exists(gpt2_fixture() / "reference_pairs.jsonl") || !fs::exists(gpt2_fixture() / "vocab.json")) \
-  GTEST_SKIP() << "../shared/fixtures/gpt2-tokenizer is absent: skipping the comparison with real GPT-2 " \
+  GTEST_SKIP() << "../shared/fixtures/gpt2-tokenizer is absent: skipping the comparison with real GPT-2 "  \
                   "tokenizer outputs"
 
 struct RefPair {
@@ -51,8 +51,8 @@ std::vector<RefPair> reference_pairs() {
 }
 
 const GPT2Tokenizer& fixture_tokenizer() {
-  static const GPT2Tokenizer t = GPT2Tokenizer::from_files((gpt2_fixture() / "vocab.json").string(),
-                                                           (gpt2_fixture() / "merges.txt").string());
+  static const GPT2Tokenizer t =
+      GPT2Tokenizer::from_files((gpt2_fixture() / "vocab.json").string(), (gpt2_fixture() / "merges.txt").string());
   return t;
 }
 
@@ -71,9 +71,8 @@ struct TempDir {
   fs::path path;
   TempDir() {
     static int n = 0;
-    path = fs::temp_directory_path() /
-           ("ds_gpt2_" + std::to_string(::getpid()) + "_" + std::to_string(n++) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    path = fs::temp_directory_path() / ("ds_gpt2_" + std::to_string(::getpid()) + "_" + std::to_string(n++) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(path);
     fs::create_directories(path);
   }
@@ -386,10 +385,10 @@ TEST(Gpt2PreTokenizer, NonAsciiLettersAndEmoji) {
 
 TEST(Gpt2PreTokenizer, InvalidUtf8BytesAreOtherCharacters) {
   EXPECT_EQ(GPT2Tokenizer::pretokenize("a\xff\xfe b"), (Pieces{"a", "\xff\xfe", " b"}));
-  EXPECT_EQ(GPT2Tokenizer::pretokenize(" \xc3"), (Pieces{" \xc3"}));                // truncated é
-  EXPECT_EQ(GPT2Tokenizer::pretokenize("\xc3(x"), (Pieces{"\xc3(", "x"}));         // bad continuation
+  EXPECT_EQ(GPT2Tokenizer::pretokenize(" \xc3"), (Pieces{" \xc3"}));                      // truncated é
+  EXPECT_EQ(GPT2Tokenizer::pretokenize("\xc3(x"), (Pieces{"\xc3(", "x"}));                // bad continuation
   EXPECT_EQ(GPT2Tokenizer::pretokenize("\xed\xa0\x80z"), (Pieces{"\xed\xa0\x80", "z"}));  // surrogate
-  EXPECT_EQ(GPT2Tokenizer::pretokenize("\xc0\xafz"), (Pieces{"\xc0\xaf", "z"}));    // overlong
+  EXPECT_EQ(GPT2Tokenizer::pretokenize("\xc0\xafz"), (Pieces{"\xc0\xaf", "z"}));          // overlong
   EXPECT_EQ(GPT2Tokenizer::pretokenize(std::string("a\0b", 3)), (Pieces{"a", std::string("\0", 1), "b"}));
 }
 
@@ -481,8 +480,8 @@ TEST(Gpt2Tokenizer, FixtureRoundTripsRandomBytes) {
 
 TEST(Gpt2Tokenizer, ConcurrentEncodesAgree) {
   NEED_GPT2_FIXTURE();
-  const GPT2Tokenizer t = GPT2Tokenizer::from_files((gpt2_fixture() / "vocab.json").string(),
-                                                    (gpt2_fixture() / "merges.txt").string());
+  const GPT2Tokenizer t =
+      GPT2Tokenizer::from_files((gpt2_fixture() / "vocab.json").string(), (gpt2_fixture() / "merges.txt").string());
   const auto pairs = reference_pairs();
   std::vector<int> failures(4, 0);
   std::vector<std::thread> threads;
@@ -571,8 +570,7 @@ TEST_F(Gpt2Synth, BadMerges) {
                {merges_path() + ":5:", "result \"xy\""});
   s.merges[3] = "xyz";
   d.write("merges.txt", s.merges_txt());
-  expect_error([&] { GPT2Tokenizer::from_files(vocab_path(), merges_path()); },
-               {merges_path() + ":5:", "two symbols"});
+  expect_error([&] { GPT2Tokenizer::from_files(vocab_path(), merges_path()); }, {merges_path() + ":5:", "two symbols"});
   s.merges[3] = "a  b";
   d.write("merges.txt", s.merges_txt());
   expect_error([&] { GPT2Tokenizer::from_files(vocab_path(), merges_path()); }, {merges_path() + ":5:"});
@@ -663,8 +661,8 @@ TEST(Gpt2Tokenizer, EncodeThroughput) {
   for (const auto& p : reference_pairs()) text += p.text + "\n";
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now();
-  const GPT2Tokenizer t = GPT2Tokenizer::from_files((gpt2_fixture() / "vocab.json").string(),
-                                                    (gpt2_fixture() / "merges.txt").string());
+  const GPT2Tokenizer t =
+      GPT2Tokenizer::from_files((gpt2_fixture() / "vocab.json").string(), (gpt2_fixture() / "merges.txt").string());
   const double load_ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
   t0 = clock::now();
   size_t tokens = t.encode(text, false).size();

@@ -4,6 +4,8 @@
 // and compact storage; bad input ends in ds::Error; and `decoderscope-cli lens`.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -14,8 +16,6 @@
 #include <random>
 #include <sstream>
 #include <string>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "model/model.h"
 #include "probe/lens.h"
@@ -32,10 +32,14 @@ enum class Arch { GptLike, LlamaLike, PostNorm, EncDec };
 
 const char* arch_name(Arch a) {
   switch (a) {
-    case Arch::GptLike: return "GPT-like (LayerNorm, tied head)";
-    case Arch::LlamaLike: return "llama-like (RMSNorm, separate head)";
-    case Arch::PostNorm: return "post-norm, no final norm";
-    default: return "encoder-decoder";
+    case Arch::GptLike:
+      return "GPT-like (LayerNorm, tied head)";
+    case Arch::LlamaLike:
+      return "llama-like (RMSNorm, separate head)";
+    case Arch::PostNorm:
+      return "post-norm, no final norm";
+    default:
+      return "encoder-decoder";
   }
 }
 
@@ -392,7 +396,8 @@ TEST(Lens, BadInputEndsInAClearError) {
   EXPECT_NE(message([&] { TraceRecorder r(e.hooks(), m->cfg, out, {}, opt); }).find("needs the model's weights"),
             std::string::npos);
   EXPECT_NE(message([&] {
-              TraceRecorder r(e.hooks(), m->cfg, out, {}, opt, std::make_shared<const Model>(other, Weights::random(other, 1)));
+              TraceRecorder r(e.hooks(), m->cfg, out, {}, opt,
+                              std::make_shared<const Model>(other, Weights::random(other, 1)));
             }).find("is not the model recorded"),
             std::string::npos);
   opt.lens_top_k = -2;
@@ -406,7 +411,8 @@ TEST(Lens, BadInputEndsInAClearError) {
   std::stringstream ss;
   t.write_json(ss);
   std::string text = ss.str();
-  text.replace(text.find("\"steps\":["), 9, "\"steps\":[{\"pos0\":0,\"input\":[1],\"tensors\":{},\"token_text\":{\"x\":\"a\"}},");
+  text.replace(text.find("\"steps\":["), 9,
+               "\"steps\":[{\"pos0\":0,\"input\":[1],\"tensors\":{},\"token_text\":{\"x\":\"a\"}},");
   std::stringstream in(text);
   EXPECT_NE(message([&] { Trace::read_json(in); }).find("token_text: 'x' is not a token id"), std::string::npos);
 }

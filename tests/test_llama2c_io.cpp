@@ -325,17 +325,30 @@ TEST(Llama2c, RandomMutationsLoadOrThrow) {
       const int field = static_cast<int>(rng() % 7);
       int32_t v;
       switch (rng() % 3) {
-        case 0: v = interesting[rng() % std::size(interesting)]; break;
-        case 1: v = static_cast<int32_t>(rng() % 40) - 12; break;
-        default: v = static_cast<int32_t>(rng()); break;
+        case 0:
+          v = interesting[rng() % std::size(interesting)];
+          break;
+        case 1:
+          v = static_cast<int32_t>(rng() % 40) - 12;
+          break;
+        default:
+          v = static_cast<int32_t>(rng());
+          break;
       }
-      if (rng() % 4 != 0) put_i32(b, 4 * field, v);
-      else b[rng() % 28] ^= static_cast<char>(1u << (rng() % 8));
+      if (rng() % 4 != 0)
+        put_i32(b, 4 * field, v);
+      else
+        b[rng() % 28] ^= static_cast<char>(1u << (rng() % 8));
     }
     switch (rng() % 4) {
-      case 0: b.resize(rng() % (b.size() + 1)); break;
-      case 1: b.resize(b.size() + rng() % 64, '\x01'); break;
-      default: break;
+      case 0:
+        b.resize(rng() % (b.size() + 1));
+        break;
+      case 1:
+        b.resize(b.size() + rng() % 64, '\x01');
+        break;
+      default:
+        break;
     }
     write_bytes(p, b);
     try {
@@ -355,21 +368,7 @@ TEST(Llama2c, RandomMutationsLoadOrThrow) {
 namespace {
 
 // ids: 0 <unk>, 1 \n<s>\n, 2 \n</s>\n, 3..258 <0x00>..<0xFF>, then the pieces below.
-enum : int {
-  kSpace = 259,
-  kA,
-  kB,
-  kC,
-  kAB,
-  kSpA,
-  kSpAB,
-  kBC,
-  kEAcute,
-  kABC,
-  kCC,
-  kCA,
-  kVocab
-};
+enum : int { kSpace = 259, kA, kB, kC, kAB, kSpA, kSpAB, kBC, kEAcute, kABC, kCC, kCA, kVocab };
 
 struct TokSpec {
   std::vector<std::string> pieces;
@@ -397,7 +396,7 @@ TokSpec test_vocab() {
   add("ab", 5);
   add(" a", 3);
   add(" ab", 10);
-  add("bc", 5);  // ties with "ab": the first pair wins
+  add("bc", 5);           // ties with "ab": the first pair wins
   add("\xC3\xA9", -100);  // é
   add("abc", 1);
   add("cc", -2e10f);  // below run.c's starting best score: never merged
@@ -548,7 +547,7 @@ TEST(LlamaTokenizer, ByteFallbackOutsideVocabThrows) {
 TEST(LlamaTokenizer, DecodeRules) {
   TempDir tmp;
   LlamaTokenizer t = load_test_tokenizer(tmp, test_vocab());
-  EXPECT_EQ(t.decode(1, kSpAB), "ab");   // leading space dropped after BOS
+  EXPECT_EQ(t.decode(1, kSpAB), "ab");    // leading space dropped after BOS
   EXPECT_EQ(t.decode(kA, kSpAB), " ab");  // kept elsewhere
   EXPECT_EQ(t.decode(1, kA), "a");
   EXPECT_EQ(t.decode(1, kSpace), "");
@@ -568,10 +567,10 @@ TEST(LlamaTokenizer, DecodeRules) {
 TEST(LlamaTokenizer, DecodeNearBytePieces) {
   TempDir tmp;
   TokSpec s = test_vocab();
-  s.pieces.push_back("<0x4G>");  // not hex
-  s.pieces.push_back("<0x41");   // no closing bracket
+  s.pieces.push_back("<0x4G>");   // not hex
+  s.pieces.push_back("<0x41");    // no closing bracket
   s.pieces.push_back(" <0x42>");  // byte after BOS-stripping
-  s.pieces.push_back("<0x6a>");  // lower-case hex
+  s.pieces.push_back("<0x6a>");   // lower-case hex
   s.scores.resize(s.pieces.size(), 0.0f);
   LlamaTokenizer t = load_test_tokenizer(tmp, s);
   EXPECT_EQ(t.decode(0, kVocab), "<0x4G>");
@@ -591,8 +590,10 @@ TEST(LlamaTokenizer, EncodeDecodeRoundTripsPrintableText) {
     const int n = 1 + static_cast<int>(rng() % 20);
     for (int i = 0; i < n; ++i) {
       size_t k = rng() % (alphabet.size() - 1);
-      if (alphabet[k] == '\xC3') s += "\xC3\xA9";
-      else if (alphabet[k] != '\xA9') s += alphabet[k];
+      if (alphabet[k] == '\xC3')
+        s += "\xC3\xA9";
+      else if (alphabet[k] != '\xA9')
+        s += alphabet[k];
     }
     EXPECT_EQ(detok(t, t.encode(s, true)), s);
   }
@@ -666,9 +667,7 @@ TEST(LlamaTokenizer, MalformedFiles) {
 // ---------------------------------------------------------------- real fixture
 
 namespace {
-std::string fixture(const std::string& name) {
-  return std::string(DS_SHARED_DIR) + "/fixtures/aidreams260K/" + name;
-}
+std::string fixture(const std::string& name) { return std::string(DS_SHARED_DIR) + "/fixtures/aidreams260K/" + name; }
 }  // namespace
 
 TEST(Llama2cFixture, Aidreams260K) {

@@ -96,18 +96,24 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 double oracle_f16(uint16_t h) {
   const int sign = h >> 15, exp = (h >> 10) & 31, man = h & 1023;
   double v;
-  if (exp == 31) v = man ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
-  else if (exp == 0) v = std::ldexp(double(man), -24);
-  else v = std::ldexp(double(1024 + man), exp - 25);
+  if (exp == 31)
+    v = man ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+  else if (exp == 0)
+    v = std::ldexp(double(man), -24);
+  else
+    v = std::ldexp(double(1024 + man), exp - 25);
   return sign ? -v : v;
 }
 
 double oracle_bf16(uint16_t b) {
   const int sign = b >> 15, exp = (b >> 7) & 255, man = b & 127;
   double v;
-  if (exp == 255) v = man ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
-  else if (exp == 0) v = std::ldexp(double(man), -133);
-  else v = std::ldexp(double(128 + man), exp - 134);
+  if (exp == 255)
+    v = man ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+  else if (exp == 0)
+    v = std::ldexp(double(man), -133);
+  else
+    v = std::ldexp(double(128 + man), exp - 134);
   return sign ? -v : v;
 }
 
@@ -126,8 +132,10 @@ uint16_t oracle_narrow(float x, double (*val)(uint16_t), uint16_t max_bits, uint
   uint16_t lo = 0, hi = max_bits;  // val(lo) <= a < ... find the largest lo with val(lo) <= a
   while (lo < hi) {
     const uint16_t mid = static_cast<uint16_t>((lo + hi + 1) / 2);
-    if (val(mid) <= a) lo = mid;
-    else hi = static_cast<uint16_t>(mid - 1);
+    if (val(mid) <= a)
+      lo = mid;
+    else
+      hi = static_cast<uint16_t>(mid - 1);
   }
   if (lo == max_bits) return static_cast<uint16_t>(sign | lo);
   const double dl = a - val(lo), du = val(static_cast<uint16_t>(lo + 1)) - a;
@@ -199,9 +207,7 @@ std::string le64(uint64_t n) {
   return s;
 }
 
-std::string raw_st(const std::string& header, const std::string& data) {
-  return le64(header.size()) + header + data;
-}
+std::string raw_st(const std::string& header, const std::string& data) { return le64(header.size()) + header + data; }
 
 }  // namespace
 
@@ -219,8 +225,10 @@ TEST(Float16, WideningMatchesOracleForEveryPattern) {
     }
     const float b = ds::bf16_to_f32(static_cast<uint16_t>(h));
     const double wb = oracle_bf16(static_cast<uint16_t>(h));
-    if (std::isnan(wb)) ASSERT_TRUE(std::isnan(b)) << h;
-    else ASSERT_TRUE(same_float(b, static_cast<float>(wb))) << "bf16 0x" << std::hex << h;
+    if (std::isnan(wb))
+      ASSERT_TRUE(std::isnan(b)) << h;
+    else
+      ASSERT_TRUE(same_float(b, static_cast<float>(wb))) << "bf16 0x" << std::hex << h;
   }
   // A few by hand.
   EXPECT_EQ(ds::f16_to_f32(0x0001), std::ldexp(1.0f, -24));
@@ -292,15 +300,19 @@ TEST(SafeTensors, RoundTripF32F16BF16) {
   st.read_f32(*st.find("b.f16"), got.data(), true);
   for (size_t i = 0; i < v.size(); ++i) {
     const float want = static_cast<float>(oracle_f16(oracle_to_f16(v[i])));
-    if (std::isnan(v[i])) ASSERT_TRUE(std::isnan(got[i]));
-    else ASSERT_TRUE(same_float(got[i], want)) << i << " " << v[i];
+    if (std::isnan(v[i]))
+      ASSERT_TRUE(std::isnan(got[i]));
+    else
+      ASSERT_TRUE(same_float(got[i], want)) << i << " " << v[i];
   }
   st.read_f32(*st.find("c.bf16"), got.data());
   st.release(*st.find("c.bf16"));
   for (size_t i = 0; i < v.size(); ++i) {
     const float want = static_cast<float>(oracle_bf16(oracle_to_bf16(v[i])));
-    if (std::isnan(v[i])) ASSERT_TRUE(std::isnan(got[i]));
-    else ASSERT_TRUE(same_float(got[i], want)) << i << " " << v[i];
+    if (std::isnan(v[i]))
+      ASSERT_TRUE(std::isnan(got[i]));
+    else
+      ASSERT_TRUE(same_float(got[i], want)) << i << " " << v[i];
   }
   // Released pages read back from the file.
   st.read_f32(*st.find("a.f32"), got.data());
@@ -398,23 +410,24 @@ TEST(SafeTensors, MalformedFilesAreRejectedWithPlaces) {
                        std::string(8, '\0'))),
             "");
   // Shapes whose product overflows.
-  m = err(raw_st(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", std::string(8, '\0')));
+  m = err(
+      raw_st(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", std::string(8, '\0')));
   EXPECT_TRUE(contains(m, "overflow")) << m;
   m = err(raw_st(R"({"w":{"dtype":"F32","shape":[9223372036854775807,0,3],"data_offsets":[0,0]}})", ""));
   EXPECT_EQ(m, "");  // product 0 is fine
   m = err(raw_st(R"({"w":{"dtype":"F64","shape":[2305843009213693952],"data_offsets":[0,8]}})", std::string(8, '\0')));
   EXPECT_TRUE(contains(m, "overflow")) << m;
   // Wrong JSON types.
-  for (const char* bad : {R"({"w":3})", R"({"w":{"dtype":3,"shape":[1],"data_offsets":[0,4]}})",
-                          R"({"w":{"dtype":"F32","shape":"1","data_offsets":[0,4]}})",
-                          R"({"w":{"dtype":"F32","shape":[1.0],"data_offsets":[0,4]}})",
-                          R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})",
-                          R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0]}})",
-                          R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}})",
-                          R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}})",
-                          R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4,8]}})",
-                          R"({"w":{"dtype":"F32","shape":[1]}})", R"({"__metadata__":{"a":1}})",
-                          R"({"__metadata__":[]})"}) {
+  for (const char* bad :
+       {R"({"w":3})", R"({"w":{"dtype":3,"shape":[1],"data_offsets":[0,4]}})",
+        R"({"w":{"dtype":"F32","shape":"1","data_offsets":[0,4]}})",
+        R"({"w":{"dtype":"F32","shape":[1.0],"data_offsets":[0,4]}})",
+        R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})",
+        R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0]}})",
+        R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}})",
+        R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}})",
+        R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4,8]}})", R"({"w":{"dtype":"F32","shape":[1]}})",
+        R"({"__metadata__":{"a":1}})", R"({"__metadata__":[]})"}) {
     EXPECT_NE(err(raw_st(bad, std::string(8, '\0'))), "") << bad;
   }
   // Non-UTF-8 and control characters in a name.
@@ -483,8 +496,10 @@ TEST(ConfigJson, ErrorsNameTheField) {
   const json good = ds::config_to_json(ds::Config{});
   auto err = [&](const std::string& key, const json& value) {
     json j = good;
-    if (value.is_discarded()) j.erase(key);
-    else j[key] = value;
+    if (value.is_discarded())
+      j.erase(key);
+    else
+      j[key] = value;
     return error_of([&] { ds::config_from_json(j); });
   };
   EXPECT_EQ(err("d_model", 64), "");
@@ -706,8 +721,8 @@ void write_gpt2_folder(const std::string& dir, const TinyGPT2& g, const json& co
       for (int i = 0; i < g.n_pos; ++i)
         for (int j = 0; j <= i; ++j) mask[static_cast<size_t>(i * g.n_pos + j)] = 1.0f;
       keep.push_back(std::move(mask));
-      out.push_back({prefix + "h." + std::to_string(l) + ".attn.bias", {1, 1, g.n_pos, g.n_pos}, keep.back().data(),
-                     dtype});
+      out.push_back(
+          {prefix + "h." + std::to_string(l) + ".attn.bias", {1, 1, g.n_pos, g.n_pos}, keep.back().data(), dtype});
     }
   }
   ds::save_safetensors(dir + "/model.safetensors", out, {{"format", "pt"}});
@@ -1126,7 +1141,8 @@ TEST(OwnFolder, RoundTripsDecoderAndEncoderDecoder) {
   ds::save_model_folder(tmp.path("f16"), cfg, w, chars_tokenizer(cfg.vocab_size), {}, "F16");
   ds::FolderModel m = ds::load_model_folder(tmp.path("f16"));
   EXPECT_EQ(m.w.blocks[1].attn.k.W(3, 7), round_f16(w.blocks[1].attn.k.W(3, 7)));
-  EXPECT_LT(fs::file_size(tmp.path("f16/model.safetensors")), fs::file_size(tmp.path("dec/model.safetensors")) * 6 / 10);
+  EXPECT_LT(fs::file_size(tmp.path("f16/model.safetensors")),
+            fs::file_size(tmp.path("dec/model.safetensors")) * 6 / 10);
 }
 
 TEST(OwnFolder, SaveChecks) {
@@ -1177,7 +1193,10 @@ TEST(OwnFolder, LoadErrors) {
   EXPECT_TRUE(contains(m, "parameters")) << m;  // refused before allocating
   m = with([](json& j) { j["vocab_size"] = 16 << 20; });
   EXPECT_NE(m, "");
-  m = with([](json& j) { j["max_seq"] = 1 << 20; j["n_layers"] = 4096; });
+  m = with([](json& j) {
+    j["max_seq"] = 1 << 20;
+    j["n_layers"] = 4096;
+  });
   EXPECT_NE(m, "");
   EXPECT_TRUE(contains(with([](json& j) { j["tokenizer"]["vocab"][5] = "a"; }), "repeats"));
   EXPECT_TRUE(contains(with([](json& j) { j["tokenizer"]["vocab"][5] = 5; }), "not a string"));
@@ -1215,8 +1234,10 @@ TEST(Loader, BuiltinNamesResolveThroughTheAssetsVariable) {
   EXPECT_TRUE(contains(e, std::string(DS_SOURCE_DIR) + "/assets")) << e;
   EXPECT_NE(error_of([] { ds::load_model("builtin:../models/tiny"); }), "");
   EXPECT_NE(error_of([] { ds::load_model("builtin:"); }), "");
-  if (old) ::setenv("DECODERSCOPE_ASSETS", saved.c_str(), 1);
-  else ::unsetenv("DECODERSCOPE_ASSETS");
+  if (old)
+    ::setenv("DECODERSCOPE_ASSETS", saved.c_str(), 1);
+  else
+    ::unsetenv("DECODERSCOPE_ASSETS");
 }
 
 // ================================================================ corrupted files
@@ -1239,8 +1260,10 @@ std::string mutate_bytes(std::string b, std::mt19937& rng, size_t header_end) {
   const int kind = static_cast<int>(rng() % 8);
   auto pos = [&](size_t limit) { return limit ? rng() % limit : 0; };
   switch (kind) {
-    case 0: b.resize(pos(b.size() + 1)); break;  // truncation
-    case 1:                                      // flips in the header
+    case 0:
+      b.resize(pos(b.size() + 1));
+      break;  // truncation
+    case 1:   // flips in the header
       for (int k = 0; k < 1 + int(rng() % 4); ++k)
         b[8 + pos(std::min(b.size(), header_end) - 8)] ^= static_cast<char>(1u << (rng() % 8));
       break;
@@ -1253,8 +1276,16 @@ std::string mutate_bytes(std::string b, std::mt19937& rng, size_t header_end) {
       break;
     }
     case 3: {  // header length
-      const uint64_t choices[] = {0, 1, 7, header_end - 9, header_end - 7, header_end, b.size(), uint64_t{1} << 40,
-                                  ~uint64_t{0}, static_cast<uint64_t>(rng())};
+      const uint64_t choices[] = {0,
+                                  1,
+                                  7,
+                                  header_end - 9,
+                                  header_end - 7,
+                                  header_end,
+                                  b.size(),
+                                  uint64_t{1} << 40,
+                                  ~uint64_t{0},
+                                  static_cast<uint64_t>(rng())};
       const std::string n = le64(choices[pos(std::size(choices))]);
       std::copy(n.begin(), n.end(), b.begin());
       break;
@@ -1263,21 +1294,25 @@ std::string mutate_bytes(std::string b, std::mt19937& rng, size_t header_end) {
       for (int k = 0; k < 1 + int(rng() % 8); ++k) b[pos(b.size())] = static_cast<char>(rng());
       break;
     case 5: {  // a JSON token replaced
-      const char* tokens[] = {"\"F16\"", "\"I64\"", "null", "[]", "{}", "-1", "1e300", "\"\xFF\xFE\"", "[0,0]", "\"shape\"",
-                              "\"data_offsets\"", "\"dtype\"", ",", ":"};
+      const char* tokens[] = {
+          "\"F16\"",   "\"I64\"",          "null",      "[]", "{}", "-1", "1e300", "\"\xFF\xFE\"", "[0,0]",
+          "\"shape\"", "\"data_offsets\"", "\"dtype\"", ",",  ":"};
       const std::string t = tokens[pos(std::size(tokens))];
       const size_t at = 8 + pos(std::min(b.size(), header_end) - 8);
       b.replace(at, std::min<size_t>(1 + rng() % 6, b.size() - at), t);
       break;
     }
-    case 6: b += std::string(pos(64), static_cast<char>(rng())); break;  // trailing bytes
+    case 6:
+      b += std::string(pos(64), static_cast<char>(rng()));
+      break;    // trailing bytes
     default: {  // swap two header digits runs: overlapping / shifted offsets
       const std::string find = "\"data_offsets\":[";
       size_t a = b.find(find, pos(header_end));
       if (a != std::string::npos && a < header_end) {
         a += find.size();
         const size_t e = b.find(']', a);
-        if (e != std::string::npos) b.replace(a, e - a, std::to_string(rng() % 64) + "," + std::to_string(rng() % 2048));
+        if (e != std::string::npos)
+          b.replace(a, e - a, std::to_string(rng() % 64) + "," + std::to_string(rng() % 2048));
       }
       break;
     }
@@ -1343,16 +1378,49 @@ TEST(Robustness, CorruptedConfigsLoadOrThrow) {
   write_gpt2_folder(gdir, g, gconf, "transformer.", "F32");
   ds::Config cfg = encdec_config();
   const std::string odir = tmp.path("own");
-  ds::save_model_folder(odir, cfg, ds::Weights::random(cfg, 3), chars_tokenizer(cfg.vocab_size), {{"training", {{"a", 1}}}});
+  ds::save_model_folder(odir, cfg, ds::Weights::random(cfg, 3), chars_tokenizer(cfg.vocab_size),
+                        {{"training", {{"a", 1}}}});
   const json oconf = json::parse(read_text(odir + "/config.json"));
   ASSERT_TRUE(loads(gdir));
   ASSERT_TRUE(loads(odir));
 
-  const std::vector<json> values = {nullptr, "x", "", -1, 0, 1, 2, 3, 7, 8, 16, 1e12, -1e12, 1.5, 1e-5, true, false,
-                                    json::array(), json::object(), 2147483647, -2147483648LL, 2147483648LL,
-                                    4294967296LL, 9223372036854775807LL, 18446744073709551615ULL, 1048576, 1e308,
-                                    "gelu", "relu", "swiglu", "rotary", "layernorm", "post", "chars", "gpt2-bpe",
-                                    json::array({"a", "b"}), json::array({1, 2})};
+  const std::vector<json> values = {nullptr,
+                                    "x",
+                                    "",
+                                    -1,
+                                    0,
+                                    1,
+                                    2,
+                                    3,
+                                    7,
+                                    8,
+                                    16,
+                                    1e12,
+                                    -1e12,
+                                    1.5,
+                                    1e-5,
+                                    true,
+                                    false,
+                                    json::array(),
+                                    json::object(),
+                                    2147483647,
+                                    -2147483648LL,
+                                    2147483648LL,
+                                    4294967296LL,
+                                    9223372036854775807LL,
+                                    18446744073709551615ULL,
+                                    1048576,
+                                    1e308,
+                                    "gelu",
+                                    "relu",
+                                    "swiglu",
+                                    "rotary",
+                                    "layernorm",
+                                    "post",
+                                    "chars",
+                                    "gpt2-bpe",
+                                    json::array({"a", "b"}),
+                                    json::array({1, 2})};
   std::mt19937 rng(77);
   int loaded = 0;
   for (int iter = 0; iter < 2000; ++iter) {
@@ -1365,33 +1433,54 @@ TEST(Robustness, CorruptedConfigsLoadOrThrow) {
       if (keys.empty()) break;
       const std::string key = keys[rng() % keys.size()];
       switch (rng() % 5) {
-        case 0: j.erase(key); break;
+        case 0:
+          j.erase(key);
+          break;
         case 1:
-          if (j[key].is_number_integer()) j[key] = j[key].get<int64_t>() + static_cast<int>(rng() % 5) - 2;
-          else j[key] = values[rng() % values.size()];
+          if (j[key].is_number_integer())
+            j[key] = j[key].get<int64_t>() + static_cast<int>(rng() % 5) - 2;
+          else
+            j[key] = values[rng() % values.size()];
           break;
         case 2:
           if (key == "tokenizer" && j[key].contains("vocab") && !j[key]["vocab"].empty()) {
             auto& v = j[key]["vocab"];
             const size_t i = rng() % v.size();
             switch (rng() % 4) {
-              case 0: v[i] = values[rng() % values.size()]; break;
-              case 1: v[i] = v[(i + 1) % v.size()]; break;  // duplicate
-              case 2: v.erase(i); break;
-              default: v[i] = "ab"; break;
+              case 0:
+                v[i] = values[rng() % values.size()];
+                break;
+              case 1:
+                v[i] = v[(i + 1) % v.size()];
+                break;  // duplicate
+              case 2:
+                v.erase(i);
+                break;
+              default:
+                v[i] = "ab";
+                break;
             }
             break;
           }
           [[fallthrough]];
-        default: j[key] = values[rng() % values.size()]; break;
+        default:
+          j[key] = values[rng() % values.size()];
+          break;
       }
     }
     std::string text = j.dump();
     switch (rng() % 6) {
-      case 0: text.resize(rng() % (text.size() + 1)); break;
-      case 1: text[rng() % text.size()] = static_cast<char>(0x80 + rng() % 128); break;  // non-UTF-8
-      case 2: text[rng() % text.size()] = static_cast<char>(rng()); break;
-      default: break;
+      case 0:
+        text.resize(rng() % (text.size() + 1));
+        break;
+      case 1:
+        text[rng() % text.size()] = static_cast<char>(0x80 + rng() % 128);
+        break;  // non-UTF-8
+      case 2:
+        text[rng() % text.size()] = static_cast<char>(rng());
+        break;
+      default:
+        break;
     }
     const std::string dir = gpt2 ? gdir : odir;
     write_text(dir + "/config.json", text);
@@ -1402,7 +1491,9 @@ TEST(Robustness, CorruptedConfigsLoadOrThrow) {
   std::string raw = oconf.dump();
   const size_t at = raw.find("\"</s>\"");
   ASSERT_NE(at, std::string::npos);
-  raw.replace(at + 1, 4, "\xC3\x28" "ab");
+  raw.replace(at + 1, 4,
+              "\xC3\x28"
+              "ab");
   write_text(odir + "/config.json", raw);
   const std::string m = error_of([&] { ds::load_model_folder(odir); });
   EXPECT_TRUE(contains(m, "config.json")) << m;

@@ -70,8 +70,8 @@ void print_stacks(long n) {
     bool seen = false;
     int count = 0;
     for (int j = 0; j < m; ++j) {
-      const bool same = g_stack_len[i] == g_stack_len[j] &&
-                        std::equal(g_stack[i], g_stack[i] + g_stack_len[i], g_stack[j]);
+      const bool same =
+          g_stack_len[i] == g_stack_len[j] && std::equal(g_stack[i], g_stack[i] + g_stack_len[i], g_stack[j]);
       if (same && j < i) seen = true;
       if (same) ++count;
     }

@@ -68,7 +68,8 @@ TEST(Panels, ProductsAndRowsMatchDoubleLoops) {
       ds::rows_to_panels(data, ds::precision_bytes(prec), rows, cols);
       const int64_t pr = ds::panel_rows(rows);
       // Ranges that start and end inside groups and in the row-major tail.
-      for (auto [r0, r1] : std::vector<std::pair<int64_t, int64_t>>{{0, rows}, {3, rows - 2}, {5, 7}, {rows - 1, rows}}) {
+      for (auto [r0, r1] :
+           std::vector<std::pair<int64_t, int64_t>>{{0, rows}, {3, rows - 2}, {5, 7}, {rows - 1, rows}}) {
         if (r0 < 0 || r1 <= r0) continue;
         std::vector<float> y(size_t(r1 - r0), -1.0f), got_rows(size_t((r1 - r0) * cols));
         ds::gemv_rows(data, prec, cols, x.data(), y.data(), r0, r1, pr);

@@ -85,7 +85,7 @@ TEST(Kernels, NarrowMatchesTheScalarConversionsOnEveryKindOfValue) {
   for (size_t i = 0; i < f.size(); ++i) {
     uint32_t b = gen();
     if (i % 4 == 1) b = (b & 0x8000FFFFu) | 0x3F800000u | ((b >> 8) & 0x1000u);  // ties near 1
-    if (i % 4 == 2) b &= 0x807FFFFFu | (uint32_t(0x67) << 23);                     // around the f16 limits
+    if (i % 4 == 2) b &= 0x807FFFFFu | (uint32_t(0x67) << 23);                   // around the f16 limits
     f[i] = std::bit_cast<float>(b);
   }
   for (Precision p : {Precision::BF16, Precision::F16}) {
@@ -204,7 +204,8 @@ TEST(Kernels, HeadDotsAndAxpysMatchNaiveLoops) {
         EXPECT_NEAR(out[size_t(h * 5)], 0.125 * dot, 1e-6 * mag) << "dh " << dh << " group " << group << " head " << h;
         for (int s = 1; s < 5; ++s) EXPECT_EQ(out[size_t(h * 5 + s)], -7.0f);  // only the strided cells
         for (int i = 0; i < dh; ++i) {
-          const double want = double(z[size_t(h * dh + i)]) + double(p[size_t(h * 3)]) * k[size_t((h / group) * dh + i)];
+          const double want =
+              double(z[size_t(h * dh + i)]) + double(p[size_t(h * 3)]) * k[size_t((h / group) * dh + i)];
           EXPECT_NEAR(z2[size_t(h * dh + i)], want, 1e-6 * (1 + std::abs(want)));
         }
       }
@@ -217,7 +218,8 @@ TEST(Kernels, LayerNormRowMatchesDoubleLoops) {
   std::normal_distribution<float> nd;
   for (int d : {13, 64, 768}) {
     std::vector<float> x(static_cast<size_t>(d)), g(x), b(x), y(x);
-    for (int i = 0; i < d; ++i) x[size_t(i)] = 5.0f + 2.0f * nd(gen), g[size_t(i)] = 1 + 0.1f * nd(gen), b[size_t(i)] = nd(gen);
+    for (int i = 0; i < d; ++i)
+      x[size_t(i)] = 5.0f + 2.0f * nd(gen), g[size_t(i)] = 1 + 0.1f * nd(gen), b[size_t(i)] = nd(gen);
     double mean = 0, var = 0;
     for (float v : x) mean += v;
     mean /= d;
@@ -240,8 +242,7 @@ TEST(Kernels, LayerNormRowMatchesDoubleLoops) {
 TEST(Kernels, SoftmaxWeightsMatchTheCLibraryInDouble) {
   std::vector<float> xs;
   for (float v = -40.0f; v <= 12.0f; v += 0.00731f) xs.push_back(v);
-  for (float v : {12.0f, 12.0f, -800.0f, -1e30f, 11.999999f, -0.0f})
-    xs.push_back(v);
+  for (float v : {12.0f, 12.0f, -800.0f, -1e30f, 11.999999f, -0.0f}) xs.push_back(v);
   xs.push_back(-std::numeric_limits<float>::infinity());
   const float xmax = *std::max_element(xs.begin(), xs.end());
   ASSERT_EQ(xmax, 12.0f);
@@ -286,8 +287,7 @@ Config llama_like() {
 
 // Logits of every position: step by step through the KV cache (the decode kernels)
 // and in one full forward (the matrix-matrix path).
-void logits_both_ways(const std::shared_ptr<const Model>& m, const std::vector<int>& toks, MatRM& steps,
-                      MatRM& full) {
+void logits_both_ways(const std::shared_ptr<const Model>& m, const std::vector<int>& toks, MatRM& steps, MatRM& full) {
   Engine e(m);
   steps.resize(Eigen::Index(toks.size()), m->cfg.vocab_size);
   for (size_t i = 0; i < toks.size(); ++i) steps.row(Eigen::Index(i)) = e.forward(std::span<const int>(&toks[i], 1));

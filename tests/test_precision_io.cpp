@@ -119,9 +119,12 @@ double value_of(uint16_t bits, int man, int bias) {
   const int e = (bits >> man) & ((1 << exp_bits) - 1);
   const int m = bits & ((1 << man) - 1);
   double v;
-  if (e == (1 << exp_bits) - 1) v = m ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
-  else if (e == 0) v = std::ldexp(double(m), 1 - bias - man);
-  else v = std::ldexp(double((1 << man) | m), e - bias - man);
+  if (e == (1 << exp_bits) - 1)
+    v = m ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+  else if (e == 0)
+    v = std::ldexp(double(m), 1 - bias - man);
+  else
+    v = std::ldexp(double((1 << man) | m), e - bias - man);
   return (bits & 0x8000) ? -v : v;
 }
 double f16_value(uint16_t b) { return value_of(b, 10, 15); }
@@ -224,7 +227,8 @@ ds::Config encdec_config() {
 }
 
 bool is_vector(const std::string& name) {
-  return name.size() > 2 && (name.compare(name.size() - 2, 2, ".g") == 0 || name.compare(name.size() - 2, 2, ".b") == 0);
+  return name.size() > 2 &&
+         (name.compare(name.size() - 2, 2, ".g") == 0 || name.compare(name.size() - 2, 2, ".b") == 0);
 }
 
 std::vector<uint16_t> bits_of(const ds::Weights::TensorRef& t) {
@@ -302,9 +306,15 @@ void write_gpt2(const std::string& dir, const TinyGPT2& g, const std::string& dt
   for (auto& [name, t] : g.tensors) out.push_back({name, t.first, t.second.data(), dtype});
   if (lm_head) out.push_back({"lm_head.weight", {g.vocab, g.d}, lm_head, dtype});
   ds::save_safetensors(dir + "/model.safetensors", out, {{"format", "pt"}});
-  const json conf = {{"model_type", "gpt2"},       {"n_embd", g.d},           {"n_layer", g.n_layer},
-                     {"n_head", g.n_head},         {"n_positions", g.n_pos},  {"vocab_size", g.vocab},
-                     {"layer_norm_epsilon", 1e-5}, {"activation_function", "gelu_new"}, {"n_inner", g.ff}};
+  const json conf = {{"model_type", "gpt2"},
+                     {"n_embd", g.d},
+                     {"n_layer", g.n_layer},
+                     {"n_head", g.n_head},
+                     {"n_positions", g.n_pos},
+                     {"vocab_size", g.vocab},
+                     {"layer_norm_epsilon", 1e-5},
+                     {"activation_function", "gelu_new"},
+                     {"n_inner", g.ff}};
   std::ofstream(dir + "/config.json") << conf.dump();
 }
 

@@ -19,9 +19,9 @@
 namespace {
 
 using ds::Rng;
-using ds::SampleResult;
 using ds::Sampler;
 using ds::SamplerConfig;
+using ds::SampleResult;
 
 // Logits from a test-side generator; levels > 0 quantises them to that many distinct
 // values so that ties are common.
@@ -377,7 +377,7 @@ TEST(Sampler, ZeroTemperatureIsGreedyFirstIndexWins) {
   const std::vector<float> x = {1, 5, 2, 5, -3, 5, 0};
   SamplerConfig c;
   c.temperature = 0.0f;
-  c.top_k = 2;     // filters are not applied when greedy
+  c.top_k = 2;  // filters are not applied when greedy
   c.top_p = 0.1f;
   Sampler s(c);
   const Rng before = s.rng();
@@ -415,8 +415,8 @@ TEST(Sampler, ArgmaxFirstIndexOfMaximum) {
 
 TEST(Sampler, ChiSquareMatchesFinalDistribution) {
   // 20 tokens; T = 0.7, top_k = 12, top_p = 0.9 must all act on this row.
-  const std::vector<float> x = {0.3f, 1.9f, -0.4f, 1.2f, 2.1f, 0.0f, 1.5f, -1.0f, 0.8f, 1.7f,
-                                0.5f, -0.2f, 1.0f, 2.0f, 0.9f, -0.7f, 1.4f, 0.1f, 1.6f, 0.6f};
+  const std::vector<float> x = {0.3f, 1.9f,  -0.4f, 1.2f, 2.1f, 0.0f,  1.5f, -1.0f, 0.8f, 1.7f,
+                                0.5f, -0.2f, 1.0f,  2.0f, 0.9f, -0.7f, 1.4f, 0.1f,  1.6f, 0.6f};
   SamplerConfig c;
   c.temperature = 0.7f;
   c.top_k = 12;
@@ -450,9 +450,8 @@ TEST(Sampler, ChiSquareMatchesFinalDistribution) {
   // Upper 0.999 quantiles of the chi-square distribution for df = 1..20, from the
   // NIST/SEMATECH e-Handbook of Statistical Methods, table 1.3.6.7.4 (also reproduced
   // by bisection on the regularised incomplete gamma function).
-  static const double q999[] = {10.828, 13.816, 16.266, 18.467, 20.515, 22.458, 24.322,
-                                26.124, 27.877, 29.588, 31.264, 32.909, 34.528, 36.123,
-                                37.697, 39.252, 40.790, 42.312, 43.820, 45.315};
+  static const double q999[] = {10.828, 13.816, 16.266, 18.467, 20.515, 22.458, 24.322, 26.124, 27.877, 29.588,
+                                31.264, 32.909, 34.528, 36.123, 37.697, 39.252, 40.790, 42.312, 43.820, 45.315};
   const int df = kept - 1;
   EXPECT_LT(chi2, q999[df - 1]) << "df=" << df;
 }
@@ -461,15 +460,13 @@ TEST(Sampler, ChiSquareMatchesFinalDistribution) {
 
 TEST(Sampler, DistributionsSumToOneAndOrderIsSorted) {
   const float ninf = -std::numeric_limits<float>::infinity();
-  std::vector<std::vector<float>> rows = {
-      make_logits(20, 1), make_logits(3000, 2, 10.0f, 30), make_logits(50257, 3, 8.0f, 500),
-      make_logits(50257, 4, 2.0f)};
+  std::vector<std::vector<float>> rows = {make_logits(20, 1), make_logits(3000, 2, 10.0f, 30),
+                                          make_logits(50257, 3, 8.0f, 500), make_logits(50257, 4, 2.0f)};
   rows[0][3] = ninf;
   rows[3][100] = ninf;
-  const std::vector<SamplerConfig> configs = {
-      {1.0f, 0, 1.0f, 1},  {0.7f, 0, 1.0f, 2},   {1.5f, 40, 1.0f, 3},
-      {0.8f, 0, 0.9f, 4},  {0.6f, 50, 0.95f, 5}, {0.0f, 0, 1.0f, 6},
-      {3.0f, 5000, 0.99f, 7}, {1e-3f, 0, 1.0f, 8}};
+  const std::vector<SamplerConfig> configs = {{1.0f, 0, 1.0f, 1},     {0.7f, 0, 1.0f, 2},   {1.5f, 40, 1.0f, 3},
+                                              {0.8f, 0, 0.9f, 4},     {0.6f, 50, 0.95f, 5}, {0.0f, 0, 1.0f, 6},
+                                              {3.0f, 5000, 0.99f, 7}, {1e-3f, 0, 1.0f, 8}};
   for (const auto& x : rows) {
     const int n = static_cast<int>(x.size());
     for (const SamplerConfig& c : configs) {
@@ -527,14 +524,14 @@ TEST(Sampler, ReusesBuffers) {
   Sampler s;
   SampleResult out;
   s.sample(x.data(), n, out);
-  const void* ptrs[] = {out.p_raw.data(), out.p_temp.data(), out.p_topk.data(),
+  const void* ptrs[] = {out.p_raw.data(),   out.p_temp.data(),  out.p_topk.data(),
                         out.p_final.data(), out.removed.data(), out.order.data()};
   const std::vector<SamplerConfig> configs = {
       {0.7f, 10, 1.0f, 1}, {1.0f, 0, 0.5f, 2}, {0.0f, 0, 1.0f, 3}, {1.2f, 0, 1.0f, 4}};
   for (const SamplerConfig& c : configs) {
     s.set_config(c);
     s.sample(x.data(), n, out);
-    const void* now[] = {out.p_raw.data(), out.p_temp.data(), out.p_topk.data(),
+    const void* now[] = {out.p_raw.data(),   out.p_temp.data(),  out.p_topk.data(),
                          out.p_final.data(), out.removed.data(), out.order.data()};
     for (int i = 0; i < 6; ++i) EXPECT_EQ(ptrs[i], now[i]) << "buffer " << i << " reallocated";
   }
@@ -555,9 +552,8 @@ void expect_error(F f, const std::string& needle) {
 TEST(Sampler, InvalidConfigsThrow) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const std::vector<std::pair<SamplerConfig, std::string>> bad = {
-      {{-0.1f, 0, 1.0f, 0}, "temperature"}, {{nan, 0, 1.0f, 0}, "temperature"},
-      {{1.0f, -1, 1.0f, 0}, "top_k"},       {{1.0f, 0, 0.0f, 0}, "top_p"},
-      {{1.0f, 0, -0.5f, 0}, "top_p"},       {{1.0f, 0, 1.01f, 0}, "top_p"},
+      {{-0.1f, 0, 1.0f, 0}, "temperature"}, {{nan, 0, 1.0f, 0}, "temperature"}, {{1.0f, -1, 1.0f, 0}, "top_k"},
+      {{1.0f, 0, 0.0f, 0}, "top_p"},        {{1.0f, 0, -0.5f, 0}, "top_p"},     {{1.0f, 0, 1.01f, 0}, "top_p"},
       {{1.0f, 0, nan, 0}, "top_p"}};
   for (const auto& item : bad) {
     const SamplerConfig c = item.first;

@@ -37,9 +37,8 @@ std::vector<std::vector<float>> full_patterns(std::shared_ptr<const Model> m, co
                                               const std::vector<int>& src, const char* what) {
   Engine e(m);
   std::vector<std::vector<float>> out(m->cfg.n_layers);
-  e.hooks().subscribe(std::string("blocks.*.") + what, [&](HookEvent& ev) {
-    out[ev.layer].assign(ev.t.data, ev.t.data + ev.t.size());
-  });
+  e.hooks().subscribe(std::string("blocks.*.") + what,
+                      [&](HookEvent& ev) { out[ev.layer].assign(ev.t.data, ev.t.data + ev.t.size()); });
   if (!src.empty()) e.encode(src);
   e.forward_full(toks);
   return out;
@@ -133,7 +132,10 @@ TEST(Trace, JsonRoundTripKeepsEverything) {
 }
 
 TEST(Trace, MalformedJsonIsAClearError) {
-  const char* bad[] = {"", "{", "[]", "{\"format\": \"other\"}",
+  const char* bad[] = {"",
+                       "{",
+                       "[]",
+                       "{\"format\": \"other\"}",
                        "{\"format\":\"decoderscope-trace\",\"model\":{\"config\":{}},\"steps\":[]}",
                        "{\"format\":\"decoderscope-trace\",\"model\":{\"config\":{\"d_model\":2,\"n_layers\":1,"
                        "\"n_heads\":1,\"d_head\":2,\"d_ff\":2,\"vocab_size\":2,\"max_seq\":2,\"norm\":\"layernorm\","

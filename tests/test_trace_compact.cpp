@@ -104,7 +104,8 @@ TEST(CompactTrace, AgreesWithTheFullRecordingWithinFloat16Precision) {
           const bool lens_reads = std::string(pt) == "resid_post" || (l == 0 && std::string(pt) == "resid_pre");
           EXPECT_EQ(tc.has_values(), lens_reads) << nm;
           if (tc.has_values()) {
-            for (int64_t i = 0; i < tf.size(); ++i) EXPECT_NEAR(tc.at(i), tf.data[i], 1e-3 * std::abs(tf.data[i]) + 1e-6);
+            for (int64_t i = 0; i < tf.size(); ++i)
+              EXPECT_NEAR(tc.at(i), tf.data[i], 1e-3 * std::abs(tf.data[i]) + 1e-6);
           }
         }
     // The masks were folded into the scores.

@@ -365,9 +365,10 @@ TEST(Tasks, DatesAreValidInEveryFormatWithTheRightWeekdayAndTarget) {
     // Ordinal suffixes are right.
     if (s.format == ds::train::kTheDthOfMonthY || s.format == ds::train::kMonthDthY) {
       std::string suf = lower(mt[size_t(f.d + 1)]);
-      std::string want = (td % 10 == 1 && td != 11) ? "st" : (td % 10 == 2 && td != 12) ? "nd"
-                                                         : (td % 10 == 3 && td != 13)   ? "rd"
-                                                                                        : "th";
+      std::string want = (td % 10 == 1 && td != 11)   ? "st"
+                         : (td % 10 == 2 && td != 12) ? "nd"
+                         : (td % 10 == 3 && td != 13) ? "rd"
+                                                      : "th";
       ASSERT_EQ(suf, want);
       ASSERT_NE(std::string(mt[size_t(f.d)])[0], '0');
     }
@@ -384,7 +385,8 @@ TEST(Tasks, DatesAreValidInEveryFormatWithTheRightWeekdayAndTarget) {
   for (int f = 0; f < ds::train::kNumDateFormats; ++f) {
     EXPECT_GT(per_format[f], 400) << ds::train::date_format_name(f);
     bool numeric = f >= ds::train::kDotted;
-    for (std::string k : numeric ? std::vector<std::string>{"none"} : std::vector<std::string>{"mixed", "upper", "lower"}) {
+    for (std::string k :
+         numeric ? std::vector<std::string>{"none"} : std::vector<std::string>{"mixed", "upper", "lower"}) {
       EXPECT_TRUE(seen.count(std::to_string(f) + ":" + k + ":-")) << f << " " << k;
       if (f != ds::train::kTheDthOfMonthY && f != ds::train::kMonthDthY) {
         EXPECT_TRUE(seen.count(std::to_string(f) + ":" + k + ":0")) << f << " " << k << " zero-padded";

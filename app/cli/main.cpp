@@ -14,14 +14,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/decode_bench.h"
 #include "io/llama2c.h"
 #include "io/loader.h"
 #include "io/model_folder.h"
 #include "probe/lens.h"
-#include "bench/decode_bench.h"
 #include "session/session.h"
-#include "train_cmds.h"
 #include "text/gpt2_tokenizer.h"
+#include "train_cmds.h"
 #include "util/error.h"
 
 namespace {
@@ -168,10 +168,14 @@ ds::LoadedModel open_model(const Args& a) {
   ds::Precision p = ds::Precision::F32;
   if (a.has("precision")) {
     const std::string v = a.str("precision");
-    if (v == "f32" || v == "float32") p = ds::Precision::F32;
-    else if (v == "bf16" || v == "bfloat16") p = ds::Precision::BF16;
-    else if (v == "f16" || v == "float16") p = ds::Precision::F16;
-    else throw Error("--precision must be f32, bf16 or f16, not '" + v + "'");
+    if (v == "f32" || v == "float32")
+      p = ds::Precision::F32;
+    else if (v == "bf16" || v == "bfloat16")
+      p = ds::Precision::BF16;
+    else if (v == "f16" || v == "float16")
+      p = ds::Precision::F16;
+    else
+      throw Error("--precision must be f32, bf16 or f16, not '" + v + "'");
   }
   return ds::load_model(a.str("model"), a.str("tokenizer"), p);
 }
@@ -295,7 +299,7 @@ std::vector<std::string> position_texts(const ds::Trace& t) {
   for (auto& s : t.steps)
     for (size_t i = 0; i < s.input.size(); ++i)
       out.push_back(i < s.input_text.size() && !s.input_text[i].empty() ? s.input_text[i]
-                                                                          : "#" + std::to_string(s.input[i]));
+                                                                        : "#" + std::to_string(s.input[i]));
   return out;
 }
 
@@ -355,8 +359,11 @@ int cmd_lens(const Args& a) {
   nlohmann::json layers = nlohmann::json::array();
   for (auto& r : rows)
     layers.push_back({{"hook", r.hook}, {"label", r.label}, {"ids", r.ids}, {"texts", r.texts}, {"probs", r.probs}});
-  nlohmann::json j{{"position", pos}, {"token", t.tokens()[size_t(pos)]}, {"text", texts[size_t(pos)]},
-                   {"top_k", k},      {"layers", std::move(layers)}};
+  nlohmann::json j{{"position", pos},
+                   {"token", t.tokens()[size_t(pos)]},
+                   {"text", texts[size_t(pos)]},
+                   {"top_k", k},
+                   {"layers", std::move(layers)}};
   if (next_id >= 0) {
     j["next"] = next_id;
     j["next_text"] = next;
@@ -376,12 +383,11 @@ int cmd_bench(const Args& a) {
   o.prefill = int(a.integer("prefill", std::min(c.max_seq, 512), 0, c.max_seq));
   o.trace_tokens = int(a.integer("trace-tokens", 0, 0, c.max_seq));
   std::printf("model                   %s: %s\n", m.name.c_str(), c.describe().c_str());
-  std::printf("weights                 %.2f M parameters, %.1f MB in memory (%s)\n",
-              m.model->w.parameter_count() / 1e6, m.model->w.bytes() / 1e6, ds::precision_name(m.precision));
+  std::printf("weights                 %.2f M parameters, %.1f MB in memory (%s)\n", m.model->w.parameter_count() / 1e6,
+              m.model->w.bytes() / 1e6, ds::precision_name(m.precision));
   std::fflush(stdout);
-  auto r = ds::run_decode_bench(m.model, o, [](const std::string& s) {
-    std::fprintf(stderr, "  ... %s\n", s.c_str());
-  });
+  auto r =
+      ds::run_decode_bench(m.model, o, [](const std::string& s) { std::fprintf(stderr, "  ... %s\n", s.c_str()); });
   ds::print_decode_bench(stdout, r, o);
   return 0;
 }
@@ -474,8 +480,9 @@ int random_gpt2(const Args& a) {
   const int dim = int(a.integer("dim", 768, 2, 1 << 16));
   const int heads = int(a.integer("heads", 12, 1, 1024));
   if (dim % heads) throw Error("--dim must be a multiple of --heads");
-  ds::Config c = ds::gpt2_config(dim, int(a.integer("layers", 12, 1, 1024)), heads,
-                                 int(a.integer("seq-len", 1024, 1, 1 << 20)), int(a.integer("vocab", 50257, 96, 1 << 22)));
+  ds::Config c =
+      ds::gpt2_config(dim, int(a.integer("layers", 12, 1, 1024)), heads, int(a.integer("seq-len", 1024, 1, 1 << 20)),
+                      int(a.integer("vocab", 50257, 96, 1 << 22)));
   const std::string dtype = a.has("dtype") ? a.str("dtype") : "F32";
   ds::Weights w = ds::Weights::random(c, uint64_t(a.integer("seed", 1, 0, 1LL << 62)), 0.02f);
   nlohmann::json vocab = nlohmann::json::array();
@@ -496,10 +503,10 @@ int cmd_random(const Args& a) {
   if (a.has("dtype")) throw Error("--dtype is for --arch gpt2 folders; llama2.c checkpoints are float32");
   int dim = int(a.integer("dim", 768, 2, 1 << 16));
   int heads = int(a.integer("heads", 12, 1, 1024));
-  ds::Config c = ds::llama2c_config(dim, int(a.integer("hidden", 2048, 1, 1 << 18)),
-                                    int(a.integer("layers", 12, 1, 1024)), heads,
-                                    int(a.integer("kv-heads", heads, 1, 1024)), int(a.integer("vocab", 32000, 3, 1 << 22)),
-                                    int(a.integer("seq-len", 1024, 1, 1 << 20)), true);
+  ds::Config c =
+      ds::llama2c_config(dim, int(a.integer("hidden", 2048, 1, 1 << 18)), int(a.integer("layers", 12, 1, 1024)), heads,
+                         int(a.integer("kv-heads", heads, 1, 1024)), int(a.integer("vocab", 32000, 3, 1 << 22)),
+                         int(a.integer("seq-len", 1024, 1, 1 << 20)), true);
   ds::Weights w = ds::Weights::random(c, uint64_t(a.integer("seed", 1, 0, 1LL << 62)), 0.02f);
   ds::save_llama2c(a.str("out"), c, w);
   std::printf("wrote %s: %s, %.1f M parameters\n", a.str("out").c_str(), c.describe().c_str(),
@@ -511,7 +518,8 @@ int cmd_random(const Args& a) {
 
 int main(int argc, char** argv) {
   try {
-    if (argc >= 2 && (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help"))) {
+    if (argc >= 2 &&
+        (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help"))) {
       std::fputs(kUsage, stdout);
       return 0;
     }

@@ -127,8 +127,8 @@ std::string text_of(const ds::LoadedModel& m, const std::vector<int>& ids) {
 }
 
 std::string command_line(const std::string& task, const std::string& out, uint64_t seed, int steps) {
-  return "decoderscope-cli train --task " + task + " --out " + out + " --seed " + std::to_string(seed) +
-         " --steps " + std::to_string(steps);
+  return "decoderscope-cli train --task " + task + " --out " + out + " --seed " + std::to_string(seed) + " --steps " +
+         std::to_string(steps);
 }
 
 }  // namespace
@@ -147,8 +147,8 @@ int cmd_train(int argc, char** argv) {
   std::printf("training %s (%s): %s\n", spec.task.c_str(), task.answer_note().c_str(),
               ds::train::make_config(spec, task).describe().c_str());
   std::printf("seed %llu, %d steps of %d sequences, %d thread(s); checkpoint %s every %d steps (Ctrl-C saves it)\n",
-              (unsigned long long)spec.seed, spec.steps, spec.batch, threads,
-              ds::train::checkpoint_path(out).c_str(), spec.checkpoint_every);
+              (unsigned long long)spec.seed, spec.steps, spec.batch, threads, ds::train::checkpoint_path(out).c_str(),
+              spec.checkpoint_every);
   std::fflush(stdout);
   g_stop = false;
   auto old = std::signal(SIGINT, on_sigint);

@@ -55,8 +55,7 @@ HeatTexture& App::heat_texture(const std::string& name) {
   return *p;
 }
 
-const App::GrowingMatrix& App::attention_view(const std::string& slot, int layer, int head, bool cross,
-                                              bool scores) {
+const App::GrowingMatrix& App::attention_view(const std::string& slot, int layer, int head, bool cross, bool scores) {
   char what[96];
   std::snprintf(what, sizeof what, "%llu/%d/%d/%d/%d", (unsigned long long)trace_epoch, layer, head, int(cross),
                 int(scores));
@@ -800,8 +799,7 @@ void App::status_bar() {
                        ds::precision_name(model->precision));
     ImGui::SameLine(0, font * 0.3f);
     ImGui::Text("(%s of weights): %s, %d layers x %d heads, d_model %d, vocab %d", bytes,
-                c.encoder_decoder ? "encoder-decoder" : "decoder-only", c.n_layers, c.n_heads, c.d_model,
-                c.vocab_size);
+                c.encoder_decoder ? "encoder-decoder" : "decoder-only", c.n_layers, c.n_heads, c.d_model, c.vocab_size);
     ImGui::EndGroup();
     if (ImGui::IsItemHovered())
       ImGui::SetTooltip("%s\nweights kept as %s%s", c.describe().c_str(), ds::precision_name(model->precision),
@@ -836,8 +834,7 @@ void App::frame() {
   ImGui::Begin("decoderscope", nullptr,
                ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoResize |
                    ImGuiWindowFlags_MenuBar | ImGuiWindowFlags_NoSavedSettings |
-                   ImGuiWindowFlags_NoBringToFrontOnFocus |
-                   ImGuiWindowFlags_NoBackground);
+                   ImGuiWindowFlags_NoBringToFrontOnFocus | ImGuiWindowFlags_NoBackground);
   ImGui::PopStyleVar();
   if (!scripted) shortcuts();
   menu_bar();

@@ -57,9 +57,9 @@ class App {
   std::string loading_what;
   ds::Precision precision = ds::Precision::F32;  // how the next model loaded keeps its weights
   int engine_threads = 1;                        // threads the engine computes a step with
-  bool replay = false;   // showing a trace opened from a file
-  bool done = false;     // the session takes no more steps
-  int steps_wanted = 0;  // steps asked of the worker and not yet arrived
+  bool replay = false;                           // showing a trace opened from a file
+  bool done = false;                             // the session takes no more steps
+  int steps_wanted = 0;                          // steps asked of the worker and not yet arrived
   double last_step_seconds = 0;
 
   // ---- the window's copy of the trace
@@ -163,11 +163,11 @@ class App {
   struct HeadsGrid {
     std::string what;  // trace epoch and kind
     int step = -1;
-    uint64_t serial = 0;  // bumped whenever a tile changes
+    uint64_t serial = 0;                           // bumped whenever a tile changes
     std::vector<std::unique_ptr<HeadTile>> tiles;  // layer-major
   } grid;
-  std::string heads_key;                          // what the heads grid target shows
-  std::map<std::string, std::string> drawn_keys;  // heatmap target -> what it shows
+  std::string heads_key;                                              // what the heads grid target shows
+  std::map<std::string, std::string> drawn_keys;                      // heatmap target -> what it shows
   std::map<std::string, std::unique_ptr<HeatTexture>> heat_textures;  // heatmap name -> its cells on the GPU
   HeatTexture& heat_texture(const std::string& name);
   UploadStats uploads;

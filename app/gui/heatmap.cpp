@@ -343,10 +343,9 @@ bool HeatTexture::grow(int rows, int cols, const float* values, const uint8_t* m
   return true;
 }
 
-bool HeatTexture::append_rows(int row0, int n, int cols, const float* values, const uint8_t* mask,
-                              UploadStats& stats) {
+bool HeatTexture::append_rows(int row0, int n, int cols, const float* values, const uint8_t* mask, UploadStats& stats) {
   if (row0 != rows_ || n < 0 || cols < cols_ || rows_ == 0) return false;
-  reserve(row0 + n, cols);  // keeps what is held
+  reserve(row0 + n, cols);                                         // keeps what is held
   put(cols_, 0, cols - cols_, rows_, nullptr, nullptr, 0, stats);  // masked zeros
   put(0, row0, cols, n, values, mask, cols, stats);
   rows_ = row0 + n;

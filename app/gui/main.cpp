@@ -1,5 +1,6 @@
 // decoderscope: the window. GLFW + OpenGL 3.3 core + Dear ImGui; the engine runs on a
 // worker thread (worker.h). Also runs scripted (--screenshot) for tests, docs and slides.
+#include <sys/resource.h>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -8,7 +9,6 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
-#include <sys/resource.h>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -483,7 +483,7 @@ int main(int argc, char** argv) {
         switch (phase) {
           case kLoad:
             if (app.started && !app.worker.busy()) {
-              settle_settings();  // the view asked for is on screen while the steps run
+              settle_settings();             // the view asked for is on screen while the steps run
               if (o.bench && o.steps > 0) {  // the engine at full speed
                 dsgui::Command c;
                 c.kind = dsgui::Command::Step;
@@ -650,8 +650,8 @@ int main(int argc, char** argv) {
               app.model ? app.model->name.c_str() : "?", app.model ? ds::precision_name(app.model->precision) : "?",
               app.engine_threads, app.engine_threads == 1 ? "" : "s", steps, bench_t1 - bench_t0,
               steps ? (bench_t1 - bench_t0) * 1000 / double(steps) : 0.0,
-              bench_t1 > bench_t0 ? double(steps) / (bench_t1 - bench_t0) : 0.0, n, n ? frames.back().total : 0.0,
-              p99, med);
+              bench_t1 > bench_t0 ? double(steps) / (bench_t1 - bench_t0) : 0.0, n, n ? frames.back().total : 0.0, p99,
+              med);
           for (size_t i = n; i-- > 0 && i + 3 >= n;) {
             const FrameTimes& f = frames[i];
             std::printf(

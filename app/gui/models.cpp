@@ -13,7 +13,8 @@ namespace dsgui {
 
 std::shared_ptr<const ds::Tokenizer> demo_tokenizer(int vocab) {
   std::vector<std::string> v = {"<pad>", "<bos>", "<eos>"};
-  for (int id = 3; id < vocab; ++id) v.push_back(id >= 32 && id < 127 ? std::string(1, char(id)) : "#" + std::to_string(id));
+  for (int id = 3; id < vocab; ++id)
+    v.push_back(id >= 32 && id < 127 ? std::string(1, char(id)) : "#" + std::to_string(id));
   return std::make_shared<ds::CharTokenizer>(std::move(v), kDemoBos);
 }
 

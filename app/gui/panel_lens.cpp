@@ -27,7 +27,9 @@ bool recorded(const ds::Trace& t, int step, int pos, LensResult& out) {
   out.pos = pos;
   for (auto& r : rows) {
     const size_t n = std::min(r.ids.size(), size_t(ds::kWindowLensTopK));
-    out.rows.push_back({r.label, {r.ids.begin(), r.ids.begin() + n}, {r.texts.begin(), r.texts.begin() + n},
+    out.rows.push_back({r.label,
+                        {r.ids.begin(), r.ids.begin() + n},
+                        {r.texts.begin(), r.texts.begin() + n},
                         {r.probs.begin(), r.probs.begin() + n}});
   }
   return true;

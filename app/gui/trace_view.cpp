@@ -108,7 +108,8 @@ Matrix attention_step_rows(const ds::Trace& t, int layer, int head, int step, bo
   } else {
     for (int r = 0; r < T; ++r)
       for (int j = 0; j < S; ++j) {
-        bool ok = cross ? !(cfg.pad_id >= 0 && j < int(t.source.size()) && t.source[j] == cfg.pad_id) : j <= st.pos0 + r;
+        bool ok =
+            cross ? !(cfg.pad_id >= 0 && j < int(t.source.size()) && t.source[j] == cfg.pad_id) : j <= st.pos0 + r;
         m.mask[size_t(r) * S + j] = ok;
       }
   }

@@ -64,8 +64,8 @@ struct Event {
 struct Command {
   enum Kind { Load, Start, Step, Rewind, Sampler, Heads, Lens, SaveTrace };
   Kind kind = Step;
-  std::string a, b;  // Load: spec, tokenizer file; Start: prompt (target prefix), source
-  int n = 1;         // Step: how many (-1: to the end); Rewind: steps kept
+  std::string a, b;                              // Load: spec, tokenizer file; Start: prompt (target prefix), source
+  int n = 1;                                     // Step: how many (-1: to the end); Rewind: steps kept
   ds::Precision precision = ds::Precision::F32;  // Load: how the weights are kept in memory
   int threads = 1;                               // Start: threads the engine computes a step with
   ds::SamplerConfig sampler;

@@ -89,6 +89,8 @@ Bandwidth ReadProbe::measure(int reps) {
   return b;
 }
 
-Bandwidth measure_read_bandwidth(int threads, size_t bytes, int reps) { return ReadProbe(threads, bytes).measure(reps); }
+Bandwidth measure_read_bandwidth(int threads, size_t bytes, int reps) {
+  return ReadProbe(threads, bytes).measure(reps);
+}
 
 }  // namespace ds

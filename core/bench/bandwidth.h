@@ -11,7 +11,7 @@ namespace ds {
 struct Bandwidth {
   double gb_per_s = 0;  // best of the repetitions, 1 GB = 1e9 bytes
   double median_gb_per_s = 0;
-  size_t bytes = 0;     // buffer size read per repetition
+  size_t bytes = 0;  // buffer size read per repetition
   int threads = 1;
 };
 

@@ -13,9 +13,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -39,8 +37,8 @@ struct DecodeRun {
 // first), and each token is compared with the floor at the mean rate of the passes
 // either side of it, for the bytes it read (weights plus the cache up to its
 // position): drift on the scale of seconds then cancels out of the ratio.
-DecodeRun time_decode(const std::shared_ptr<const Model>& m, int steps, int threads, bool observed,
-                      size_t* trace_bytes, ReadProbe* probe = nullptr, double weight_bytes = 0) {
+DecodeRun time_decode(const std::shared_ptr<const Model>& m, int steps, int threads, bool observed, size_t* trace_bytes,
+                      ReadProbe* probe = nullptr, double weight_bytes = 0) {
   SessionOptions o;
   o.sampler.temperature = 0;
   o.steps = steps;
@@ -93,8 +91,8 @@ double decode_weight_bytes(const Model& m) {
 
 double prefill_flops(const Config& c, int T) {
   const double d = c.d_model, q = c.q_dim(), kv = c.kv_dim(), f = c.d_ff;
-  double per_token = 2 * (d * q + 2 * d * kv + q * d);              // q, k, v, o
-  per_token += 2 * d * f * (c.ffn == FFNKind::SwiGLU ? 3 : 2);      // up (gate) down
+  double per_token = 2 * (d * q + 2 * d * kv + q * d);          // q, k, v, o
+  per_token += 2 * d * f * (c.ffn == FFNKind::SwiGLU ? 3 : 2);  // up (gate) down
   double flops = double(T) * per_token * c.n_layers;
   // Causal attention: the products are computed over the full T x T square (masked
   // cells are then discarded), scores and mix: 2 * 2 * T * T * d_head per head.
@@ -195,7 +193,8 @@ void print_decode_bench(std::FILE* f, const DecodeBenchResult& r, const DecodeBe
                1e3 / r.plain_ms, r.plain_over_floor);
   std::fprintf(f, "decode, default observers %.2f ms/token               measured/floor %.3f  observed/plain %.3f\n",
                r.observed_ms, r.observed_over_floor, r.observed_over_plain);
-  std::fprintf(f, "                        (ratios: medians over every token, each against probe passes either side)\n");
+  std::fprintf(f,
+               "                        (ratios: medians over every token, each against probe passes either side)\n");
   std::fprintf(f, "trace of one run        %.2f MB for %d positions\n", r.observed_trace_bytes / 1e6, o.steps);
   if (r.prefill_ms > 0) {
     std::fprintf(f, "prefill %d tokens       %.1f ms (%.1f GFLOP/s)\n", o.prefill, r.prefill_ms,

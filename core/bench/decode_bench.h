@@ -9,36 +9,37 @@
 #include <memory>
 #include <string>
 
-#include "model/model.h"
 #include "bench/bandwidth.h"
+#include "model/model.h"
 
 namespace ds {
 
 struct DecodeBenchOptions {
   int threads = 1;
-  int steps = 64;      // positions decoded per timed run (from a one-token prompt)
-  int reps = 5;        // timed runs of each kind (median), after one warm-up run
-  int prefill = 512;   // prompt length for the prefill timing; 0 skips it
-  int trace_tokens = 0;  // > 0: also generate this many positions with the default observers and report the trace's bytes
+  int steps = 64;     // positions decoded per timed run (from a one-token prompt)
+  int reps = 5;       // timed runs of each kind (median), after one warm-up run
+  int prefill = 512;  // prompt length for the prefill timing; 0 skips it
+  int trace_tokens =
+      0;  // > 0: also generate this many positions with the default observers and report the trace's bytes
   size_t bandwidth_bytes = size_t(512) << 20;
 };
 
 struct DecodeBenchResult {
-  Bandwidth bandwidth;       // read rate: median and best of every probe pass, interleaved with the decode runs
-  double weight_bytes = 0;   // bytes of parameters one token reads (decoder blocks, final norm, head)
-  double kv_bytes = 0;       // KV-cache bytes one token reads, averaged over the timed positions
-  double floor_ms = 0;       // (weight_bytes + kv_bytes) / median bandwidth
-  double plain_ms = 0;       // median decode ms/token, no observer
-  double observed_ms = 0;    // median decode ms/token, default observers recording (compact trace)
+  Bandwidth bandwidth;      // read rate: median and best of every probe pass, interleaved with the decode runs
+  double weight_bytes = 0;  // bytes of parameters one token reads (decoder blocks, final norm, head)
+  double kv_bytes = 0;      // KV-cache bytes one token reads, averaged over the timed positions
+  double floor_ms = 0;      // (weight_bytes + kv_bytes) / median bandwidth
+  double plain_ms = 0;      // median decode ms/token, no observer
+  double observed_ms = 0;   // median decode ms/token, default observers recording (compact trace)
   // Medians of per-run ratios: each run's time over the floor at the mean rate of the
   // probes just before and after it, and each observed run over the plain run before it.
   double plain_over_floor = 0, observed_over_floor = 0, observed_over_plain = 0;
   size_t observed_trace_bytes = 0;  // the trace of one observed run (steps positions)
-  double prefill_ms = 0;     // one forward over the prompt (logits of the last position)
-  double steps_ms = 0;       // the same prompt fed one token at a time
-  double prefill_gflop = 0;  // arithmetic of the prefill, 2 flops per multiply-add
+  double prefill_ms = 0;            // one forward over the prompt (logits of the last position)
+  double steps_ms = 0;              // the same prompt fed one token at a time
+  double prefill_gflop = 0;         // arithmetic of the prefill, 2 flops per multiply-add
   int trace_tokens = 0;
-  size_t trace_bytes = 0;    // trace held after trace_tokens positions
+  size_t trace_bytes = 0;  // trace held after trace_tokens positions
   double trace_seconds = 0;
 };
 

@@ -121,8 +121,8 @@ void read_tensor(Reader& r, const std::string& path, float* dst, int64_t count, 
 // Reads a float32 matrix of count values into m, or, when h holds a 16-bit matrix,
 // into h a piece at a time through buf (rounded to nearest even): only the 16-bit
 // copy of the whole matrix is ever held.
-void read_matrix(Reader& r, const std::string& path, WMat& m, Mat16& h, int64_t count,
-                 const std::string& llama_name, int layer, const std::string& our_name, std::vector<float>& buf) {
+void read_matrix(Reader& r, const std::string& path, WMat& m, Mat16& h, int64_t count, const std::string& llama_name,
+                 int layer, const std::string& our_name, std::vector<float>& buf) {
   if (h.empty()) return read_tensor(r, path, m.data(), count, llama_name, layer, our_name);
   const std::string what = tensor_label(llama_name, layer);
   constexpr int64_t kChunk = int64_t{1} << 18;
@@ -151,8 +151,8 @@ std::string layer_name(int l, const char* rest) { return "blocks." + std::to_str
 
 }  // namespace
 
-Config llama2c_config(int dim, int hidden_dim, int n_layers, int n_heads, int n_kv_heads, int vocab_size,
-                      int seq_len, bool shared_classifier) {
+Config llama2c_config(int dim, int hidden_dim, int n_layers, int n_heads, int n_kv_heads, int vocab_size, int seq_len,
+                      bool shared_classifier) {
   Config c;
   c.d_model = dim;
   c.n_layers = n_layers;
@@ -224,21 +224,21 @@ Llama2cModel load_llama2c(const std::string& path, Precision precision) {
 
   // The exact file size the header implies, in checked int64 arithmetic.
   const Checked D = C(h.dim), L = C(h.layers), H = C(h.hidden), V = C(vocab), KV = C(kv_dim);
-  Checked floats = V * D                    // token_embedding_table
-                   + L * D                  // rms_att_weight
-                   + L * D * D              // wq
-                   + C(2) * L * KV * D      // wk, wv
-                   + L * D * D              // wo
-                   + L * D                  // rms_ffn_weight
-                   + C(3) * L * H * D       // w1, w2, w3
-                   + D                      // rms_final_weight
+  Checked floats = V * D                           // token_embedding_table
+                   + L * D                         // rms_att_weight
+                   + L * D * D                     // wq
+                   + C(2) * L * KV * D             // wk, wv
+                   + L * D * D                     // wo
+                   + L * D                         // rms_ffn_weight
+                   + C(3) * L * H * D              // w1, w2, w3
+                   + D                             // rms_final_weight
                    + C(h.seq_len) * C(head_size);  // freq_cis_real + freq_cis_imag
-  if (!shared) floats = floats + V * D;     // wcls
+  if (!shared) floats = floats + V * D;            // wcls
   const Checked need = C(kHeaderBytes) + C(4) * floats;
   if (!need.ok) bad("the sizes it implies overflow a 64-bit byte count");
   if (file_size < need.v) {
-    throw Error(path + ": file is " + std::to_string(file_size) + " bytes but the header (" + describe(h) +
-                ") needs " + std::to_string(need.v) + " (truncated, or not a llama2.c checkpoint)");
+    throw Error(path + ": file is " + std::to_string(file_size) + " bytes but the header (" + describe(h) + ") needs " +
+                std::to_string(need.v) + " (truncated, or not a llama2.c checkpoint)");
   }
   if (file_size > need.v) {
     throw Error(path + ": file is " + std::to_string(file_size) + " bytes but the header (" + describe(h) +
@@ -359,8 +359,8 @@ void save_llama2c(const std::string& path, const Config& c, const Weights& w) {
       put(wide.data(), (r1 - r0) * m.cols);
     }
   };
-  int32_t header[7] = {c.d_model, c.d_ff, c.n_layers, c.n_heads, c.n_kv_heads,
-                       shared ? c.vocab_size : -c.vocab_size, c.max_seq};
+  int32_t header[7] = {c.d_model, c.d_ff, c.n_layers, c.n_heads, c.n_kv_heads, shared ? c.vocab_size : -c.vocab_size,
+                       c.max_seq};
   to_host(header, 7);
   f.write(reinterpret_cast<const char*>(header), sizeof header);
 

@@ -25,8 +25,8 @@ struct Llama2cModel {
 // The Config of a llama2.c model with these header values: RMSNorm pre-norm, rotary
 // positions (theta 10000), SwiGLU, no biases, final norm, eps 1e-5, BOS 1, EOS 2.
 // Does not validate.
-Config llama2c_config(int dim, int hidden_dim, int n_layers, int n_heads, int n_kv_heads, int vocab_size,
-                      int seq_len, bool shared_classifier);
+Config llama2c_config(int dim, int hidden_dim, int n_layers, int n_heads, int n_kv_heads, int vocab_size, int seq_len,
+                      bool shared_classifier);
 
 // Loads a checkpoint. Every header value and the exact file size are checked before
 // anything is allocated; any problem (missing, truncated or oversized file, absurd or
@@ -41,8 +41,8 @@ Llama2cModel load_llama2c(const std::string& path, Precision precision = Precisi
 std::string llama2c_incompatibility(const Config& cfg);
 
 // Writes cfg and w in the same format (float32; weights kept as 16-bit floats are
-// widened, which is exact); the classifier is shared iff w has no lm_head. Throws ds::Error if the config is not a llama2.c architecture
-// (see llama2c_incompatibility), a tensor has the wrong shape, or writing fails.
+// widened, which is exact); the classifier is shared iff w has no lm_head. Throws ds::Error if the config is not a
+// llama2.c architecture (see llama2c_incompatibility), a tensor has the wrong shape, or writing fails.
 void save_llama2c(const std::string& path, const Config& cfg, const Weights& w);
 
 }  // namespace ds

@@ -32,8 +32,7 @@ LoadedModel load_llama2c_model(const std::string& path, const std::string& token
     fs::path beside = fs::path(path).parent_path() / "tokenizer.bin";
     if (fs::exists(beside, ec)) tp = beside.string();
   }
-  if (!tp.empty())
-    out.tokenizer = std::make_shared<LlamaTokenizer>(LlamaTokenizer::load(tp, m.cfg.vocab_size));
+  if (!tp.empty()) out.tokenizer = std::make_shared<LlamaTokenizer>(LlamaTokenizer::load(tp, m.cfg.vocab_size));
   m.w.to_panels();  // the storage decoding reads fastest (perf/gemv.h)
   out.model = std::make_shared<const Model>(std::move(m.cfg), std::move(m.w));
   return out;

@@ -5,22 +5,22 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <thread>
 #include <map>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include "io/safetensors.h"
-#include "perf/transpose.h"
 #include "model/config_json.h"
+#include "perf/transpose.h"
 #include "text/char_tokenizer.h"
 #include "util/error.h"
 
@@ -176,8 +176,8 @@ class Filler {
       if (d.pr) {  // the rows of this chunk that lie in whole groups
         const int64_t rows = std::min(m / d.cols, std::max<int64_t>(0, d.pr - i0 / d.cols)) / 8 * 8;
         if (rows > 0)
-          rows_to_panels(d.f32 ? static_cast<void*>(d.f32 + i0) : static_cast<void*>(d.h + i0),
-                         precision_bytes(d.type), rows, d.cols);
+          rows_to_panels(d.f32 ? static_cast<void*>(d.f32 + i0) : static_cast<void*>(d.h + i0), precision_bytes(d.type),
+                         rows, d.cols);
       }
     }
   }
@@ -314,7 +314,7 @@ class ReadAhead {
         st_.prefetch(fetched, to);
         fetched = to;
       } else if (!fault_in_step(k)) {
-        if (fetched >= end_) return;  // all asked for, all faulted in
+        if (fetched >= end_) return;                                  // all asked for, all faulted in
         std::this_thread::sleep_for(std::chrono::microseconds(200));  // until the reader moves on
       }
     }
@@ -378,7 +378,8 @@ class ReadAhead {
 // back whatever order the loader lists them in, with a ReadAhead working ahead.
 void run_in_file_order(const SafeTensors& st, std::vector<ReadJob>& jobs) {
   if (jobs.empty()) return;
-  std::stable_sort(jobs.begin(), jobs.end(), [](const ReadJob& a, const ReadJob& b) { return a.e->begin < b.e->begin; });
+  std::stable_sort(jobs.begin(), jobs.end(),
+                   [](const ReadJob& a, const ReadJob& b) { return a.e->begin < b.e->begin; });
   ReadAhead ahead(st, jobs);
   for (size_t k = 0; k < jobs.size(); ++k) {
     ahead.reading(k);
@@ -392,8 +393,10 @@ std::vector<std::pair<void*, size_t>> fresh_memory(const std::vector<Dest>& ds, 
   std::vector<std::pair<void*, size_t>> out;
   for (const Dest& d : ds) {
     if (n_each <= 0) continue;
-    if (d.f32) out.push_back({d.f32, static_cast<size_t>(n_each) * sizeof(float)});
-    else if (d.h) out.push_back({d.h, static_cast<size_t>(n_each) * sizeof(uint16_t)});
+    if (d.f32)
+      out.push_back({d.f32, static_cast<size_t>(n_each) * sizeof(float)});
+    else if (d.h)
+      out.push_back({d.h, static_cast<size_t>(n_each) * sizeof(uint16_t)});
   }
   return out;
 }
@@ -421,8 +424,8 @@ Config gpt2_config_from(const json& j, const std::string& path) {
     const int d = json_int(j, "n_embd");
     const int n_layer = json_int(j, "n_layer");
     const int n_head = json_int(j, "n_head");
-    const int n_pos = j.contains("n_positions") && !j["n_positions"].is_null() ? json_int(j, "n_positions")
-                                                                                : json_int(j, "n_ctx");
+    const int n_pos =
+        j.contains("n_positions") && !j["n_positions"].is_null() ? json_int(j, "n_positions") : json_int(j, "n_ctx");
     const int vocab = json_int(j, "vocab_size");
     if (d <= 0 || d > (1 << 20)) throw Error("field \"n_embd\" must be in 1..1048576, is " + std::to_string(d));
     if (n_head <= 0 || d % n_head != 0)
@@ -430,9 +433,12 @@ Config gpt2_config_from(const json& j, const std::string& path) {
     c = gpt2_config(d, n_layer, n_head, n_pos, vocab);
     c.d_ff = json_int(j, "n_inner", 4 * d);
     const std::string act = json_string(j, "activation_function", "gelu_new");
-    if (act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast") c.ffn = FFNKind::GELUTanh;
-    else if (act == "gelu") c.ffn = FFNKind::GELU;
-    else if (act == "relu") c.ffn = FFNKind::ReLU;
+    if (act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast")
+      c.ffn = FFNKind::GELUTanh;
+    else if (act == "gelu")
+      c.ffn = FFNKind::GELU;
+    else if (act == "relu")
+      c.ffn = FFNKind::ReLU;
     else
       throw Error("field \"activation_function\" " + json(act).dump(-1, ' ', true, json::error_handler_t::replace) +
                   " is not supported (gelu_new, gelu, relu)");
@@ -477,8 +483,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-void load_gpt2(FolderModel& m, const json& j, const std::string& config_path, const std::string& st_path,
-               Precision p, bool panels) {
+void load_gpt2(FolderModel& m, const json& j, const std::string& config_path, const std::string& st_path, Precision p,
+               bool panels) {
   m.format = "gpt2";
   m.tokenizer_kind = "gpt2-bpe";
   m.cfg = gpt2_config_from(j, config_path);
@@ -486,7 +492,8 @@ void load_gpt2(FolderModel& m, const json& j, const std::string& config_path, co
   SafeTensors st = SafeTensors::open(st_path);
 
   std::string prefix;
-  if (st.find("transformer.wte.weight")) prefix = "transformer.";
+  if (st.find("transformer.wte.weight"))
+    prefix = "transformer.";
   else if (!st.find("wte.weight"))
     throw Error(st_path + ": has neither wte.weight nor transformer.wte.weight (not a GPT-2 checkpoint?)");
 
@@ -528,8 +535,8 @@ void load_gpt2(FolderModel& m, const json& j, const std::string& config_path, co
       unknown.push_back(e.name);
   }
   if (!unknown.empty())
-    throw Error(st_path + ": holds weights a GPT-2 of this config does not have (n_layer " + std::to_string(c.n_layers) +
-                "): " + list_names(unknown));
+    throw Error(st_path + ": holds weights a GPT-2 of this config does not have (n_layer " +
+                std::to_string(c.n_layers) + "): " + list_names(unknown));
 
   m.w = Weights::zeros(c, p);
   Weights& w = m.w;
@@ -550,11 +557,13 @@ void load_gpt2(FolderModel& m, const json& j, const std::string& config_path, co
       dests.push_back({dest_of(l->W, l->W16, panels), out / static_cast<int64_t>(parts.size())});
       all.push_back(dests.back().first);
     }
-    job(name, [&fill, in, out, dests](const SafeTensors::Entry& e) { fill.transpose(e, in, out, dests); },
+    job(
+        name, [&fill, in, out, dests](const SafeTensors::Entry& e) { fill.transpose(e, in, out, dests); },
         fresh_memory(all, in * out / static_cast<int64_t>(parts.size())));
   };
   const Dest embed = dest_of(w.tok_embed, w.tok_embed16, panels);
-  job(prefix + "wte.weight", [&fill, embed](const SafeTensors::Entry& e) { fill.copy(e, embed); },
+  job(
+      prefix + "wte.weight", [&fill, embed](const SafeTensors::Entry& e) { fill.copy(e, embed); },
       fresh_memory({embed}, V * d));
   job(prefix + "wpe.weight", [&](const SafeTensors::Entry& e) { fill.copy(e, dest_of(w.pos_embed)); });
   for (int l = 0; l < c.n_layers; ++l) {
@@ -607,13 +616,12 @@ double matrix_params(const Config& c) {
   const double mlp = (c.ffn == FFNKind::SwiGLU ? 3 : 2) * ff * d;
   double n = V * d + (c.pos == PosKind::Learned ? double(c.max_seq) * d : 0) + (c.tied_head ? 0 : V * d);
   n += c.n_layers * (attn * (c.encoder_decoder ? 2 : 1) + mlp);
-  if (c.encoder_decoder)
-    n += c.n_enc_layers * (attn + mlp) + (c.pos == PosKind::Learned ? double(c.max_src) * d : 0);
+  if (c.encoder_decoder) n += c.n_enc_layers * (attn + mlp) + (c.pos == PosKind::Learned ? double(c.max_src) * d : 0);
   return n;
 }
 
-void load_own(FolderModel& m, const json& j, const std::string& config_path, const std::string& st_path,
-              Precision p, bool panels) {
+void load_own(FolderModel& m, const json& j, const std::string& config_path, const std::string& st_path, Precision p,
+              bool panels) {
   m.format = "decoderscope";
   try {
     const int version = json_int(j, "version");
@@ -679,8 +687,8 @@ void load_own(FolderModel& m, const json& j, const std::string& config_path, con
   Filler fill(st);
   std::vector<ReadJob> jobs;
   for (auto& [e, dest] : todo)
-    jobs.push_back({e, [&fill, d = dest](const SafeTensors::Entry& en) { fill.copy(en, d); },
-                    fresh_memory({dest}, e->numel())});
+    jobs.push_back(
+        {e, [&fill, d = dest](const SafeTensors::Entry& en) { fill.copy(en, d); }, fresh_memory({dest}, e->numel())});
   run_in_file_order(st, jobs);
   if (panels) w.mark_panels();
 }
@@ -695,11 +703,13 @@ FolderModel load_model_folder(const std::string& dir, Precision precision, bool 
   const std::string st_path = (d / "model.safetensors").string();
   if (!fs::exists(st_path, ec)) {
     if (fs::exists(d / "pytorch_model.bin", ec))
-      throw Error(dir + " holds pytorch_model.bin only; decoderscope reads model.safetensors (download it from the "
-                        "same model page)");
+      throw Error(dir +
+                  " holds pytorch_model.bin only; decoderscope reads model.safetensors (download it from the "
+                  "same model page)");
     if (fs::exists(d / "model.safetensors.index.json", ec))
-      throw Error(dir + " holds a sharded checkpoint (model.safetensors.index.json); decoderscope reads a single "
-                        "model.safetensors");
+      throw Error(dir +
+                  " holds a sharded checkpoint (model.safetensors.index.json); decoderscope reads a single "
+                  "model.safetensors");
     throw Error(dir + ": no model.safetensors (a model folder holds config.json and model.safetensors)");
   }
   if (!fs::exists(config_path, ec))
@@ -745,7 +755,8 @@ void save_model_folder(const std::string& dir, const Config& cfg, const Weights&
   std::vector<SafeTensorOut> out;
   for (auto& t : wm.tensors()) {
     auto it = want.find(t.name);
-    if (it == want.end()) throw Error(dir + ": cannot save: tensor " + t.name + " does not belong to this configuration");
+    if (it == want.end())
+      throw Error(dir + ": cannot save: tensor " + t.name + " does not belong to this configuration");
     if (it->second != std::pair<int64_t, int64_t>{t.rows, t.cols})
       throw Error(dir + ": cannot save: tensor " + t.name + " is " + std::to_string(t.rows) + "x" +
                   std::to_string(t.cols) + ", expected " + std::to_string(it->second.first) + "x" +

@@ -36,10 +36,10 @@ namespace ds {
 struct FolderModel {
   Config cfg;
   Weights w;
-  std::string format;          // "gpt2" or "decoderscope"
-  std::string tokenizer_kind;  // "gpt2-bpe" or "chars"
+  std::string format;                    // "gpt2" or "decoderscope"
+  std::string tokenizer_kind;            // "gpt2-bpe" or "chars"
   std::vector<std::string> chars_vocab;  // for "chars": one entry per id
-  std::string training;        // the "training" object of our own format as JSON text, or ""
+  std::string training;                  // the "training" object of our own format as JSON text, or ""
   std::string dir;
 };
 

@@ -80,8 +80,7 @@ std::string pread_exact(int fd, void* out, uint64_t n, uint64_t offset) {
       if (errno == EINTR) continue;
       return std::string(std::strerror(errno)) + " at file offset " + std::to_string(offset);
     }
-    if (r == 0)
-      return "the file ends at offset " + std::to_string(offset) + " (did it change while loading?)";
+    if (r == 0) return "the file ends at offset " + std::to_string(offset) + " (did it change while loading?)";
     p += r;
     n -= static_cast<uint64_t>(r);
     offset += static_cast<uint64_t>(r);
@@ -130,9 +129,9 @@ bool as_count(const ojson& j, uint64_t& out) {
 
 int dtype_size(const std::string& d) {
   static const std::map<std::string, int> sizes = {
-      {"BOOL", 1}, {"U8", 1},   {"I8", 1},   {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"F8_E8M0", 1},
-      {"I16", 2},  {"U16", 2},  {"F16", 2},  {"BF16", 2},    {"I32", 4},     {"U32", 4},
-      {"F32", 4},  {"F64", 8},  {"I64", 8},  {"U64", 8},     {"C64", 8}};
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"F8_E8M0", 1},
+      {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},     {"U32", 4},
+      {"F32", 4},  {"F64", 8}, {"I64", 8}, {"U64", 8},     {"C64", 8}};
   auto it = sizes.find(d);
   return it == sizes.end() ? 0 : it->second;
 }
@@ -207,8 +206,8 @@ SafeTensors SafeTensors::open(const std::string& path) {
   try {
     header = ojson::parse(text.begin(), text.end(), cb);
   } catch (const nlohmann::json::exception& e) {
-    throw Error(file + "safetensors header (bytes 8-" + std::to_string(8 + n) + ") is not valid JSON: " +
-                printable(e.what(), true));
+    throw Error(file + "safetensors header (bytes 8-" + std::to_string(8 + n) +
+                ") is not valid JSON: " + printable(e.what(), true));
   }
   if (!header.is_object()) throw Error(file + "safetensors header is JSON but not an object");
   if (!duplicate.empty()) throw Error(file + "safetensors header names " + qname(duplicate) + " twice");
@@ -240,7 +239,8 @@ SafeTensors SafeTensors::open(const std::string& path) {
     bool overflow = false;
     for (auto& d : *sh) {
       uint64_t v;
-      if (!as_count(d, v)) throw Error(file + t + ": shape " + brief(*sh) + " holds a value that is not a non-negative integer");
+      if (!as_count(d, v))
+        throw Error(file + t + ": shape " + brief(*sh) + " holds a value that is not a non-negative integer");
       e.shape.push_back(static_cast<int64_t>(v));
       overflow = overflow || __builtin_mul_overflow(count, v, &count);
     }
@@ -313,8 +313,8 @@ void SafeTensors::check_range(const Entry& e, int64_t first, int64_t count) cons
     throw Error(path_ + ": unsupported dtype " + e.dtype + " for tensor " + qname(e.name) +
                 " (decoderscope reads F32, F16 and BF16)");
   if (first < 0 || count < 0 || first > e.numel() || count > e.numel() - first)
-    throw Error(path_ + ": tensor " + qname(e.name) + " has " + std::to_string(e.numel()) +
-                " values; cannot read " + std::to_string(count) + " from index " + std::to_string(first));
+    throw Error(path_ + ": tensor " + qname(e.name) + " has " + std::to_string(e.numel()) + " values; cannot read " +
+                std::to_string(count) + " from index " + std::to_string(first));
 }
 
 void SafeTensors::read_f32(const Entry& e, float* out, bool) const { read_f32(e, 0, e.numel(), out); }
@@ -382,8 +382,7 @@ void save_safetensors(const std::string& path, const std::vector<SafeTensorOut>&
       throw Error(what + "dtype " + qname(t.dtype) + " is not F32, F16 or BF16");
     uint64_t count = 1;
     for (int64_t d : t.shape) {
-      if (d < 0 || __builtin_mul_overflow(count, static_cast<uint64_t>(d), &count))
-        throw Error(what + "bad shape");
+      if (d < 0 || __builtin_mul_overflow(count, static_cast<uint64_t>(d), &count)) throw Error(what + "bad shape");
     }
     if (t.data && t.data16) throw Error(what + "both float32 and 16-bit data given");
     if (t.data16 && t.dtype == "F32") throw Error(what + "16-bit data needs dtype F16 or BF16, not F32");

@@ -31,10 +31,10 @@ class SafeTensors {
  public:
   struct Entry {
     std::string name;
-    std::string dtype;           // "F32", "F16", "BF16", "I64", ...
-    std::vector<int64_t> shape;  // [] for a scalar
-    uint64_t begin = 0, end = 0; // byte range, relative to the data section
-    int64_t numel() const;       // product of shape (checked when opened)
+    std::string dtype;            // "F32", "F16", "BF16", "I64", ...
+    std::vector<int64_t> shape;   // [] for a scalar
+    uint64_t begin = 0, end = 0;  // byte range, relative to the data section
+    int64_t numel() const;        // product of shape (checked when opened)
   };
 
   static SafeTensors open(const std::string& path);

@@ -10,19 +10,27 @@ const char* to_string(NormKind k) { return k == NormKind::LayerNorm ? "layernorm
 const char* to_string(NormPlace k) { return k == NormPlace::Pre ? "pre" : "post"; }
 const char* to_string(PosKind k) {
   switch (k) {
-    case PosKind::None: return "none";
-    case PosKind::Learned: return "learned";
-    case PosKind::Sinusoidal: return "sinusoidal";
-    case PosKind::Rotary: return "rotary";
+    case PosKind::None:
+      return "none";
+    case PosKind::Learned:
+      return "learned";
+    case PosKind::Sinusoidal:
+      return "sinusoidal";
+    case PosKind::Rotary:
+      return "rotary";
   }
   return "?";
 }
 const char* to_string(FFNKind k) {
   switch (k) {
-    case FFNKind::GELU: return "gelu";
-    case FFNKind::GELUTanh: return "gelu_tanh";
-    case FFNKind::ReLU: return "relu";
-    case FFNKind::SwiGLU: return "swiglu";
+    case FFNKind::GELU:
+      return "gelu";
+    case FFNKind::GELUTanh:
+      return "gelu_tanh";
+    case FFNKind::ReLU:
+      return "relu";
+    case FFNKind::SwiGLU:
+      return "swiglu";
   }
   return "?";
 }
@@ -61,7 +69,8 @@ void Config::validate() const {
   };
   // Limits keep every product of sizes far from overflowing int64 and memory sane.
   const int big = 1 << 20;
-  need(d_model > 0 && d_model <= big, "d_model must be in 1.." + std::to_string(big) + ", is " + std::to_string(d_model));
+  need(d_model > 0 && d_model <= big,
+       "d_model must be in 1.." + std::to_string(big) + ", is " + std::to_string(d_model));
   need(n_layers >= 0 && n_layers <= 4096, "n_layers must be in 0..4096, is " + std::to_string(n_layers));
   need(n_heads > 0 && n_heads <= 4096, "n_heads must be in 1..4096, is " + std::to_string(n_heads));
   need(n_kv_heads > 0 && n_kv_heads <= n_heads && n_heads % n_kv_heads == 0,
@@ -81,8 +90,8 @@ void Config::validate() const {
 
 std::string Config::describe() const {
   std::ostringstream o;
-  o << (encoder_decoder ? "encoder-decoder" : "decoder-only") << ", d_model " << d_model << ", "
-    << n_layers << " layers";
+  o << (encoder_decoder ? "encoder-decoder" : "decoder-only") << ", d_model " << d_model << ", " << n_layers
+    << " layers";
   if (encoder_decoder) o << " (+" << n_enc_layers << " encoder)";
   o << ", " << n_heads << " heads";
   if (n_kv_heads != n_heads) o << " (" << n_kv_heads << " kv heads)";

@@ -30,11 +30,11 @@ struct Config {
   PosKind pos = PosKind::Learned;
   FFNKind ffn = FFNKind::GELU;
   bool encoder_decoder = false;
-  bool tied_head = true;     // output head = token embedding transposed
-  bool attn_bias = true;     // biases on q, k, v, o
-  bool ffn_bias = true;      // biases on the feed-forward layers
-  bool norm_bias = true;     // LayerNorm has a bias (RMSNorm never has one)
-  bool final_norm = true;    // a norm after the last block (pre-norm models)
+  bool tied_head = true;   // output head = token embedding transposed
+  bool attn_bias = true;   // biases on q, k, v, o
+  bool ffn_bias = true;    // biases on the feed-forward layers
+  bool norm_bias = true;   // LayerNorm has a bias (RMSNorm never has one)
+  bool final_norm = true;  // a norm after the last block (pre-norm models)
   bool enc_final_norm = true;
   bool scale_embed = false;  // multiply token embeddings by sqrt(d_model)
   float norm_eps = 1e-5f;

@@ -19,9 +19,7 @@ std::string shown(const json& v) {
   return s;
 }
 
-[[noreturn]] void bad(const std::string& key, const std::string& what) {
-  throw Error("field \"" + key + "\" " + what);
-}
+[[noreturn]] void bad(const std::string& key, const std::string& what) { throw Error("field \"" + key + "\" " + what); }
 
 const json* lookup(const json& obj, const std::string& key) {
   if (!obj.is_object()) throw Error("configuration is " + std::string(obj.type_name()) + ", not a JSON object");
@@ -59,8 +57,7 @@ bool to_bool(const json& v, const std::string& key) {
 float to_float(const json& v, const std::string& key) {
   if (!v.is_number()) bad(key, "must be a number, is " + shown(v));
   const double d = v.get<double>();
-  if (!std::isfinite(d) || std::fabs(d) > std::numeric_limits<float>::max())
-    bad(key, "is out of range: " + shown(v));
+  if (!std::isfinite(d) || std::fabs(d) > std::numeric_limits<float>::max()) bad(key, "is out of range: " + shown(v));
   return static_cast<float>(d);
 }
 
@@ -112,12 +109,10 @@ PosKind pos_kind_from_string(const std::string& s) {
                        "pos");
 }
 FFNKind ffn_kind_from_string(const std::string& s) {
-  return pick<FFNKind>(s,
-                       {{"gelu", FFNKind::GELU},
-                        {"gelu_tanh", FFNKind::GELUTanh},
-                        {"relu", FFNKind::ReLU},
-                        {"swiglu", FFNKind::SwiGLU}},
-                       "ffn");
+  return pick<FFNKind>(
+      s,
+      {{"gelu", FFNKind::GELU}, {"gelu_tanh", FFNKind::GELUTanh}, {"relu", FFNKind::ReLU}, {"swiglu", FFNKind::SwiGLU}},
+      "ffn");
 }
 
 int json_int(const json& obj, const std::string& key) { return to_int(need(obj, key), key); }

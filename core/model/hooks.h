@@ -60,7 +60,7 @@ struct HookEvent {
   Stack stack;
   int layer;  // -1 for points outside the blocks (embed, ln_final, logits)
   Point point;
-  int pos0;  // absolute position of the first query row
+  int pos0;      // absolute position of the first query row
   TensorView t;  // observers may change it in place (interventions)
 };
 
@@ -82,9 +82,7 @@ class Hooks {
 
   // True when something is subscribed at this point: the forward pass checks this
   // before it builds any tensor that only observers need.
-  bool active(Stack s, int layer, Point p) const {
-    return n_active_ != 0 && !slots_[slot(s, layer, p)].empty();
-  }
+  bool active(Stack s, int layer, Point p) const { return n_active_ != 0 && !slots_[slot(s, layer, p)].empty(); }
   void fire(Stack s, int layer, Point p, int pos0, TensorView t) const;
 
   // Every hook name of a model with this configuration, in forward order.

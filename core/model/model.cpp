@@ -95,9 +95,9 @@ static void grow(std::vector<float>& v, size_t n) {
 struct Engine::Scratch {
   int T = 0, S = 0;
   std::vector<float> x, h, q, k, v, z, out, ff1, ff2, att, mask, pos, logits;
-  std::vector<float> zpart;    // [threads, q_dim] partial mixes of one decode step
-  std::vector<float> enc_out;  // [src_len, d_model]
-  std::vector<float> wide;     // 16-bit weights widened for a matrix-matrix product
+  std::vector<float> zpart;               // [threads, q_dim] partial mixes of one decode step
+  std::vector<float> enc_out;             // [src_len, d_model]
+  std::vector<float> wide;                // 16-bit weights widened for a matrix-matrix product
   std::vector<float> rope_cos, rope_sin;  // [max(max_seq,max_src), d_head/2]
   std::vector<float> sinus;               // [max(max_seq,max_src), d_model]
 };
@@ -113,7 +113,6 @@ static void parallel_for(int n, int nt, bool par, F&& f) {
 #pragma omp parallel for num_threads(nt) schedule(static)
   for (int i = 0; i < n; ++i) f(i);
 }
-
 
 Engine::Engine(std::shared_ptr<const Model> model) : model_(std::move(model)), hooks_(model_->cfg) {
   const Config& c = model_->cfg;
@@ -305,7 +304,8 @@ void Engine::matvec_group(std::span<const MatvecPart> parts, const float* x, con
     if (warm && warm->rows > 0) {
       // First the cache rows this thread's attention reads next: the other threads'
       // streaming covers the time, and take over rows of this thread's share.
-      const auto [j0, j1] = warm->split ? key_share(warm->rows, t, nt) : std::pair<int, int>{0, t == 0 ? warm->rows : 0};
+      const auto [j0, j1] =
+          warm->split ? key_share(warm->rows, t, nt) : std::pair<int, int>{0, t == 0 ? warm->rows : 0};
       const size_t a = size_t(j0) * warm->width, n = size_t(j1 - j0) * warm->width;
       touch(warm->K + a, n);
       touch(warm->V + a, n);
@@ -713,8 +713,7 @@ Eigen::Map<const MatRM> Engine::forward(std::span<const int> tokens, bool all_lo
       attention(D, l, b.cross, T, pos0, pre ? s.h.data() : x, s.out.data(), true);
       MMap(x, T, d) += CMap(s.out.data(), T, d);
       if (!pre) norm(b.ln2, T, x, x);
-      if (hooks_.active(D, l, Point::ResidMidCross))
-        hooks_.fire(D, l, Point::ResidMidCross, pos0, {x, 2, {T, d, 1}});
+      if (hooks_.active(D, l, Point::ResidMidCross)) hooks_.fire(D, l, Point::ResidMidCross, pos0, {x, 2, {T, d, 1}});
     }
     if (pre) norm(b.ln3, T, x, s.h.data());
     ffn(D, l, b.ffn, T, pos0, pre ? s.h.data() : x, s.out.data());

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "model/config.h"
-#include "model/weights.h"
 #include "model/hooks.h"
+#include "model/weights.h"
 
 namespace ds {
 
@@ -59,8 +59,7 @@ class Engine {
   struct Scratch;
   void ensure_scratch(int T, int S);
   void embed(Stack st, std::span<const int> ids, int pos0, float* x);
-  void attention(Stack st, int layer, const Attention& a, int T, int pos0, const float* xin,
-                 float* out, bool cross);
+  void attention(Stack st, int layer, const Attention& a, int T, int pos0, const float* xin, float* out, bool cross);
   void ffn(Stack st, int layer, const FeedForward& f, int T, int pos0, const float* xin, float* out);
   void norm(const Norm& n, int T, const float* x, float* y) const;
   void linear(const Linear& l, int T, const float* x, float* y) const;

@@ -310,8 +310,7 @@ std::vector<Weights::TensorRef> Weights::tensors() {
   add(out, "lm_head", lm_head, lm_head16);
   add(out, "encoder.tok_embed", enc_tok_embed, enc_tok_embed16);
   add(out, "encoder.pos_embed", enc_pos_embed);
-  for (size_t l = 0; l < enc_blocks.size(); ++l)
-    add_block(out, "encoder.blocks." + std::to_string(l), enc_blocks[l]);
+  for (size_t l = 0; l < enc_blocks.size(); ++l) add_block(out, "encoder.blocks." + std::to_string(l), enc_blocks[l]);
   add_norm(out, "encoder.ln_final", enc_ln_final);
   return out;
 }

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/config.h"
@@ -186,7 +186,7 @@ struct Block {
 };
 
 struct Weights {
-  WMat tok_embed;  // [vocab, d_model] decoder token embedding
+  WMat tok_embed;   // [vocab, d_model] decoder token embedding
   MatRM pos_embed;  // [max_seq, d_model] learned positions only
   std::vector<Block> blocks;
   Norm ln_final;
@@ -197,7 +197,7 @@ struct Weights {
 
   // Encoder (encoder-decoder models). Its token embedding is enc_tok_embed when
   // present, else shared with tok_embed.
-  WMat enc_tok_embed;  // [vocab, d_model] or empty
+  WMat enc_tok_embed;   // [vocab, d_model] or empty
   MatRM enc_pos_embed;  // [max_src, d_model] learned positions only
   std::vector<Block> enc_blocks;
   Norm enc_ln_final;
@@ -222,9 +222,7 @@ struct Weights {
   const WMat& enc_embed() const { return enc_tok_embed.size() ? enc_tok_embed : tok_embed; }
   // Views in any precision.
   MatView embed_view() const { return view(tok_embed, tok_embed16); }
-  MatView head_view() const {
-    return lm_head.size() || !lm_head16.empty() ? view(lm_head, lm_head16) : embed_view();
-  }
+  MatView head_view() const { return lm_head.size() || !lm_head16.empty() ? view(lm_head, lm_head16) : embed_view(); }
   MatView enc_embed_view() const {
     return enc_tok_embed.size() || !enc_tok_embed16.empty() ? view(enc_tok_embed, enc_tok_embed16) : embed_view();
   }
@@ -253,8 +251,8 @@ struct Weights {
   // (used by checks, loaders, training and tests).
   struct TensorRef {
     std::string name;
-    float* data;         // float32 storage, or null when the tensor is 16-bit
-    int64_t rows, cols;  // a vector has cols == 1
+    float* data;                 // float32 storage, or null when the tensor is 16-bit
+    int64_t rows, cols;          // a vector has cols == 1
     uint16_t* data16 = nullptr;  // 16-bit storage (type)
     Precision type = Precision::F32;
     bool matrix = false;  // one of the large matrices (linear layers, embeddings, head)

@@ -4,7 +4,6 @@
 #include <cstring>
 #include <vector>
 
-
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define DS_GEMV_AVX2 1
 #include <immintrin.h>
@@ -142,7 +141,8 @@ void gemv_portable(const void* W, Precision p, int64_t cols, const float* x, flo
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     for (int64_t c = 0; c < cols; ++c) {
       const int64_t i = element_index(r, c, cols, pr);
-      const float w = p == Precision::F32 ? static_cast<const float*>(W)[i] : widen1(static_cast<const uint16_t*>(W)[i], p);
+      const float w =
+          p == Precision::F32 ? static_cast<const float*>(W)[i] : widen1(static_cast<const uint16_t*>(W)[i], p);
       acc[c & 7] += w * x[c];
     }
     y[r - r0] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
@@ -151,13 +151,15 @@ void gemv_portable(const void* W, Precision p, int64_t cols, const float* x, flo
 
 }  // namespace
 
-void gemv_rows(const void* W, Precision p, int64_t cols, const float* x, float* y, int64_t r0, int64_t r1,
-               int64_t pr) {
+void gemv_rows(const void* W, Precision p, int64_t cols, const float* x, float* y, int64_t r0, int64_t r1, int64_t pr) {
 #ifdef DS_GEMV_AVX2
   switch (p) {  // (panels only exist where cols is a multiple of 8; gemv_any_avx2 reads both storages)
-    case Precision::F32: return gemv_any_avx2<Precision::F32>(W, cols, x, y, r0, r1, pr);
-    case Precision::BF16: return gemv_any_avx2<Precision::BF16>(W, cols, x, y, r0, r1, pr);
-    case Precision::F16: return gemv_any_avx2<Precision::F16>(W, cols, x, y, r0, r1, pr);
+    case Precision::F32:
+      return gemv_any_avx2<Precision::F32>(W, cols, x, y, r0, r1, pr);
+    case Precision::BF16:
+      return gemv_any_avx2<Precision::BF16>(W, cols, x, y, r0, r1, pr);
+    case Precision::F16:
+      return gemv_any_avx2<Precision::F16>(W, cols, x, y, r0, r1, pr);
   }
 #endif
   gemv_portable(W, p, cols, x, y, r0, r1, pr);
@@ -177,7 +179,8 @@ void panel_rows_f32(const void* W, int64_t cols, int64_t r0, int64_t r1, float* 
 #else
       for (int64_t k = 0; k < 8; ++k) {
         const int64_t i = first + c * 8 + k;
-        o[c + k] = P == Precision::F32 ? static_cast<const float*>(W)[i] : widen1(static_cast<const uint16_t*>(W)[i], P);
+        o[c + k] =
+            P == Precision::F32 ? static_cast<const float*>(W)[i] : widen1(static_cast<const uint16_t*>(W)[i], P);
       }
 #endif
     }
@@ -188,9 +191,15 @@ void panel_rows_f32(const void* W, int64_t cols, int64_t r0, int64_t r1, float* 
 void rows_f32(const void* W, Precision p, int64_t cols, int64_t pr, int64_t r0, int64_t r1, float* out) {
   const int64_t pend = std::max(r0, std::min(r1, pr));
   switch (p) {
-    case Precision::F32: panel_rows_f32<Precision::F32>(W, cols, r0, pend, out); break;
-    case Precision::BF16: panel_rows_f32<Precision::BF16>(W, cols, r0, pend, out); break;
-    case Precision::F16: panel_rows_f32<Precision::F16>(W, cols, r0, pend, out); break;
+    case Precision::F32:
+      panel_rows_f32<Precision::F32>(W, cols, r0, pend, out);
+      break;
+    case Precision::BF16:
+      panel_rows_f32<Precision::BF16>(W, cols, r0, pend, out);
+      break;
+    case Precision::F16:
+      panel_rows_f32<Precision::F16>(W, cols, r0, pend, out);
+      break;
   }
   if (pend == r1) return;
   float* o = out + (pend - r0) * cols;
@@ -247,9 +256,8 @@ void narrow(const float* in, int64_t n, Precision p, uint16_t* out) {
 #ifdef DS_GEMV_AVX2
   if (p == Precision::BF16) {
     // Round to nearest even on the bits, NaNs quieted: f32_to_bf16 eight at a time.
-    const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7FFF),
-                  abs = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000),
-                  quiet = _mm256_set1_epi32(0x0040);
+    const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7FFF), abs = _mm256_set1_epi32(0x7FFFFFFF),
+                  inf = _mm256_set1_epi32(0x7F800000), quiet = _mm256_set1_epi32(0x0040);
     for (; i + 8 <= n; i += 8) {
       const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
       const __m256i hi = _mm256_srli_epi32(x, 16);

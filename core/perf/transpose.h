@@ -22,7 +22,7 @@ inline void transpose8(const float* s, int64_t ss, float* d, int64_t ds) {
 #ifdef __AVX2__
   __m256 r[8], t[8];
   for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(s + i * ss);
-  for (int i = 0; i < 8; i += 2) {  // rows a = i, b = i + 1
+  for (int i = 0; i < 8; i += 2) {                  // rows a = i, b = i + 1
     t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);      // a0 b0 a1 b1 | a4 b4 a5 b5
     t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);  // a2 b2 a3 b3 | a6 b6 a7 b7
   }

@@ -49,9 +49,20 @@ inline __m256 exp8(__m256 x) {
 }
 
 // 1/i! for i = 0..13: e^r to degree 13.
-constexpr double kInvFact[] = {1.0,          1.0,           0.5,           1.0 / 6.0,     1.0 / 24.0,
-                               1.0 / 120.0,  1.0 / 720.0,   1.0 / 5040.0,  1.0 / 40320.0, 1.0 / 362880.0,
-                               1.0 / 3628800.0, 1.0 / 39916800.0, 1.0 / 479001600.0, 1.0 / 6227020800.0};
+constexpr double kInvFact[] = {1.0,
+                               1.0,
+                               0.5,
+                               1.0 / 6.0,
+                               1.0 / 24.0,
+                               1.0 / 120.0,
+                               1.0 / 720.0,
+                               1.0 / 5040.0,
+                               1.0 / 40320.0,
+                               1.0 / 362880.0,
+                               1.0 / 3628800.0,
+                               1.0 / 39916800.0,
+                               1.0 / 479001600.0,
+                               1.0 / 6227020800.0};
 
 // exp(a) for four lanes with -708 <= a <= 0: a = k ln2 + r, |r| <= ln2/2, e^r by its
 // Taylor series to degree 13 (truncation below 1e-17), times 2^k built in the
@@ -78,7 +89,6 @@ inline __m256d exp4d(__m256d a) {
   return _mm256_mul_pd(p, scale);
 }
 #endif
-
 
 }  // namespace
 
@@ -204,7 +214,8 @@ void head_axpys(const float* p, int64_t stride, const float* v, int n_heads, int
     int i = 0;
 #ifdef DS_VMATH_AVX2
     const __m256 wv = _mm256_set1_ps(w);
-    for (; i + 8 <= dh; i += 8) _mm256_storeu_ps(zh + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(vh + i), _mm256_loadu_ps(zh + i)));
+    for (; i + 8 <= dh; i += 8)
+      _mm256_storeu_ps(zh + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(vh + i), _mm256_loadu_ps(zh + i)));
 #endif
     for (; i < dh; ++i) zh[i] += w * vh[i];
   }
@@ -255,8 +266,8 @@ void gelu_tanh_inplace(float* x, int64_t n) {
   for (; i + 8 <= n; i += 8) {
     const __m256 v = _mm256_loadu_ps(x + i);
     const __m256 v3 = _mm256_mul_ps(_mm256_mul_ps(v, v), v);
-    const __m256 u = _mm256_fmadd_ps(c3, v3, v);                  // x + 0.044715 x^3
-    const __m256 e = exp8(_mm256_mul_ps(c, u));                    // exp(-2 sqrt(2/pi) u)
+    const __m256 u = _mm256_fmadd_ps(c3, v3, v);                       // x + 0.044715 x^3
+    const __m256 e = exp8(_mm256_mul_ps(c, u));                        // exp(-2 sqrt(2/pi) u)
     _mm256_storeu_ps(x + i, _mm256_div_ps(v, _mm256_add_ps(one, e)));  // x * sigmoid(2 ...)
   }
 #endif

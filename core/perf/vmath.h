@@ -22,8 +22,7 @@ void layer_norm_row(const float* x, int64_t d, const float* g, const float* b, f
 // The row holds n_kv heads of width dh; query head h reads kv head h / group.
 //   scores: out[h * stride] = scale * (q_h . k_{h/group}), h < n_heads
 //   mix:    z_h += p[h * stride] * v_{h/group}, skipping heads whose p is 0
-void head_dots(const float* q, const float* k, int n_heads, int group, int dh, float scale, float* out,
-               int64_t stride);
+void head_dots(const float* q, const float* k, int n_heads, int group, int dh, float scale, float* out, int64_t stride);
 void head_axpys(const float* p, int64_t stride, const float* v, int n_heads, int group, int dh, float* z);
 
 // The maximum of x[0..n) (-inf for n == 0, NaNs ignored), and whether any is NaN.

@@ -14,8 +14,8 @@ std::vector<LensSource> lens_sources(const Config& cfg) {
   if (cfg.n_layers < 1) return out;
   out.push_back({0, Point::ResidPre, Hooks::name(Stack::Decoder, 0, Point::ResidPre), "embedding"});
   for (int l = 0; l < cfg.n_layers; ++l)
-    out.push_back({l, Point::ResidPost, Hooks::name(Stack::Decoder, l, Point::ResidPost),
-                   "after layer " + std::to_string(l)});
+    out.push_back(
+        {l, Point::ResidPost, Hooks::name(Stack::Decoder, l, Point::ResidPost), "after layer " + std::to_string(l)});
   return out;
 }
 
@@ -78,8 +78,13 @@ struct Partial {
   std::vector<int> id;      // [rows, k]
   std::vector<int> n;       // [rows] entries of val filled
   Partial(int r, int kk)
-      : rows(r), k(kk), max(size_t(r), kNegInf), sum(size_t(r), 0.0), val(size_t(r) * kk, kNegInf),
-        id(size_t(r) * kk, -1), n(size_t(r), 0) {}
+      : rows(r),
+        k(kk),
+        max(size_t(r), kNegInf),
+        sum(size_t(r), 0.0),
+        val(size_t(r) * kk, kNegInf),
+        id(size_t(r) * kk, -1),
+        n(size_t(r), 0) {}
   void add(int r, const float* l, int cnt, int id0);
   void merge(const Partial& b);  // b scanned ids above this one's
 };
@@ -142,8 +147,7 @@ void Partial::merge(const Partial& b) {
 // take the matrix-vector product, which reads the head (in any storage) at memory
 // speed; more rows share each slice of the head widened to float32 rows (B), in
 // one matrix product per block of rows (L).
-void scan(const MatView& W, const float* y, int rows, int d, int64_t v0, int64_t v1, float* B, float* L,
-          Partial& p) {
+void scan(const MatView& W, const float* y, int rows, int d, int64_t v0, int64_t v1, float* B, float* L, Partial& p) {
   if (rows <= kGemvRows) {
     for (int r = 0; r < rows; ++r)
       for (int64_t c0 = v0; c0 < v1; c0 += kChunk * kRowBlock) {
@@ -214,8 +218,8 @@ const TraceStep& step_at(const Trace& t, int pos) {
   const int s = t.step_of(pos);
   if (s < 0) {
     const int n = t.steps.empty() ? 0 : t.positions(int(t.steps.size()) - 1);
-    throw Error("position " + std::to_string(pos) + " is not in the trace: it has " + std::to_string(n) +
-                " positions" + (n > 0 ? " (0 to " + std::to_string(n - 1) + ")" : std::string()));
+    throw Error("position " + std::to_string(pos) + " is not in the trace: it has " + std::to_string(n) + " positions" +
+                (n > 0 ? " (0 to " + std::to_string(n - 1) + ")" : std::string()));
   }
   return t.steps[size_t(s)];
 }

@@ -7,10 +7,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "util/precision.h"
 #include "model/config_json.h"
 #include "probe/lens.h"
 #include "util/error.h"
+#include "util/precision.h"
 
 namespace ds {
 
@@ -26,8 +26,10 @@ float Tensor::at(int64_t i) const {
   switch (storage) {
     case Storage::F16:
       return f16_to_f32(half[size_t(i)]) + (data.empty() ? 0.0f : data[size_t(i / shape.back())]);
-    case Storage::F32: return data[size_t(i)];
-    default: throw Error("this trace tensor keeps only row norms, not values");
+    case Storage::F32:
+      return data[size_t(i)];
+    default:
+      throw Error("this trace tensor keeps only row norms, not values");
   }
 }
 
@@ -268,7 +270,9 @@ void Trace::write_json(std::ostream& os) const {
                          {"p_temp", c.p_temp},
                          {"p_topk", c.p_topk},
                          {"p_final", c.p_final},
-                         {"removed", c.removed == 0 ? "" : c.removed == 1 ? "top_k" : "top_p"}});
+                         {"removed", c.removed == 0   ? ""
+                                     : c.removed == 1 ? "top_k"
+                                                      : "top_p"}});
       o["sample"] = {{"temperature", r.config.temperature},
                      {"top_k", r.config.top_k},
                      {"top_p", r.config.top_p},
@@ -448,8 +452,7 @@ TraceRecorder::TraceRecorder(Hooks& hooks, const Config& cfg, Trace& trace, cons
   for (int s = 0; s < 2; ++s)
     for (int l = -1; l < n_layers_; ++l)
       for (int p = 0; p < int(Point::Count); ++p)
-        names_[(size_t(s) * (n_layers_ + 1) + (l + 1)) * int(Point::Count) + p] =
-            Hooks::name(Stack(s), l, Point(p));
+        names_[(size_t(s) * (n_layers_ + 1) + (l + 1)) * int(Point::Count) + p] = Hooks::name(Stack(s), l, Point(p));
   for (auto& pat : patterns) {
     handles_.push_back(hooks_.subscribe(pat, [this](HookEvent& ev) {
       auto name_of = [&](Point p) -> const std::string& {
@@ -480,8 +483,8 @@ TraceRecorder::TraceRecorder(Hooks& hooks, const Config& cfg, Trace& trace, cons
       Tensor& t = (*dst)[nm];
       t.shape.assign(ev.t.shape, ev.t.shape + ev.t.rank);
       if (scores) dst->erase(name_of(cross ? Point::CrossMask : Point::AttnMask));  // -inf cells are the mask
-      const bool norms_only = (p == Point::ResidPre && ev.layer > 0) || p == Point::ResidMid ||
-                              p == Point::ResidMidCross;
+      const bool norms_only =
+          (p == Point::ResidPre && ev.layer > 0) || p == Point::ResidMid || p == Point::ResidMidCross;
       if (norms_only)
         store_row_norms(t, ev.t);
       else if (scores)

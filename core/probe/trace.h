@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "model/config.h"
-#include "model/weights.h"
 #include "model/hooks.h"
 #include "model/model.h"
+#include "model/weights.h"
 #include "sample/sampler.h"
 
 namespace ds {
@@ -26,18 +26,18 @@ namespace ds {
 enum class Storage : uint8_t { F32 = 0, F16 = 1, RowNorms = 2 };
 
 struct Tensor {
-  std::vector<int> shape;        // as published
-  std::vector<float> data;       // F32: the values; RowNorms: one L2 norm per last-axis row
-  std::vector<uint16_t> half;    // F16: the values
+  std::vector<int> shape;      // as published
+  std::vector<float> data;     // F32: the values; RowNorms: one L2 norm per last-axis row
+  std::vector<uint16_t> half;  // F16: the values
   Storage storage = Storage::F32;
 
-  int64_t size() const;                     // product of shape
+  int64_t size() const;  // product of shape
   bool has_values() const { return storage != Storage::RowNorms; }
-  float at(int64_t i) const;                // value i (F32 or F16 storage)
+  float at(int64_t i) const;  // value i (F32 or F16 storage)
   void values(int64_t begin, int64_t n, float* out) const;
-  float row_norm(int64_t r) const;          // L2 norm of last-axis row r, any storage
-  std::vector<float> row_norms() const;     // L2 norm of each last-axis row, any storage
-  size_t bytes() const;                     // heap bytes held by the values
+  float row_norm(int64_t r) const;       // L2 norm of last-axis row r, any storage
+  std::vector<float> row_norms() const;  // L2 norm of each last-axis row, any storage
+  size_t bytes() const;                  // heap bytes held by the values
 };
 
 // One row of the candidate table of a step.
@@ -51,16 +51,16 @@ struct Candidate {
 struct SampleRecord {
   SamplerConfig config;
   bool greedy = false;
-  double u = -1;     // the uniform number drawn (-1 when greedy)
+  double u = -1;  // the uniform number drawn (-1 when greedy)
   int token = -1;
-  int rank = 0;      // rank of the token by p_temp (0 = most probable)
-  int n_kept = 0;    // tokens left after the filters
+  int rank = 0;                       // rank of the token by p_temp (0 = most probable)
+  int n_kept = 0;                     // tokens left after the filters
   std::vector<Candidate> candidates;  // the most probable by p_temp, plus the drawn token
 };
 
 struct TraceStep {
-  int pos0 = 0;                // position of the first token fed in this step
-  std::vector<int> input;      // tokens fed: the prompt at step 0, then one token a step
+  int pos0 = 0;            // position of the first token fed in this step
+  std::vector<int> input;  // tokens fed: the prompt at step 0, then one token a step
   std::vector<std::string> input_text;
   std::map<std::string, Tensor> tensors;  // hook name -> what it published in this step
   std::optional<SampleRecord> sample;     // the token drawn from this step's last row

@@ -92,8 +92,7 @@ void Sampler::reseed(uint64_t seed) {
 }
 
 int Sampler::sample(const float* logits, int vocab, SampleResult& out) {
-  if (logits == nullptr || vocab <= 0)
-    throw Error("sampler: empty logits (vocab = " + str(vocab) + ")");
+  if (logits == nullptr || vocab <= 0) throw Error("sampler: empty logits (vocab = " + str(vocab) + ")");
 
   // Maximum and NaN check in one pass.
   bool nan = false;

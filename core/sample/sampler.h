@@ -80,7 +80,7 @@ class Sampler {
 
   SamplerConfig cfg_;
   Rng rng_;
-  std::vector<double> w_;         // unnormalised weights exp((x - max) / T)
+  std::vector<double> w_;               // unnormalised weights exp((x - max) / T)
   std::vector<int> idx_;                // ids kept by top-k
   std::vector<int> sel_;                // top-p candidates, ranked
   std::vector<uint64_t> keys_, keys2_;  // packed sort keys (selection, radix sort)

@@ -7,8 +7,7 @@
 
 namespace ds {
 
-Session::Session(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer,
-                 SessionOptions opt)
+Session::Session(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer, SessionOptions opt)
     : tok_(std::move(tokenizer)), opt_(std::move(opt)), engine_(std::move(model)), sampler_(opt_.sampler) {
   const Config& c = engine_.config();
   engine_.set_threads(opt_.threads);

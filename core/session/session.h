@@ -23,7 +23,7 @@ struct SessionOptions {
   // Hook patterns the trace records; empty records nothing but the samples.
   std::vector<std::string> record;
   TraceOptions trace_options;  // compact storage for long generations; the logit lens (its threads: the engine's)
-  int candidates = 20;  // rows of the candidate table kept per step
+  int candidates = 20;         // rows of the candidate table kept per step
   int threads = 1;
 };
 

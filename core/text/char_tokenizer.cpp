@@ -32,8 +32,7 @@ int utf8_next(std::string_view s, size_t i, char32_t& cp) {
     if ((b(k) & 0xC0) != 0x80) return 0;
     v = (v << 6) | (b(k) & 0x3F);
   }
-  if ((len == 3 && v < 0x800) || (len == 4 && v < 0x10000) || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
-    return 0;
+  if ((len == 3 && v < 0x800) || (len == 4 && v < 0x10000) || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
   cp = v;
   return len;
 }
@@ -50,10 +49,14 @@ std::string hex_code(char32_t cp) {
 std::string shown_char(std::string_view ch, char32_t cp) {
   if (cp < 0x20 || cp == 0x7F) {
     switch (cp) {
-      case '\n': return "\\n";
-      case '\t': return "\\t";
-      case '\r': return "\\r";
-      default: return "\\x" + hex_code(cp).substr(4);
+      case '\n':
+        return "\\n";
+      case '\t':
+        return "\\t";
+      case '\r':
+        return "\\r";
+      default:
+        return "\\x" + hex_code(cp).substr(4);
     }
   }
   if (cp >= 0x80 && cp < 0xA0) return "?";  // C1 controls
@@ -96,9 +99,7 @@ CharTokenizer::CharTokenizer(std::vector<std::string> vocab, int bos_id) : vocab
       ++chars;
     }
     auto [it, fresh] = seen.emplace(e, static_cast<int>(id));
-    if (!fresh)
-      throw Error(where + " (\"" + escaped(e) + "\") repeats entry " +
-                  std::to_string(it->second));
+    if (!fresh) throw Error(where + " (\"" + escaped(e) + "\") repeats entry " + std::to_string(it->second));
     if (chars == 1) ids_[cp] = static_cast<int>(id);
   }
 }

@@ -287,11 +287,16 @@ struct JsonScalar {
   std::string s;
   const char* describe() const {
     switch (kind) {
-      case kNull: return "null";
-      case kBool: return "a boolean";
-      case kInt: return "an integer";
-      case kFloat: return "a number with a fraction";
-      case kString: return "a string";
+      case kNull:
+        return "null";
+      case kBool:
+        return "a boolean";
+      case kInt:
+        return "an integer";
+      case kFloat:
+        return "a number with a fraction";
+      case kString:
+        return "a string";
     }
     return "?";
   }
@@ -496,8 +501,7 @@ class TokenizerJsonReader : public JsonWalker {
     const auto& p = path();
     const size_t d = p.size();
     if (d == 0) throw Error(at(line).str() + "tokenizer.json must hold a JSON object, got " + v.describe());
-    if (d == 1 && p[0] == "model")
-      throw Error(at(line).str() + "\"model\" must be an object, got " + v.describe());
+    if (d == 1 && p[0] == "model") throw Error(at(line).str() + "\"model\" must be an object, got " + v.describe());
     if (d == 2 && p[0] == "model") {
       if (p[1] == "type") {
         if (v.kind != JsonScalar::kString || v.s != "BPE")
@@ -512,8 +516,7 @@ class TokenizerJsonReader : public JsonWalker {
     }
     if (d == 3 && p[0] == "model" && p[1] == "vocab") {
       if (v.kind != JsonScalar::kInt)
-        throw Error(at(key_line()).str() + "the id of token \"" + p[2] + "\" must be an integer, got " +
-                    v.describe());
+        throw Error(at(key_line()).str() + "the id of token \"" + p[2] + "\" must be an integer, got " + v.describe());
       vocab.push_back({p[2], v.i, key_line()});
       return;
     }
@@ -579,8 +582,7 @@ class TokenizerJsonReader : public JsonWalker {
       if (object) throw Error(at(line).str() + "model.merges must be an array, got an object");
       have_merges = true;
     }
-    if (d == 2 && p[0] == "model" && p[1] == "type")
-      throw Error(at(line).str() + "model.type must be a string");
+    if (d == 2 && p[0] == "model" && p[1] == "type") throw Error(at(line).str() + "model.type must be a string");
     if (d == 3 && p[0] == "model" && p[1] == "vocab")
       throw Error(at(key_line()).str() + "the id of token \"" + p[2] + "\" must be an integer, got " +
                   (object ? "an object" : "an array"));
@@ -643,8 +645,7 @@ std::vector<MergeEntry> read_merges_txt(const std::string& path, const std::stri
     const Where w{&path, line_no};
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     size_t bad;
-    if (!valid_utf8(line, &bad))
-      throw Error(w.str() + "not UTF-8 (byte " + std::to_string(bad + 1) + " of the line)");
+    if (!valid_utf8(line, &bad)) throw Error(w.str() + "not UTF-8 (byte " + std::to_string(bad + 1) + " of the line)");
     if (line_no == 1 && line.rfind("#version", 0) == 0) continue;
     if (line.empty()) continue;
     const size_t sp = line.find(' ');
@@ -689,8 +690,7 @@ static void build_tokenizer(const std::string& vocab_file, std::vector<VocabEntr
                             const std::string& merges_file, const std::vector<MergeEntry>& merges,
                             const std::vector<AddedEntry>& added, std::vector<std::string>& pieces,
                             std::vector<std::string>& strings, std::unordered_map<std::string, int>& index,
-                            std::unordered_map<uint64_t, std::pair<int, int>>& merge_rank, int* byte_id,
-                            int& eot_id) {
+                            std::unordered_map<uint64_t, std::pair<int, int>>& merge_rank, int* byte_id, int& eot_id) {
   if (vocab.empty()) throw Error(vocab_file + ": the vocabulary is empty");
   int64_t max_id = -1;
   for (const VocabEntry& e : vocab) {
@@ -919,8 +919,10 @@ std::shared_ptr<const Tokenizer> load_gpt2_tokenizer_dir(const std::string& dir)
   if (fs::is_regular_file(tj, ec))
     return std::make_shared<GPT2Tokenizer>(GPT2Tokenizer::from_tokenizer_json(tj.string()));
   std::string found;
-  if (fs::exists(vocab, ec)) found = " (vocab.json is there but merges.txt is not)";
-  else if (fs::exists(merges, ec)) found = " (merges.txt is there but vocab.json is not)";
+  if (fs::exists(vocab, ec))
+    found = " (vocab.json is there but merges.txt is not)";
+  else if (fs::exists(merges, ec))
+    found = " (merges.txt is there but vocab.json is not)";
   throw Error(dir + ": no GPT-2 tokenizer found: looked for vocab.json + merges.txt, then tokenizer.json" + found);
 }
 

@@ -67,8 +67,8 @@ class GPT2Tokenizer : public Tokenizer {
   void bpe(std::string_view pretoken, std::vector<int>& out) const;
   void bpe_uncached(std::string_view pretoken, std::vector<int>& out) const;
 
-  std::vector<std::string> pieces_;        // id -> bytes
-  std::vector<std::string> vocab_strings_;  // id -> vocabulary string (mapped alphabet)
+  std::vector<std::string> pieces_;             // id -> bytes
+  std::vector<std::string> vocab_strings_;      // id -> vocabulary string (mapped alphabet)
   std::unordered_map<std::string, int> index_;  // vocabulary string -> id
   // (left id << 32 | right id) -> (rank, merged id)
   std::unordered_map<uint64_t, std::pair<int, int>> merge_rank_;

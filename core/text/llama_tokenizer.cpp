@@ -38,8 +38,8 @@ bool c_isspace(unsigned char b) { return b == ' ' || (b >= '\t' && b <= '\r'); }
 LlamaTokenizer::LlamaTokenizer(std::vector<std::string> pieces, std::vector<float> scores)
     : pieces_(std::move(pieces)), scores_(std::move(scores)) {
   if (pieces_.size() != scores_.size())
-    throw Error("llama tokenizer: " + std::to_string(pieces_.size()) + " pieces but " +
-                std::to_string(scores_.size()) + " scores");
+    throw Error("llama tokenizer: " + std::to_string(pieces_.size()) + " pieces but " + std::to_string(scores_.size()) +
+                " scores");
   if (pieces_.size() < 3 || pieces_.size() > static_cast<size_t>(kMaxVocab))
     throw Error("llama tokenizer: vocabulary size " + std::to_string(pieces_.size()) + " is outside 3.." +
                 std::to_string(kMaxVocab));

@@ -50,10 +50,13 @@ int day_of_week(int y, int m, int d) {
 }
 
 const char* date_format_name(int f) {
-  static const char* n[kNumDateFormats] = {
-      "22 November 2026", "November 22, 2026", "Nov 22, 2026", "22 Nov 2026", "Nov. 22 2026",
-      "Sunday, 22 November 2026", "Sun 22 Nov 2026", "the 22nd of November 2026", "November 22nd, 2026",
-      "22.11.2026", "22/11/2026", "2026/11/22", "22-11-2026"};
+  static const char* n[kNumDateFormats] = {"22 November 2026",    "November 22, 2026",
+                                           "Nov 22, 2026",        "22 Nov 2026",
+                                           "Nov. 22 2026",        "Sunday, 22 November 2026",
+                                           "Sun 22 Nov 2026",     "the 22nd of November 2026",
+                                           "November 22nd, 2026", "22.11.2026",
+                                           "22/11/2026",          "2026/11/22",
+                                           "22-11-2026"};
   return f >= 0 && f < kNumDateFormats ? n[f] : "?";
 }
 
@@ -63,23 +66,52 @@ std::string format_date(int y, int m, int d, int f, int letter_case, bool zp) {
   const std::string Y = std::to_string(y), D = two(d, zp), M = two(m, zp);
   std::string s;
   switch (f) {
-    case kDMonthY: s = D + " " + month + " " + Y; break;
-    case kMonthDY: s = month + " " + D + ", " + Y; break;
-    case kMonDY: s = mon + " " + D + ", " + Y; break;
-    case kDMonY: s = D + " " + mon + " " + Y; break;
-    case kMonDotDY: s = mon + ". " + D + " " + Y; break;
-    case kWeekdayDMonthY: s = wday + ", " + D + " " + month + " " + Y; break;
-    case kWkDMonY: s = wd + " " + D + " " + mon + " " + Y; break;
-    case kTheDthOfMonthY: s = "the " + ordinal(d) + " of " + month + " " + Y; break;
-    case kMonthDthY: s = month + " " + ordinal(d) + ", " + Y; break;
-    case kDotted: s = D + "." + M + "." + Y; break;
-    case kSlashDMY: s = D + "/" + M + "/" + Y; break;
-    case kSlashYMD: s = Y + "/" + M + "/" + D; break;
-    case kDashDMY: s = D + "-" + M + "-" + Y; break;
-    default: throw Error("unknown date format " + std::to_string(f));
+    case kDMonthY:
+      s = D + " " + month + " " + Y;
+      break;
+    case kMonthDY:
+      s = month + " " + D + ", " + Y;
+      break;
+    case kMonDY:
+      s = mon + " " + D + ", " + Y;
+      break;
+    case kDMonY:
+      s = D + " " + mon + " " + Y;
+      break;
+    case kMonDotDY:
+      s = mon + ". " + D + " " + Y;
+      break;
+    case kWeekdayDMonthY:
+      s = wday + ", " + D + " " + month + " " + Y;
+      break;
+    case kWkDMonY:
+      s = wd + " " + D + " " + mon + " " + Y;
+      break;
+    case kTheDthOfMonthY:
+      s = "the " + ordinal(d) + " of " + month + " " + Y;
+      break;
+    case kMonthDthY:
+      s = month + " " + ordinal(d) + ", " + Y;
+      break;
+    case kDotted:
+      s = D + "." + M + "." + Y;
+      break;
+    case kSlashDMY:
+      s = D + "/" + M + "/" + Y;
+      break;
+    case kSlashYMD:
+      s = Y + "/" + M + "/" + D;
+      break;
+    case kDashDMY:
+      s = D + "-" + M + "-" + Y;
+      break;
+    default:
+      throw Error("unknown date format " + std::to_string(f));
   }
-  if (letter_case == 1) std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return char(std::tolower(c)); });
-  if (letter_case == 2) std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return char(std::toupper(c)); });
+  if (letter_case == 1)
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  if (letter_case == 2)
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return char(std::toupper(c)); });
   return s;
 }
 
@@ -107,7 +139,7 @@ Task Task::make(std::string_view name) {
   return t;
 }
 
-int Task::max_input() const { return kind_ == TaskKind::Dates ? 28 : 8; }   // "Wednesday, 22 September 2026"; "999+999="
+int Task::max_input() const { return kind_ == TaskKind::Dates ? 28 : 8; }  // "Wednesday, 22 September 2026"; "999+999="
 int Task::max_answer() const { return kind_ == TaskKind::Dates ? 10 : 4; }  // "2026-11-22"; "8991"
 int Task::max_src() const { return kind_ == TaskKind::Dates ? 32 : 1; }
 int Task::max_seq() const { return kind_ == TaskKind::Dates ? 12 : 16; }

@@ -184,17 +184,28 @@ namespace {
 using json = nlohmann::json;
 
 json spec_json(const TrainSpec& s) {
-  return {{"task", s.task},         {"seed", s.seed},
-          {"steps", s.steps},       {"batch", s.batch},
-          {"lr", s.lr},             {"min_lr_frac", s.min_lr_frac},
-          {"warmup", s.warmup},     {"weight_decay", s.weight_decay},
-          {"clip", s.clip},         {"beta1", s.beta1},
-          {"beta2", s.beta2},       {"adam_eps", s.adam_eps},
-          {"d_model", s.d_model},   {"n_layers", s.n_layers},
-          {"n_enc_layers", s.n_enc_layers}, {"n_heads", s.n_heads},
-          {"d_ff", s.d_ff},         {"ffn", s.ffn},
-          {"pos", s.pos},           {"tied_head", s.tied_head},
-          {"eval_every", s.eval_every}, {"val_samples", s.val_samples},
+  return {{"task", s.task},
+          {"seed", s.seed},
+          {"steps", s.steps},
+          {"batch", s.batch},
+          {"lr", s.lr},
+          {"min_lr_frac", s.min_lr_frac},
+          {"warmup", s.warmup},
+          {"weight_decay", s.weight_decay},
+          {"clip", s.clip},
+          {"beta1", s.beta1},
+          {"beta2", s.beta2},
+          {"adam_eps", s.adam_eps},
+          {"d_model", s.d_model},
+          {"n_layers", s.n_layers},
+          {"n_enc_layers", s.n_enc_layers},
+          {"n_heads", s.n_heads},
+          {"d_ff", s.d_ff},
+          {"ffn", s.ffn},
+          {"pos", s.pos},
+          {"tied_head", s.tied_head},
+          {"eval_every", s.eval_every},
+          {"val_samples", s.val_samples},
           {"checkpoint_every", s.checkpoint_every}};
 }
 
@@ -209,8 +220,8 @@ struct State {
 constexpr char kMagic[8] = {'D', 'S', 'T', 'R', 'A', 'I', 'N', '1'};
 
 void save_checkpoint(const std::string& dir, const TrainSpec& spec, const State& st) {
-  json h = {{"spec", spec_json(spec)},  {"step", st.step},           {"rng", st.rng},
-            {"elapsed", st.elapsed},    {"first_loss", st.first_loss}, {"n", st.theta.size()}};
+  json h = {{"spec", spec_json(spec)},     {"step", st.step},     {"rng", st.rng}, {"elapsed", st.elapsed},
+            {"first_loss", st.first_loss}, {"n", st.theta.size()}};
   std::string hs = h.dump();
   std::string path = checkpoint_path(dir), tmp = path + ".tmp";
   {
@@ -387,7 +398,8 @@ TrainResult run_training(const TrainSpec& spec, const std::string& dir, int thre
       for (size_t i = 0; i < n; ++i) g[i] += gc[i];
     }
     loss /= std::max(1, total);
-    if (!std::isfinite(loss)) throw Error("training diverged at step " + std::to_string(st.step) + " (loss not finite)");
+    if (!std::isfinite(loss))
+      throw Error("training diverged at step " + std::to_string(st.step) + " (loss not finite)");
     if (st.first_loss < 0) st.first_loss = loss;
     loss_acc += loss;
     ++loss_n;

@@ -14,15 +14,15 @@ namespace ds::train {
 
 template <class T>
 struct Trainer<T>::NormCache {
-  Mat xhat;                // [n, d] normalised input
-  std::vector<T> rstd;     // [n] 1 / sqrt(var + eps)
+  Mat xhat;             // [n, d] normalised input
+  std::vector<T> rstd;  // [n] 1 / sqrt(var + eps)
 };
 
 template <class T>
 struct Trainer<T>::AttnCache {
-  Mat Q, K, V;  // [Tq, qd], [Tk, qd], [Tk, qd]
-  Mat P;        // [H * Tq, Tk] softmax pattern per head, masked cells exactly 0
-  Mat Z;        // [Tq, qd] per-head outputs before Wo
+  Mat Q, K, V;                  // [Tq, qd], [Tk, qd], [Tk, qd]
+  Mat P;                        // [H * Tq, Tk] softmax pattern per head, masked cells exactly 0
+  Mat Z;                        // [Tq, qd] per-head outputs before Wo
   Mat dZ, dP, dQ, dK, dV, tmp;  // backward scratch
 };
 
@@ -39,7 +39,7 @@ struct Trainer<T>::Workspace {
   std::vector<BlockCache> enc, dec;
   Mat ex, enc_out;  // encoder residual stream and output [S, d]
   NormCache enc_nf, nf;
-  Mat x, xf, logits;  // decoder residual stream, after the final norm, logits
+  Mat x, xf, logits;                      // decoder residual stream, after the final norm, logits
   Mat dlog, dx, dh, dkv, tmp, denc, dex;  // backward scratch
 };
 
@@ -210,7 +210,8 @@ void Trainer<T>::from_weights(const Weights& w_in) {
   for (auto& t : tensors_) {
     auto it = by_name.find(t.name);
     if (it == by_name.end()) throw Error("weights have no tensor " + t.name);
-    if (it->second.rows != t.rows || it->second.cols != t.cols) throw Error("weight " + t.name + " has the wrong shape");
+    if (it->second.rows != t.rows || it->second.cols != t.cols)
+      throw Error("weight " + t.name + " has the wrong shape");
     for (size_t i = 0; i < t.size(); ++i) theta_[t.offset + i] = T(it->second.data[i]);
   }
 }
@@ -435,8 +436,8 @@ void Trainer<T>::forward(const Example& ex, Workspace& ws) const {
   if (ws.dec.size() != blocks_.size() || ws.enc.size() != enc_blocks_.size())
     throw Error("trainer: workspace made for another model");
   if (ex.tokens.empty() || int(ex.tokens.size()) > cfg_.max_seq)
-    throw Error("decoder input of " + std::to_string(ex.tokens.size()) + " tokens (1.." +
-                std::to_string(cfg_.max_seq) + " allowed)");
+    throw Error("decoder input of " + std::to_string(ex.tokens.size()) + " tokens (1.." + std::to_string(cfg_.max_seq) +
+                " allowed)");
   if (ex.targets.size() != ex.tokens.size()) throw Error("trainer: targets and tokens differ in length");
   if (ed) {
     if (ex.src.empty() || int(ex.src.size()) > cfg_.max_src)

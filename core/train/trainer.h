@@ -35,12 +35,12 @@ struct Aligned64 {
   Aligned64() = default;
   template <class U>
   Aligned64(const Aligned64<U>&) {}
-  T* allocate(size_t n) {
-    return static_cast<T*>(::operator new[](n * sizeof(T), std::align_val_t(64)));
-  }
+  T* allocate(size_t n) { return static_cast<T*>(::operator new[](n * sizeof(T), std::align_val_t(64))); }
   void deallocate(T* p, size_t) { ::operator delete[](p, std::align_val_t(64)); }
   template <class U>
-  bool operator==(const Aligned64<U>&) const { return true; }
+  bool operator==(const Aligned64<U>&) const {
+    return true;
+  }
 };
 template <class T>
 using AVec = std::vector<T, Aligned64<T>>;
@@ -121,8 +121,8 @@ class Trainer {
   void norm_bwd(const Nrm& n, const NormCache& c, const Mat& dY, Mat& dX, T* g) const;
   void attn_fwd(const Att& a, const Mat& Xq, const Mat& Xkv, bool causal, const std::vector<int>* src, AttnCache& c,
                 Mat& out) const;
-  void attn_bwd(const Att& a, const AttnCache& c, const Mat& Xq, const Mat& Xkv, const Mat& dOut, Mat& dXq,
-                Mat& dXkv, T* g) const;
+  void attn_bwd(const Att& a, const AttnCache& c, const Mat& Xq, const Mat& Xkv, const Mat& dOut, Mat& dXq, Mat& dXkv,
+                T* g) const;
   void ffn_fwd(const Blk& b, const Mat& X, BlockCache& c, Mat& out) const;
   void ffn_bwd(const Blk& b, const BlockCache& c, const Mat& X, const Mat& dOut, Mat& dX, T* g) const;
   void embed_fwd(size_t tok, size_t pos, const std::vector<int>& ids, Mat& X) const;

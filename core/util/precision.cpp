@@ -6,9 +6,12 @@ namespace ds {
 
 const char* precision_name(Precision p) {
   switch (p) {
-    case Precision::BF16: return "bfloat16";
-    case Precision::F16: return "float16";
-    default: return "float32";
+    case Precision::BF16:
+      return "bfloat16";
+    case Precision::F16:
+      return "float16";
+    default:
+      return "float32";
   }
 }
 

@@ -8,8 +8,8 @@
 #include <memory>
 #include <string>
 
-#include "model/model.h"
 #include "bench/decode_bench.h"
+#include "model/model.h"
 
 namespace {
 
@@ -36,18 +36,27 @@ int bench_decode(int argc, char** argv) {
   std::string name = "gpt2-small", precision = "f32";
   ds::DecodeBenchOptions o;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--shape")) name = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--steps")) o.steps = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--threads")) o.threads = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--reps")) o.reps = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--prefill")) o.prefill = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--trace-tokens")) o.trace_tokens = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--precision")) precision = argv[i + 1];
+    if (!std::strcmp(argv[i], "--shape"))
+      name = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--steps"))
+      o.steps = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--threads"))
+      o.threads = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--reps"))
+      o.reps = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--prefill"))
+      o.prefill = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--trace-tokens"))
+      o.trace_tokens = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--precision"))
+      precision = argv[i + 1];
   }
   ds::Config c = shape(name);
   ds::Weights w = ds::Weights::random(c, 1, 0.02f);
-  if (precision == "bf16") w.narrow(ds::Precision::BF16);
-  else if (precision == "f16") w.narrow(ds::Precision::F16);
+  if (precision == "bf16")
+    w.narrow(ds::Precision::BF16);
+  else if (precision == "f16")
+    w.narrow(ds::Precision::F16);
   else if (precision != "f32") {
     std::fprintf(stderr, "--precision must be f32, bf16 or f16\n");
     return 2;

@@ -32,17 +32,15 @@
 #include <vector>
 
 #include "io/model_folder.h"
-#include "model/config_json.h"
 #include "io/safetensors.h"
+#include "model/config_json.h"
 #include "util/error.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // Pages of the file in the page cache.
 long resident_pages(const std::string& path) {
@@ -190,17 +188,22 @@ int bench_load(int argc, char** argv) {
   std::string base = "/tmp";
   bool keep = false, drop_all = false, own = false;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--mb") && i + 1 < argc) mb = std::atof(argv[++i]);
-    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
-    else if (!std::strcmp(argv[i], "--dir") && i + 1 < argc) base = argv[++i];
-    else if (!std::strcmp(argv[i], "--keep")) keep = true;
-    else if (!std::strcmp(argv[i], "--drop-caches")) drop_all = true;
-    else if (!std::strcmp(argv[i], "--format") && i + 1 < argc && (!std::strcmp(argv[i + 1], "gpt2") ||
-                                                                    !std::strcmp(argv[i + 1], "own")))
+    if (!std::strcmp(argv[i], "--mb") && i + 1 < argc)
+      mb = std::atof(argv[++i]);
+    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc)
+      reps = std::max(1, std::atoi(argv[++i]));
+    else if (!std::strcmp(argv[i], "--dir") && i + 1 < argc)
+      base = argv[++i];
+    else if (!std::strcmp(argv[i], "--keep"))
+      keep = true;
+    else if (!std::strcmp(argv[i], "--drop-caches"))
+      drop_all = true;
+    else if (!std::strcmp(argv[i], "--format") && i + 1 < argc &&
+             (!std::strcmp(argv[i + 1], "gpt2") || !std::strcmp(argv[i + 1], "own")))
       own = !std::strcmp(argv[++i], "own");
     else {
-      std::fprintf(stderr,
-                   "usage: load [--mb MEGABYTES] [--reps N] [--format gpt2|own] [--dir DIR] [--keep] [--drop-caches]\n");
+      std::fprintf(
+          stderr, "usage: load [--mb MEGABYTES] [--reps N] [--format gpt2|own] [--dir DIR] [--keep] [--drop-caches]\n");
       return 2;
     }
   }
@@ -218,10 +221,10 @@ int bench_load(int argc, char** argv) {
     config["tokenizer"] = {{"kind", "gpt2-bpe"}};
     ts = own_tensors(cfg);
   } else {
-    config = {{"model_type", "gpt2"},        {"n_embd", d},
-              {"n_layer", layers},           {"n_head", 12},
-              {"n_positions", n_pos},        {"vocab_size", vocab},
-              {"layer_norm_epsilon", 1e-5},  {"activation_function", "gelu_new"},
+    config = {{"model_type", "gpt2"},       {"n_embd", d},
+              {"n_layer", layers},          {"n_head", 12},
+              {"n_positions", n_pos},       {"vocab_size", vocab},
+              {"layer_norm_epsilon", 1e-5}, {"activation_function", "gelu_new"},
               {"n_inner", nullptr}};
     ts = {{"wte.weight", {vocab, d}}, {"wpe.weight", {n_pos, d}}};
     for (int l = 0; l < layers; ++l) {
@@ -264,11 +267,12 @@ int bench_load(int argc, char** argv) {
   }
   std::string loadavg;
   std::getline(std::ifstream("/proc/loadavg"), loadavg);
-  std::printf("%s folder, GPT-2 shape, %d layers, %lld parameters: F32 file %.1f MB, BF16 file %.1f MB; cold "
-              "runs: median (best) of %d; %ld CPUs, load average %s\n",
-              own ? "decoderscope" : "GPT-2", layers, static_cast<long long>(params), double(fs::file_size(cases[0].file)) / 1e6,
-              double(fs::file_size(cases[1].file)) / 1e6, reps, ::sysconf(_SC_NPROCESSORS_ONLN),
-              loadavg.substr(0, loadavg.find(' ')).c_str());
+  std::printf(
+      "%s folder, GPT-2 shape, %d layers, %lld parameters: F32 file %.1f MB, BF16 file %.1f MB; cold "
+      "runs: median (best) of %d; %ld CPUs, load average %s\n",
+      own ? "decoderscope" : "GPT-2", layers, static_cast<long long>(params),
+      double(fs::file_size(cases[0].file)) / 1e6, double(fs::file_size(cases[1].file)) / 1e6, reps,
+      ::sysconf(_SC_NPROCESSORS_ONLN), loadavg.substr(0, loadavg.find(' ')).c_str());
 
   for (int r = 0; r < reps; ++r) {
     for (Case& c : cases) {
@@ -303,8 +307,8 @@ int bench_load(int argc, char** argv) {
     const double ld1 = *std::min_element(c.load_s.begin(), c.load_s.end());
     std::printf("%s  read %.3f s (best %.3f)  load %.3f s (best %.3f)  load/read %.2f (best %.2f)  warm load %.3f s\n",
                 c.label, rd, rd1, ld, ld1, ld / rd, ld1 / rd1, c.warm_s);
-    std::printf("      peak RSS %.1f MB (%.1f MB before the load) / weights %.1f MB = %.3f (%.2fx the f32 weights)\n", pk,
-                bf, c.weights_mb, pk / c.weights_mb, pk / f32_weights);
+    std::printf("      peak RSS %.1f MB (%.1f MB before the load) / weights %.1f MB = %.3f (%.2fx the f32 weights)\n",
+                pk, bf, c.weights_mb, pk / c.weights_mb, pk / f32_weights);
     if (c.left_pages != 0)
       std::printf("%s  warning: %ld pages of the file stayed cached after eviction (try --drop-caches)\n", c.label,
                   c.left_pages);

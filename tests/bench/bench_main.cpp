@@ -17,7 +17,8 @@ int main(int argc, char** argv) {
   };
   const Sub subs[] = {
       {"load", bench_load, "write a GPT-2-shaped model.safetensors, then time and measure loading it"},
-      {"decode", bench_decode, "bandwidth floor, decode, prefill and trace memory of a random GPT-2-small or llama-110M-shaped model"},
+      {"decode", bench_decode,
+       "bandwidth floor, decode, prefill and trace memory of a random GPT-2-small or llama-110M-shaped model"},
   };
   if (argc >= 2) {
     for (const Sub& s : subs)

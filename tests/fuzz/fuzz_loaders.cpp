@@ -47,23 +47,28 @@ Dirs make_dirs() {
   fs::create_directories(d.gpt2);
   const int64_t dm = 4, ff = 8, V = 5, P = 6;
   std::vector<float> ones(256, 0.5f);
-  std::vector<ds::SafeTensorOut> t = {{"wte.weight", {V, dm}, ones.data()}, {"wpe.weight", {P, dm}, ones.data()},
-                                      {"ln_f.weight", {dm}, ones.data()},   {"ln_f.bias", {dm}, ones.data()},
-                                      {"h.0.ln_1.weight", {dm}, ones.data()}, {"h.0.ln_1.bias", {dm}, ones.data()},
+  std::vector<ds::SafeTensorOut> t = {{"wte.weight", {V, dm}, ones.data()},
+                                      {"wpe.weight", {P, dm}, ones.data()},
+                                      {"ln_f.weight", {dm}, ones.data()},
+                                      {"ln_f.bias", {dm}, ones.data()},
+                                      {"h.0.ln_1.weight", {dm}, ones.data()},
+                                      {"h.0.ln_1.bias", {dm}, ones.data()},
                                       {"h.0.attn.c_attn.weight", {dm, 3 * dm}, ones.data()},
                                       {"h.0.attn.c_attn.bias", {3 * dm}, ones.data()},
                                       {"h.0.attn.c_proj.weight", {dm, dm}, ones.data()},
                                       {"h.0.attn.c_proj.bias", {dm}, ones.data()},
-                                      {"h.0.ln_2.weight", {dm}, ones.data()}, {"h.0.ln_2.bias", {dm}, ones.data()},
+                                      {"h.0.ln_2.weight", {dm}, ones.data()},
+                                      {"h.0.ln_2.bias", {dm}, ones.data()},
                                       {"h.0.mlp.c_fc.weight", {dm, ff}, ones.data()},
                                       {"h.0.mlp.c_fc.bias", {ff}, ones.data()},
                                       {"h.0.mlp.c_proj.weight", {ff, dm}, ones.data()},
                                       {"h.0.mlp.c_proj.bias", {dm}, ones.data(), "F16"},
                                       {"h.0.attn.bias", {1, 1, P, P}, ones.data(), "BF16"}};
   ds::save_safetensors(d.gpt2 + "/model.safetensors", t, {{"format", "pt"}});
-  std::ofstream(d.gpt2 + "/config.json") << nlohmann::json{{"model_type", "gpt2"}, {"n_embd", dm}, {"n_layer", 1},
-                                                           {"n_head", 2},         {"n_positions", P},
-                                                           {"vocab_size", V},     {"n_inner", ff}}
+  std::ofstream(d.gpt2 + "/config.json") << nlohmann::json{{"model_type", "gpt2"}, {"n_embd", dm},
+                                                           {"n_layer", 1},         {"n_head", 2},
+                                                           {"n_positions", P},     {"vocab_size", V},
+                                                           {"n_inner", ff}}
                                                 .dump();
   d.gpt2b = d.root + "/gpt2b";
   fs::create_directories(d.gpt2b);

@@ -119,9 +119,9 @@ TEST(TraceView, MatricesGrownStepByStepEqualTheCoreAndTheWhole) {
               if (cross && scores) continue;  // cross-attention is shown as weights
               dsgui::Matrix grown;
               for (int step = 0; step < int(t.steps.size()); ++step) {
-                SCOPED_TRACE(::testing::Message() << "compact " << compact << " encdec " << encdec << " cross "
-                                                  << cross << " layer " << layer << " head " << head << " scores "
-                                                  << scores << " step " << step);
+                SCOPED_TRACE(::testing::Message()
+                             << "compact " << compact << " encdec " << encdec << " cross " << cross << " layer "
+                             << layer << " head " << head << " scores " << scores << " step " << step);
                 dsgui::Matrix whole = dsgui::attention_matrix(t, layer, head, step, cross, scores);
                 ASSERT_TRUE(whole.ok()) << whole.error;
                 EXPECT_EQ(whole.v, reference(t, layer, head, step, cross, scores));
@@ -150,7 +150,7 @@ TEST(TraceView, MatricesGrownStepByStepEqualTheCoreAndTheWhole) {
 TEST(TraceView, StepRowsSayWhatIsMissing) {
   ds::Trace t = run(false, {}, 2);
   EXPECT_FALSE(dsgui::attention_step_rows(t, 0, 0, 5, false, false).ok());
-  EXPECT_FALSE(dsgui::attention_step_rows(t, 0, 0, 0, true, false).ok());  // no cross-attention here
+  EXPECT_FALSE(dsgui::attention_step_rows(t, 0, 0, 0, true, false).ok());   // no cross-attention here
   EXPECT_FALSE(dsgui::attention_step_rows(t, 0, 7, 0, false, false).ok());  // no head 7
   t.steps[1].tensors.clear();
   dsgui::Matrix m = dsgui::attention_step_rows(t, 0, 0, 1, false, false);

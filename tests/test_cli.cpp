@@ -2,6 +2,8 @@
 // its handling of bad arguments and bad files.
 #include <gtest/gtest.h>
 
+#include "util.h"
+
 #include <sys/wait.h>
 #include <cstdio>
 #include <filesystem>
@@ -13,44 +15,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct CliRun {
-  int code;
-  std::string out;
-  std::string err;
-};
+using ds::test::CliRun;
+using ds::test::run_cli;
+std::string slurp(const fs::path& p) { return ds::test::read_file(p); }
+fs::path fixture_dir() { return ds::test::fixture("aidreams260K"); }
 
-CliRun run_cli(const std::string& args) {
-  static int n = 0;
-  fs::path err = fs::temp_directory_path() / ("ds_cli_err_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-  std::string cmd = std::string(DS_CLI_PATH) + " " + args + " 2>" + err.string() + " </dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t k;
-  while ((k = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, k);
-  int st = pclose(p);
-  std::ifstream ef(err);
-  std::stringstream es;
-  es << ef.rdbuf();
-  fs::remove(err);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out, es.str()};
-}
+#define NEED_FIXTURE() DS_NEED_FIXTURE(fixture_dir() / "model.bin", "the comparison with llama2.c's run.c")
 
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-fs::path fixture_dir() { return fs::path(DS_SHARED_DIR) / "fixtures" / "aidreams260K"; }
-
-#define NEED_FIXTURE()                                                                       \
-  if (!fs::exists(fixture_dir() / "model.bin"))                                              \
-  GTEST_SKIP() << "../shared/fixtures/aidreams260K is absent: skipping the comparison with " \
-                  "llama2.c's run.c"
-
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+std::string q(const fs::path& p) { return ds::test::quoted(p); }
 
 }  // namespace
 
@@ -86,7 +58,8 @@ TEST(CliRunC, GreedyTextFromPromptMatchesRunC) {
 
 TEST(CliRunC, SeededSamplingRepeatsAndTraceIsWritten) {
   NEED_FIXTURE();
-  fs::path tr = fs::temp_directory_path() / ("ds_trace_" + std::to_string(::getpid()) + ".json");
+  ds::test::TempDir tmp;
+  const fs::path tr = tmp.path("trace.json");
   std::string base = "generate --model " + q(fixture_dir() / "model.bin") +
                      " --steps 40 --temperature 0.9 --top-k 40 --top-p 0.95 --seed 11 --ids";
   CliRun a = run_cli(base + " --trace " + q(tr));
@@ -98,7 +71,6 @@ TEST(CliRunC, SeededSamplingRepeatsAndTraceIsWritten) {
   EXPECT_NE(a.out, c.out);
   EXPECT_TRUE(fs::exists(tr));
   EXPECT_GT(fs::file_size(tr), 1000u);
-  fs::remove(tr);
 }
 
 TEST(CliErrors, BadArgumentsEndWithOneLineAndNonZeroExit) {
@@ -151,8 +123,8 @@ TEST(CliErrors, BadOptionValuesAndPromptsAreRejected) {
 }
 
 TEST(CliErrors, MalformedCheckpointFilesEndInAClearError) {
-  fs::path dir = fs::temp_directory_path() / ("ds_bad_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  ds::test::TempDir tmp;
+  const fs::path dir = tmp.dir();
   auto write = [&](const std::string& name, const std::string& bytes) {
     std::ofstream(dir / name, std::ios::binary) << bytes;
     return dir / name;
@@ -176,5 +148,4 @@ TEST(CliErrors, MalformedCheckpointFilesEndInAClearError) {
     EXPECT_EQ(r.code, 1);
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   }
-  fs::remove_all(dir);
 }

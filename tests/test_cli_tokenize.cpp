@@ -2,6 +2,8 @@
 // reference ids of real GPT-2 tokenizers (shared fixture), and its errors.
 #include <gtest/gtest.h>
 
+#include "util.h"
+
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cstdio>
@@ -17,52 +19,18 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TokCliRun {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-// Runs the CLI with args, feeding stdin_text (written to a file first) on its input.
-TokCliRun run_tok_cli(const std::string& args, const std::string& stdin_text = "") {
-  static int n = 0;
-  const std::string tag = std::to_string(::getpid()) + "_" + std::to_string(n++);
-  const fs::path err = fs::temp_directory_path() / ("ds_tokcli_err_" + tag);
-  const fs::path in = fs::temp_directory_path() / ("ds_tokcli_in_" + tag);
-  {
-    std::ofstream f(in, std::ios::binary);
-    f << stdin_text;
-  }
-  const std::string cmd = std::string(DS_CLI_PATH) + " " + args + " 2>'" + err.string() + "' <'" + in.string() + "'";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t k;
-  while ((k = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, k);
-  const int st = pclose(p);
-  std::ifstream ef(err);
-  std::stringstream es;
-  es << ef.rdbuf();
-  fs::remove(err);
-  fs::remove(in);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out, es.str()};
+using ds::test::quoted;
+// Runs the CLI with args, feeding stdin_text on its input.
+ds::test::CliRun run_tok_cli(const std::string& args, const std::string& stdin_text = "") {
+  return ds::test::run_cli(args, stdin_text);
 }
 
-fs::path gpt2_dir() { return fs::path(DS_SHARED_DIR) / "fixtures" / "gpt2-tokenizer"; }
+fs::path gpt2_dir() { return ds::test::fixture("gpt2-tokenizer"); }
 
-std::string quoted(const fs::path& p) { return "'" + p.string() + "'"; }
+std::string read_all(const fs::path& p) { return ds::test::read_file(p); }
 
-std::string read_all(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-#define NEED_GPT2_CLI_FIXTURE()                                                          \
-  if (!fs::exists(gpt2_dir() / "reference_pairs.jsonl"))                                 \
-  GTEST_SKIP() << "../shared/fixtures/gpt2-tokenizer is absent: skipping the CLI check " \
-                  "against real GPT-2 tokenizer outputs"
+#define NEED_GPT2_CLI_FIXTURE() \
+  DS_NEED_FIXTURE(gpt2_dir() / "reference_pairs.jsonl", "the CLI check against real GPT-2 tokenizer outputs")
 
 }  // namespace
 
@@ -80,7 +48,7 @@ TEST(CliTokenize, JsonlMatchesEveryReferencePair) {
     in += nlohmann::json{{"text", j["text"]}}.dump() + "\n";
   }
   ASSERT_GE(want.size(), 300u);
-  TokCliRun r = run_tok_cli("tokenize --tokenizer " + quoted(gpt2_dir()) + " --jsonl", in);
+  ds::test::CliRun r = run_tok_cli("tokenize --tokenizer " + quoted(gpt2_dir()) + " --jsonl", in);
   ASSERT_EQ(r.code, 0) << r.err;
   std::istringstream os(r.out);
   size_t i = 0;
@@ -97,15 +65,15 @@ TEST(CliTokenize, JsonlMatchesEveryReferencePair) {
 
 TEST(CliTokenize, TextArgumentWithATokenizerFolder) {
   NEED_GPT2_CLI_FIXTURE();
-  TokCliRun r = run_tok_cli("tokenize --tokenizer " + quoted(gpt2_dir()) + " 'Hello world'");
+  ds::test::CliRun r = run_tok_cli("tokenize --tokenizer " + quoted(gpt2_dir()) + " 'Hello world'");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, "15496 995\n");
 }
 
 TEST(CliTokenize, InvalidJsonLineIsNamed) {
   NEED_GPT2_CLI_FIXTURE();
-  TokCliRun r = run_tok_cli("tokenize --tokenizer " + quoted(gpt2_dir()) + " --jsonl",
-                            "{\"text\": \"a\"}\n\n{\"text\": \"b\"\n{\"text\": \"c\"}\n");
+  ds::test::CliRun r = run_tok_cli("tokenize --tokenizer " + quoted(gpt2_dir()) + " --jsonl",
+                                   "{\"text\": \"a\"}\n\n{\"text\": \"b\"\n{\"text\": \"c\"}\n");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("line 3"), std::string::npos) << r.err;
   EXPECT_EQ(r.out, "{\"text\":\"a\",\"ids\":[64]}\n");
@@ -123,7 +91,7 @@ TEST(CliTokenize, ArgumentErrors) {
     f << "not really";
   }
   // A llama2.c tokenizer.bin needs --model.
-  TokCliRun r = run_tok_cli("tokenize --tokenizer " + quoted(dir / "tokenizer.bin") + " hi");
+  ds::test::CliRun r = run_tok_cli("tokenize --tokenizer " + quoted(dir / "tokenizer.bin") + " hi");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("--model"), std::string::npos) << r.err;
   // A folder without tokenizer files names what it looked for.

@@ -1,5 +1,5 @@
 // Engine tests: every configuration option checked against the naive reference in
-// tests/reference.h, the KV cache against the full forward pass, causality, the hook
+// core/model/reference.cpp, the KV cache against the full forward pass, causality, the hook
 // points (patterns, masks, interventions) and truncate.
 //
 // Tolerances:
@@ -20,9 +20,9 @@
 #include "model/config.h"
 #include "model/hooks.h"
 #include "model/model.h"
+#include "model/reference.h"
 #include "model/weights.h"
 #include "probe/interventions.h"
-#include "reference.h"
 #include "util/error.h"
 
 namespace {
@@ -202,7 +202,7 @@ double max_abs_diff(const M& a, const ds::MatRM& b) {
 
 // max |engine - reference| / max |reference|.
 template <class M>
-double rel_err(const M& a, const ref::Rows& r) {
+double rel_err(const M& a, const ds::ref::Rows& r) {
   EXPECT_EQ(size_t(a.rows()), r.size());
   if (size_t(a.rows()) != r.size()) return INFINITY;
   double diff = 0.0, scale = 0.0;
@@ -300,7 +300,7 @@ TEST_P(EngineTest, MatchesReference) {
   const auto toks = random_tokens(v.cfg, 64, 2);
   prepare(e, src);
   ds::MatRM full = e.forward_full(toks);
-  const ref::Rows r = ref::ref_logits(v.cfg, model->w, toks, src);
+  const ds::ref::Rows r = ds::ref::logits(v.cfg, model->w, toks, src);
   EXPECT_LE(rel_err(full, r), 1e-4);
 
   // The cached path against the reference too.
@@ -315,7 +315,7 @@ TEST_P(EngineTest, MatchesReference) {
     prepare(e, src2);
     ds::MatRM full2 = e.forward_full(toks);
     EXPECT_GT(max_abs_diff(full2, full), 1e-5);
-    EXPECT_LE(rel_err(full2, ref::ref_logits(v.cfg, model->w, toks, src2)), 1e-4);
+    EXPECT_LE(rel_err(full2, ds::ref::logits(v.cfg, model->w, toks, src2)), 1e-4);
   }
 
   // The same weights stored in panels (as loaded models are), at 1 and 2 threads:
@@ -377,7 +377,7 @@ TEST(EngineDecode, LongCacheSplitAcrossThreadsMatchesTheReference) {
     const int n = v.cfg.n_kv_heads * v.cfg.d_head == 128 ? 290 : 160;
     auto model = std::make_shared<const ds::Model>(v.cfg, ds::Weights::random(v.cfg, v.seed, 0.05f));
     const auto toks = random_tokens(v.cfg, n, 21);
-    const ref::Rows want = ref::ref_logits(v.cfg, model->w, toks);
+    const ds::ref::Rows want = ds::ref::logits(v.cfg, model->w, toks);
     for (int threads : {1, 2}) {
       ds::Engine e(model);
       e.set_threads(threads);
@@ -417,8 +417,8 @@ TEST_P(EngineTest, PatternsAndMasks) {
   ds::Engine e(model);
   const auto src = make_source(cfg);
   const auto toks = random_tokens(cfg, 24, 4);
-  ref::Trace tr;
-  ref::ref_logits(cfg, model->w, toks, src, -1, -1, &tr);
+  ds::ref::Recorded tr;
+  ds::ref::logits(cfg, model->w, toks, src, -1, -1, &tr);
 
   std::vector<Captured> pat, mask, cpat, cmask, epat, emask;
   e.hooks().subscribe("blocks.*.attn.pattern", recorder(pat));
@@ -476,7 +476,7 @@ TEST_P(EngineTest, PatternsAndMasks) {
         EXPECT_EQ(c.at2(t, j), j <= c.pos0 + t ? 1.0f : 0.0f) << "query " << c.pos0 + t << " key " << j;
   };
   // Cross-attention (decoder queries over source keys) or encoder self-attention.
-  auto check_src = [&](const Captured& c, const ref::Patterns& refp, int row_offset, int n_layers) {
+  auto check_src = [&](const Captured& c, const ds::ref::Patterns& refp, int row_offset, int n_layers) {
     SCOPED_TRACE(std::string(c.stack == ds::Stack::Encoder ? "encoder" : "cross") + " layer " +
                  std::to_string(c.layer));
     ASSERT_EQ(c.rank, 3);
@@ -571,13 +571,13 @@ TEST_P(EngineTest, Interventions) {
   const auto toks = random_tokens(cfg, 20, 5);
   prepare(e, src);
   const ds::MatRM orig = e.forward_full(toks);
-  const ref::Rows r0 = ref::ref_logits(cfg, model->w, toks, src);
+  const ds::ref::Rows r0 = ds::ref::logits(cfg, model->w, toks, src);
   ASSERT_LE(rel_err(orig, r0), 1e-4);
 
   for (int l : {0, cfg.n_layers - 1})
     for (int h : {0, cfg.n_heads - 1}) {
       SCOPED_TRACE("zero_head layer " + std::to_string(l) + " head " + std::to_string(h));
-      const ref::Rows rz = ref::ref_logits(cfg, model->w, toks, src, l, h);
+      const ds::ref::Rows rz = ds::ref::logits(cfg, model->w, toks, src, l, h);
       const int hd = ds::zero_head(e.hooks(), l, h, cfg.d_head);
       ds::MatRM z = e.forward_full(toks);
       EXPECT_LE(rel_err(z, rz), 1e-4);
@@ -753,8 +753,8 @@ TEST(Reference, PatternsAreCausalAndNormalised) {
     const ds::Weights w = ds::Weights::random(v.cfg, v.seed);
     const auto toks = random_tokens(v.cfg, 6, 7);
     const auto src = make_source(v.cfg);
-    ref::Trace tr;
-    const ref::Rows l = ref::ref_logits(v.cfg, w, toks, src, -1, -1, &tr);
+    ds::ref::Recorded tr;
+    const ds::ref::Rows l = ds::ref::logits(v.cfg, w, toks, src, -1, -1, &tr);
     ASSERT_EQ(l.size(), 6u);
     ASSERT_EQ(tr.self.size(), size_t(v.cfg.n_layers));
     for (const auto& layer : tr.self)
@@ -771,7 +771,7 @@ TEST(Reference, PatternsAreCausalAndNormalised) {
         }
     // Prefix property: logits of a prefix equal the first rows of the longer run.
     const auto shorter = std::vector<int>(toks.begin(), toks.begin() + 3);
-    const ref::Rows ls = ref::ref_logits(v.cfg, w, shorter, src);
+    const ds::ref::Rows ls = ds::ref::logits(v.cfg, w, shorter, src);
     for (size_t i = 0; i < 3; ++i)
       for (size_t j = 0; j < ls[i].size(); ++j) EXPECT_NEAR(ls[i][j], l[i][j], 1e-12);
   }

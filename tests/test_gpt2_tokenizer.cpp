@@ -3,6 +3,8 @@
 // invalid UTF-8.
 #include <gtest/gtest.h>
 
+#include "util.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -66,26 +68,7 @@ std::string decode_all(const ds::Tokenizer& t, const std::vector<int>& ids) {
   return s;
 }
 
-// A fresh temporary folder, removed at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int n = 0;
-    path = fs::temp_directory_path() / ("ds_gpt2_" + std::to_string(::getpid()) + "_" + std::to_string(n++) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string write(const std::string& name, const std::string& content) const {
-    std::ofstream f(path / name, std::ios::binary);
-    f << content;
-    return (path / name).string();
-  }
-};
+using ds::test::TempDir;
 
 // A small byte-level vocabulary: the 256 byte symbols (id = byte), then the results
 // of `merges` in order, then <|endoftext|>.
@@ -282,17 +265,17 @@ TEST(Gpt2Tokenizer, LoadsAFolder) {
   std::ifstream vf(gpt2_fixture() / "vocab.json");
   d.write("tokenizer.json",
           tokenizer_json(nlohmann::json::parse(vf), merges_of(gpt2_fixture() / "merges.txt"), false, 50256));
-  auto t2 = ds::load_gpt2_tokenizer_dir(d.path.string());
+  auto t2 = ds::load_gpt2_tokenizer_dir(d.dir().string());
   EXPECT_EQ(t2->encode("Hello world", true), (std::vector<int>{50256, 15496, 995}));
 }
 
 TEST(Gpt2Tokenizer, FolderWithoutFilesNamesWhatItLookedFor) {
   TempDir d;
-  expect_error([&] { ds::load_gpt2_tokenizer_dir(d.path.string()); },
-               {d.path.string(), "vocab.json", "merges.txt", "tokenizer.json"});
+  expect_error([&] { ds::load_gpt2_tokenizer_dir(d.dir().string()); },
+               {d.dir().string(), "vocab.json", "merges.txt", "tokenizer.json"});
   d.write("vocab.json", "{}");
-  expect_error([&] { ds::load_gpt2_tokenizer_dir(d.path.string()); }, {"vocab.json is there but merges.txt is not"});
-  expect_error([&] { ds::load_gpt2_tokenizer_dir((d.path / "nope").string()); }, {"nope", "tokenizer.json"});
+  expect_error([&] { ds::load_gpt2_tokenizer_dir(d.dir().string()); }, {"vocab.json is there but merges.txt is not"});
+  expect_error([&] { ds::load_gpt2_tokenizer_dir((d.dir() / "nope").string()); }, {"nope", "tokenizer.json"});
 }
 
 // ---------------------------------------------------------------- byte alphabet
@@ -418,8 +401,8 @@ class Gpt2Synth : public ::testing::Test {
   GPT2Tokenizer load() const {
     return GPT2Tokenizer::from_files(d.write("vocab.json", s.vocab_json()), d.write("merges.txt", s.merges_txt()));
   }
-  std::string vocab_path() const { return (d.path / "vocab.json").string(); }
-  std::string merges_path() const { return (d.path / "merges.txt").string(); }
+  std::string vocab_path() const { return (d.dir() / "vocab.json").string(); }
+  std::string merges_path() const { return (d.dir() / "merges.txt").string(); }
 };
 
 TEST_F(Gpt2Synth, MergesByRank) {
@@ -497,12 +480,12 @@ TEST(Gpt2Tokenizer, ConcurrentEncodesAgree) {
 // ---------------------------------------------------------------- malformed files
 
 TEST_F(Gpt2Synth, MissingFiles) {
-  expect_error([&] { GPT2Tokenizer::from_files((d.path / "none.json").string(), merges_path()); },
+  expect_error([&] { GPT2Tokenizer::from_files((d.dir() / "none.json").string(), merges_path()); },
                {"none.json", "cannot open"});
   d.write("vocab.json", s.vocab_json());
-  expect_error([&] { GPT2Tokenizer::from_files(vocab_path(), (d.path / "none.txt").string()); },
+  expect_error([&] { GPT2Tokenizer::from_files(vocab_path(), (d.dir() / "none.txt").string()); },
                {"none.txt", "cannot open"});
-  expect_error([&] { GPT2Tokenizer::from_tokenizer_json(d.path.string()); }, {"not a regular file"});
+  expect_error([&] { GPT2Tokenizer::from_tokenizer_json(d.dir().string()); }, {"not a regular file"});
 }
 
 TEST_F(Gpt2Synth, TruncatedVocabJson) {

@@ -10,9 +10,12 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "io/loader.h"
 #include "model/hooks.h"
 #include "model/model.h"
+#include "util.h"
 #include "util/error.h"
 
 namespace {
@@ -99,3 +102,43 @@ TEST(HookNames, BothSpellingsSubscribeToTheSameTensors) {
 }
 
 }  // namespace
+
+// ---- the command line: `hooks` lists both spellings; `generate --trace --hooks`
+// records exactly the points the patterns name, in either spelling.
+
+TEST(HookNamesCli, HooksListsEveryPointWithItsTransformerLensName) {
+  const auto r = ds::test::run_cli("hooks --model builtin:adder");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto m = ds::load_model("builtin:adder");
+  for (const std::string& n : ds::Hooks::names(m.model->cfg)) {
+    EXPECT_NE(r.out.find(n + " "), std::string::npos) << n;
+    const std::string tl = ds::Hooks::transformerlens_name(n);
+    if (!tl.empty()) EXPECT_NE(r.out.find(tl), std::string::npos) << tl;
+  }
+}
+
+TEST(HookNamesCli, TraceRecordsOnlyThePointsAskedForInEitherSpelling) {
+  ds::test::TempDir tmp;
+  const std::string tr = tmp.path("t.json");
+  const auto r =
+      ds::test::run_cli("generate --model builtin:adder --prompt '12+34=' --steps 9 --temperature 0 --trace " +
+                        ds::test::quoted(tr) + " --hooks 'blocks.*.attn.hook_pattern,blocks.1.hook_resid_post'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(ds::test::read_file(tr));
+  const auto m = ds::load_model("builtin:adder");
+  std::set<std::string> want;
+  for (int l = 0; l < m.model->cfg.n_layers; ++l) want.insert("blocks." + std::to_string(l) + ".attn.pattern");
+  want.insert("blocks.1.resid_post");
+  ASSERT_FALSE(j["steps"].empty());
+  for (const auto& step : j["steps"]) {
+    std::set<std::string> got;
+    for (const auto& [name, t] : step["tensors"].items()) got.insert(name);
+    EXPECT_EQ(got, want);
+  }
+}
+
+TEST(HookNamesCli, HooksWithoutTraceIsAnError) {
+  const auto r = ds::test::run_cli("generate --model builtin:adder --prompt '1+1=' --hooks logits");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("--trace"), std::string::npos) << r.err;
+}

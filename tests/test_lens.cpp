@@ -22,19 +22,20 @@
 #include "probe/trace.h"
 #include "session/session.h"
 #include "text/char_tokenizer.h"
+#include "util.h"
 #include "util/error.h"
 
 using namespace ds;
 
 namespace {
 
-enum class Arch { GptLike, LlamaLike, PostNorm, EncDec };
+using ds::test::Arch;
 
 const char* arch_name(Arch a) {
   switch (a) {
-    case Arch::GptLike:
+    case Arch::GPT2:
       return "GPT-like (LayerNorm, tied head)";
-    case Arch::LlamaLike:
+    case Arch::Llama:
       return "llama-like (RMSNorm, separate head)";
     case Arch::PostNorm:
       return "post-norm, no final norm";
@@ -43,36 +44,11 @@ const char* arch_name(Arch a) {
   }
 }
 
+// Three layers (the shared small configs have two), so the lens has a middle layer.
 Config config(Arch a, int vocab = 40) {
-  Config c;
-  c.d_model = 32;
+  Config c = ds::test::small_config(a, vocab);
   c.n_layers = 3;
-  c.n_heads = 4;
-  c.n_kv_heads = 4;
-  c.d_head = 8;
-  c.d_ff = 64;
-  c.vocab_size = vocab;
   c.max_seq = 48;
-  c.max_src = 12;
-  c.bos_id = 1;
-  if (a == Arch::LlamaLike) {
-    c.norm = NormKind::RMSNorm;
-    c.pos = PosKind::Rotary;
-    c.ffn = FFNKind::SwiGLU;
-    c.n_kv_heads = 2;
-    c.tied_head = false;
-    c.attn_bias = c.ffn_bias = false;
-  }
-  if (a == Arch::PostNorm) {
-    c.norm_place = NormPlace::Post;
-    c.final_norm = false;
-    c.pos = PosKind::Sinusoidal;
-  }
-  if (a == Arch::EncDec) {
-    c.encoder_decoder = true;
-    c.n_enc_layers = 2;
-    c.pad_id = 0;
-  }
   return c;
 }
 
@@ -178,7 +154,7 @@ std::shared_ptr<const Tokenizer> letters(int vocab) {
 // The lens of the last layer's resid_post is the model's next-token distribution:
 // every row of a full forward, recorded with k = the whole vocabulary.
 TEST(Lens, LastLayerIsTheModelsNextTokenDistribution) {
-  for (Arch a : {Arch::GptLike, Arch::LlamaLike, Arch::PostNorm, Arch::EncDec}) {
+  for (Arch a : {Arch::GPT2, Arch::Llama, Arch::PostNorm, Arch::EncDec}) {
     SCOPED_TRACE(arch_name(a));
     auto m = model(a);
     const Config& c = m->cfg;
@@ -218,7 +194,7 @@ TEST(Lens, LastLayerIsTheModelsNextTokenDistribution) {
 // In a generation too: at every step the last layer's top token at the step's last row
 // is the greedy token the session draws.
 TEST(Lens, LastLayerTopTokenIsTheGreedyDraw) {
-  auto m = model(Arch::LlamaLike, 8);
+  auto m = model(Arch::Llama, 8);
   SessionOptions o;
   o.sampler.temperature = 0;
   o.steps = 12;
@@ -241,7 +217,7 @@ TEST(Lens, LastLayerTopTokenIsTheGreedyDraw) {
 // with the head row-major, in panels and as bfloat16; more rows than a block and a
 // vocabulary that is not a whole number of slices; one or two threads.
 TEST(Lens, EqualsANaiveNormAndHead) {
-  for (Arch a : {Arch::GptLike, Arch::LlamaLike, Arch::PostNorm}) {
+  for (Arch a : {Arch::GPT2, Arch::Llama, Arch::PostNorm}) {
     for (int storage = 0; storage < 3; ++storage) {
       SCOPED_TRACE(std::string(arch_name(a)) + (storage == 0 ? ", rows" : storage == 1 ? ", panels" : ", bf16"));
       Config c = config(a, 600);
@@ -299,7 +275,7 @@ TEST(Lens, TiesRankTheLowerIdFirst) {
 // (ids written as integers), compact storage keeps it within float16's precision, and
 // the window's default recording with the lens stays small.
 TEST(Lens, TraceRecordsItAndKeepsItThroughJson) {
-  for (Arch a : {Arch::GptLike, Arch::EncDec}) {
+  for (Arch a : {Arch::GPT2, Arch::EncDec}) {
     SCOPED_TRACE(arch_name(a));
     auto m = model(a);
     auto tok = letters(m->cfg.vocab_size);
@@ -351,7 +327,7 @@ TEST(Lens, TraceRecordsItAndKeepsItThroughJson) {
 
 // The lens needs no other recording; without a tokenizer it names ids as "#id".
 TEST(Lens, RecordedAloneWithoutTokenizer) {
-  auto m = model(Arch::GptLike);
+  auto m = model(Arch::GPT2);
   const Trace t = run_session(m, 4, true, {});
   for (auto& s : t.steps) {
     EXPECT_EQ(s.tensors.size(), 2u * (m->cfg.n_layers + 1));
@@ -363,7 +339,7 @@ TEST(Lens, RecordedAloneWithoutTokenizer) {
 }
 
 TEST(Lens, BadInputEndsInAClearError) {
-  auto m = model(Arch::GptLike);
+  auto m = model(Arch::GPT2);
   const Trace t = run_session(m, 5, false, {"blocks.*.resid_post", "blocks.0.resid_pre"});
   auto message = [](auto&& f) {
     try {
@@ -379,12 +355,12 @@ TEST(Lens, BadInputEndsInAClearError) {
   EXPECT_NE(message([&] { compute_lens(*m, t, 99, 5); }).find("position 99"), std::string::npos);
   EXPECT_NE(message([&] { recorded_lens(Trace{}, 0); }).find("it has 0 positions"), std::string::npos);
   // A model that is not the trace's.
-  Config other = config(Arch::GptLike);
+  Config other = config(Arch::GPT2);
   other.d_model = 16;
   other.d_head = 4;
   const Model o(other, Weights::random(other, 1));
   EXPECT_NE(message([&] { compute_lens(o, t, 0, 5); }).find("the model does not fit the trace"), std::string::npos);
-  Config fewer = config(Arch::GptLike);
+  Config fewer = config(Arch::GPT2);
   fewer.n_layers = 2;
   const Model f(fewer, Weights::random(fewer, 1));
   EXPECT_NE(message([&] { compute_lens(f, t, 0, 5); }).find("2 layers"), std::string::npos);
@@ -421,28 +397,8 @@ TEST(Lens, BadInputEndsInAClearError) {
 
 namespace {
 
-struct CliRun {
-  int code;
-  std::string out, err;
-};
-
-CliRun run_cli(const std::string& args) {
-  static int n = 0;
-  namespace fs = std::filesystem;
-  fs::path err = fs::temp_directory_path() / ("ds_lens_err_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-  std::string cmd = std::string(DS_CLI_PATH) + " " + args + " 2>" + err.string() + " </dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t k;
-  while ((k = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, k);
-  int st = pclose(p);
-  std::ifstream ef(err);
-  std::stringstream es;
-  es << ef.rdbuf();
-  fs::remove(err);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out, es.str()};
-}
+using ds::test::CliRun;
+using ds::test::run_cli;
 
 }  // namespace
 

@@ -1,7 +1,9 @@
 // llama2.c checkpoints (core/io/llama2c) and the llama2.c tokenizer
 // (core/text/llama_tokenizer): round trips, malformed files, encode/decode rules.
 #include <gtest/gtest.h>
+
 #include <unistd.h>
+#include "util.h"
 
 #include <algorithm>
 #include <climits>
@@ -27,25 +29,7 @@ using ds::Weights;
 
 namespace {
 
-// A fresh directory per test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("ds_llama2c_" + std::to_string(::getpid()) + "_" + info->test_suite_name() + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
- private:
-  fs::path dir_;
-};
+using ds::test::TempDir;
 
 std::vector<char> read_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

@@ -3,7 +3,9 @@
 // loader's folder / builtin: dispatch: round trips, layout checks with teeth, and
 // thousands of corrupted files that must load or throw ds::Error.
 #include <gtest/gtest.h>
+
 #include <unistd.h>
+#include "util.h"
 
 #include <bit>
 #include <cmath>
@@ -26,7 +28,7 @@
 #include "io/safetensors.h"
 #include "model/config_json.h"
 #include "model/model.h"
-#include "reference.h"
+#include "model/reference.h"
 #include "text/char_tokenizer.h"
 #include "util/error.h"
 
@@ -36,28 +38,7 @@ using Shape = std::vector<int64_t>;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("ds_folder_" + std::to_string(::getpid()) + "_" + info->test_suite_name() + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  std::string sub(const std::string& name) const {
-    fs::create_directories(dir_ / name);
-    return (dir_ / name).string();
-  }
-
- private:
-  fs::path dir_;
-};
+using ds::test::TempDir;
 
 std::string read_text(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -730,7 +711,7 @@ void write_gpt2_folder(const std::string& dir, const TinyGPT2& g, const json& co
 }
 
 // max |a - b| / max |b| over all logits.
-double rel_error(const ds::MatRM& got, const ref::Rows& want) {
+double rel_error(const ds::MatRM& got, const ds::ref::Rows& want) {
   double num = 0, den = 0;
   for (size_t i = 0; i < want.size(); ++i)
     for (size_t v = 0; v < want[i].size(); ++v) {
@@ -753,7 +734,7 @@ const std::vector<int> kTokens = {22, 3, 17, 0, 9, 9, 14, 1, 21, 5};
 double folder_error(const std::string& dir, const TinyGPT2& g, float (*round)(float)) {
   ds::FolderModel m = ds::load_model_folder(dir);
   auto [c, w] = expected_model(g, round);
-  const ref::Rows want = ref::ref_logits(c, w, kTokens);
+  const ds::ref::Rows want = ds::ref::logits(c, w, kTokens);
   return rel_error(engine_logits(m.cfg, std::move(m.w), kTokens), want);
 }
 
@@ -1036,56 +1017,9 @@ std::vector<std::string> chars_vocab(int n) {
   return v;
 }
 
-ds::Config decoder_config() {
-  ds::Config c;
-  c.d_model = 24;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.d_head = 6;
-  c.d_ff = 40;
-  c.vocab_size = 45;
-  c.max_seq = 20;
-  c.norm = ds::NormKind::RMSNorm;
-  c.pos = ds::PosKind::Rotary;
-  c.ffn = ds::FFNKind::SwiGLU;
-  c.tied_head = false;
-  c.attn_bias = false;
-  c.ffn_bias = false;
-  c.norm_bias = false;
-  c.norm_eps = 1e-6f;
-  c.rope_theta = 5000.0f;
-  c.bos_id = 1;
-  c.eos_id = 2;
-  c.pad_id = 0;
-  return c;
-}
+ds::Config decoder_config() { return ds::test::tiny_llama_config(); }
 
-ds::Config encdec_config() {
-  ds::Config c;
-  c.d_model = 16;
-  c.n_layers = 2;
-  c.n_enc_layers = 3;
-  c.n_heads = 2;
-  c.n_kv_heads = 2;
-  c.d_head = 8;
-  c.d_ff = 24;
-  c.vocab_size = 40;
-  c.max_seq = 10;
-  c.max_src = 14;
-  c.norm = ds::NormKind::LayerNorm;
-  c.norm_place = ds::NormPlace::Post;
-  c.pos = ds::PosKind::Sinusoidal;
-  c.ffn = ds::FFNKind::ReLU;
-  c.encoder_decoder = true;
-  c.final_norm = false;
-  c.enc_final_norm = false;
-  c.scale_embed = true;
-  c.bos_id = 1;
-  c.eos_id = 2;
-  c.pad_id = 0;
-  return c;
-}
+ds::Config encdec_config() { return ds::test::tiny_encdec_config(); }
 
 json chars_tokenizer(int n) { return {{"kind", "chars"}, {"vocab", chars_vocab(n)}}; }
 

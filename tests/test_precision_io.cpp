@@ -7,7 +7,9 @@
 // and bytes, parsed here) and from a rounding oracle that searches the sorted table
 // of every finite 16-bit value, not from the library's conversions.
 #include <gtest/gtest.h>
+
 #include <unistd.h>
+#include "util.h"
 
 #include <algorithm>
 #include <cmath>
@@ -37,25 +39,7 @@ using nlohmann::json;
 
 namespace {
 
-// A fresh directory per test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("ds_precision_" + std::to_string(::getpid()) + "_" + info->test_suite_name() + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
- private:
-  fs::path dir_;
-};
+using ds::test::TempDir;
 
 template <class F>
 std::string error_of(F&& f) {
@@ -178,51 +162,15 @@ std::vector<std::string> chars_vocab(int n) {
 json chars_tokenizer(int n) { return {{"kind", "chars"}, {"vocab", chars_vocab(n)}}; }
 
 // Decoder-only, RMSNorm, rotary, SwiGLU, grouped keys, untied head.
-ds::Config decoder_config() {
-  ds::Config c;
-  c.d_model = 24;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.d_head = 6;
-  c.d_ff = 40;
-  c.vocab_size = 45;
-  c.max_seq = 20;
-  c.norm = ds::NormKind::RMSNorm;
-  c.pos = ds::PosKind::Rotary;
-  c.ffn = ds::FFNKind::SwiGLU;
-  c.tied_head = false;
-  c.attn_bias = false;
-  c.ffn_bias = false;
-  c.norm_bias = false;
-  c.bos_id = 1;
-  c.eos_id = 2;
-  c.pad_id = 0;
-  return c;
-}
+ds::Config decoder_config() { return ds::test::tiny_llama_config(); }
 
-// Encoder-decoder, post-norm LayerNorm with biases, learned positions, tied head.
+// Encoder-decoder, post-norm LayerNorm with biases, learned positions, tied head, final norms.
 ds::Config encdec_config() {
-  ds::Config c;
-  c.d_model = 16;
-  c.n_layers = 2;
+  ds::Config c = ds::test::tiny_encdec_config();
   c.n_enc_layers = 1;
-  c.n_heads = 2;
-  c.n_kv_heads = 2;
-  c.d_head = 8;
-  c.d_ff = 24;
-  c.vocab_size = 40;
-  c.max_seq = 10;
-  c.max_src = 14;
-  c.norm = ds::NormKind::LayerNorm;
-  c.norm_place = ds::NormPlace::Post;
   c.pos = ds::PosKind::Learned;
-  c.ffn = ds::FFNKind::ReLU;
-  c.encoder_decoder = true;
-  c.tied_head = true;
-  c.bos_id = 1;
-  c.eos_id = 2;
-  c.pad_id = 0;
+  c.final_norm = c.enc_final_norm = true;
+  c.scale_embed = false;
   return c;
 }
 

@@ -2,6 +2,8 @@
 // matrices the full-sequence forward computes, and survives a JSON round trip.
 #include <gtest/gtest.h>
 
+#include "util.h"
+
 #include <cmath>
 #include <sstream>
 
@@ -14,23 +16,7 @@ using namespace ds;
 
 namespace {
 
-Config small(bool encdec) {
-  Config c;
-  c.d_model = 24;
-  c.n_layers = 2;
-  c.n_heads = 3;
-  c.n_kv_heads = 3;
-  c.d_head = 8;
-  c.d_ff = 48;
-  c.vocab_size = 30;
-  c.max_seq = 40;
-  c.max_src = 12;
-  c.encoder_decoder = encdec;
-  c.n_enc_layers = encdec ? 2 : 0;
-  c.pad_id = encdec ? 0 : -1;
-  c.bos_id = 1;
-  return c;
-}
+Config small(bool encdec) { return ds::test::small_config(encdec ? ds::test::Arch::EncDec : ds::test::Arch::GPT2); }
 
 // The full-sequence patterns of every layer, head-major: [layer][H, T, T].
 std::vector<std::vector<float>> full_patterns(std::shared_ptr<const Model> m, const std::vector<int>& toks,

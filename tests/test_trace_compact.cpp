@@ -5,6 +5,8 @@
 // the memory.
 #include <gtest/gtest.h>
 
+#include "util.h"
+
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -17,23 +19,7 @@ using namespace ds;
 
 namespace {
 
-Config small(bool encdec) {
-  Config c;
-  c.d_model = 32;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 4;
-  c.d_head = 8;
-  c.d_ff = 64;
-  c.vocab_size = 40;
-  c.max_seq = 64;
-  c.max_src = 12;
-  c.encoder_decoder = encdec;
-  c.n_enc_layers = encdec ? 2 : 0;
-  c.pad_id = encdec ? 0 : -1;
-  c.bos_id = 1;
-  return c;
-}
+Config small(bool encdec) { return ds::test::small_config(encdec ? ds::test::Arch::EncDec : ds::test::Arch::GPT2); }
 
 Trace run(std::shared_ptr<const Model> m, bool compact, bool encdec) {
   SessionOptions o;

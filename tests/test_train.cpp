@@ -12,6 +12,8 @@
 //   trainer vs engine  max abs logit diff / max abs logit <= 1e-4
 #include <gtest/gtest.h>
 
+#include "util.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cctype>
@@ -256,8 +258,8 @@ TEST_P(Resume, InterruptedRunResumesToTheSameWeightsWhateverTheThreads) {
   spec.checkpoint_every = 4;
   auto full = ds::train::run_training(spec, "", 1, nullptr, nullptr);
 
-  fs::path dir = fs::temp_directory_path() / ("ds_train_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
+  ds::test::TempDir tmp;
+  const fs::path dir = tmp.path("run");
   std::atomic<bool> stop{false};
   auto part = ds::train::run_training(
       spec, dir.string(), 2, [&](const ds::train::TrainProgress& p) { stop = p.step >= 8; }, &stop);
@@ -275,7 +277,6 @@ TEST_P(Resume, InterruptedRunResumesToTheSameWeightsWhateverTheThreads) {
   auto other = spec;
   other.seed = 2;
   EXPECT_THROW(ds::train::run_training(other, dir.string(), 1, nullptr, nullptr), std::exception);
-  fs::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tasks, Resume, ::testing::Values("adder", "dates"));

@@ -1,0 +1,316 @@
+// The reference forward pass, to be read from top to bottom:
+//
+//   1. numbers:        weight(), linear()          y = W x + b
+//   2. embedding:      sinusoid(), embed()         x_p = E[id] + P(p)
+//   3. norms:          layer_norm(), rms_norm()
+//   4. attention:      rotate(), heads_of(), attend_one(), attention()
+//                      scores = q.k / sqrt(d_head), the mask, softmax, z = weights . V
+//   5. feed-forward:   activation(), feed_forward()
+//   6. a block:        block()                      pre-norm or post-norm, Add & Norm
+//   7. whole model:    encode(), logits()
+//
+// T is the number of decoder positions, S the number of source positions (encoder-
+// decoder models), d = d_model. Every formula is the one written at the end of
+// model/config.h; the mask rule is model/mask.h's, shared with the engine.
+#include "model/reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+#include <span>
+#include <string>
+
+#include "model/mask.h"
+#include "util/error.h"
+
+namespace ds::ref {
+
+namespace {
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw Error("reference forward pass: " + what);
+}
+
+// ---- 1. numbers
+
+// Element (r, c) of a float32 weight matrix, wherever its storage keeps it.
+double weight(const WMat& W, long r, long c) {
+  const int64_t tiled_rows = W.panels() ? panel_rows(W.rows()) : 0;
+  return double(W.data()[element_index(r, c, W.cols(), tiled_rows)]);
+}
+
+// y = W x + b: [out] from [in] (b only when the layer has one).
+Row linear(const Linear& l, const Row& x) {
+  const long out = long(l.W.rows()), in = long(l.W.cols());
+  require(out > 0 || l.W16.empty(), "the reference reads float32 weights (load with --precision f32)");
+  require(in == long(x.size()), "a linear layer's input has the wrong size");
+  Row y(size_t(out), 0.0);  // [out]
+  for (long i = 0; i < out; ++i) {
+    double acc = l.b.size() ? double(l.b(i)) : 0.0;
+    for (long j = 0; j < in; ++j) acc += weight(l.W, i, j) * x[size_t(j)];
+    y[size_t(i)] = acc;
+  }
+  return y;
+}
+
+Rows add(Rows a, const Rows& b) {
+  for (size_t i = 0; i < a.size(); ++i)
+    for (size_t j = 0; j < a[i].size(); ++j) a[i][j] += b[i][j];
+  return a;
+}
+
+// ---- 2. embedding
+
+// The sinusoidal position vector's feature c at position p:
+// PE(p)[2i] = sin(p / 10000^(2i/d)), PE(p)[2i+1] = cos(p / 10000^(2i/d)).
+double sinusoid(int p, int c, int d) {
+  const int two_i = c - c % 2;
+  const double angle = double(p) / std::pow(10000.0, double(two_i) / double(d));
+  return c % 2 == 0 ? std::sin(angle) : std::cos(angle);
+}
+
+// x_p = E[id_p] * (scale_embed ? sqrt(d) : 1) + P(p), P learned, sinusoidal or none
+// (rotary positions act inside attention instead).
+Rows embed(const Config& cfg, const WMat& tok, const MatRM& pos, const std::vector<int>& ids) {
+  const int d = cfg.d_model;
+  const double scale = cfg.scale_embed ? std::sqrt(double(d)) : 1.0;
+  Rows x(ids.size(), Row(size_t(d)));  // x: [T][d]
+  for (size_t p = 0; p < ids.size(); ++p) {
+    require(ids[p] >= 0 && ids[p] < tok.rows(), "token id out of range");
+    require(cfg.pos != PosKind::Learned || long(p) < pos.rows(), "position beyond the learned table");
+    for (int c = 0; c < d; ++c) {
+      double v = weight(tok, ids[p], c) * scale;
+      if (cfg.pos == PosKind::Learned) v += double(pos(long(p), c));
+      if (cfg.pos == PosKind::Sinusoidal) v += sinusoid(int(p), c, d);
+      x[p][size_t(c)] = v;
+    }
+  }
+  return x;
+}
+
+// ---- 3. norms
+
+// LayerNorm(x) = (x - mean) / sqrt(var + eps) * g + b, with the biased variance.
+Row layer_norm(const Norm& n, double eps, const Row& x) {
+  const double d = double(x.size());
+  double mean = 0.0, var = 0.0;
+  for (double v : x) mean += v / d;
+  for (double v : x) var += (v - mean) * (v - mean) / d;
+  Row y(x.size());  // [d]
+  for (size_t i = 0; i < x.size(); ++i)
+    y[i] = (x[i] - mean) / std::sqrt(var + eps) * double(n.g(long(i))) + (n.b.size() ? double(n.b(long(i))) : 0.0);
+  return y;
+}
+
+// RMSNorm(x) = x / sqrt(mean(x^2) + eps) * g.
+Row rms_norm(const Norm& n, double eps, const Row& x) {
+  double mean_sq = 0.0;
+  for (double v : x) mean_sq += v * v / double(x.size());
+  Row y(x.size());  // [d]
+  for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] / std::sqrt(mean_sq + eps) * double(n.g(long(i)));
+  return y;
+}
+
+// The config's norm applied to every row: [T][d] -> [T][d].
+Rows norm(const Config& cfg, const Norm& n, const Rows& x) {
+  require(n.g.size() == cfg.d_model, "a norm's gain has the wrong size");
+  Rows y;  // [T][d]
+  for (const Row& r : x)
+    y.push_back(cfg.norm == NormKind::LayerNorm ? layer_norm(n, cfg.norm_eps, r) : rms_norm(n, cfg.norm_eps, r));
+  return y;
+}
+
+// ---- 4. attention
+
+// Rotary positions: each head's features are rotated in pairs (2i, 2i+1) by the angle
+// a = p / rope_theta^(2i / d_head) of absolute position p.
+void rotate(const Config& cfg, Row& vec, int n_heads, int p) {
+  const int dh = cfg.d_head;
+  for (int h = 0; h < n_heads; ++h)
+    for (int i = 0; i < dh / 2; ++i) {
+      const double a = double(p) / std::pow(double(cfg.rope_theta), double(2 * i) / double(dh));
+      double& u = vec[size_t(h * dh + 2 * i)];
+      double& w = vec[size_t(h * dh + 2 * i + 1)];
+      const double u0 = u, w0 = w;
+      u = u0 * std::cos(a) - w0 * std::sin(a);
+      w = u0 * std::sin(a) + w0 * std::cos(a);
+    }
+}
+
+// One projection (q, k or v) of every row, all heads side by side: [T][n_heads * d_head],
+// rotated for its position when the model uses rotary positions.
+Rows heads_of(const Config& cfg, const Linear& l, const Rows& x, int n_heads, bool rotary) {
+  Rows y;  // [T][n_heads * d_head]
+  for (size_t p = 0; p < x.size(); ++p) {
+    y.push_back(linear(l, x[p]));
+    require(int(y.back().size()) == n_heads * cfg.d_head, "a q/k/v projection has the wrong size");
+    if (rotary) rotate(cfg, y.back(), n_heads, int(p));
+  }
+  return y;
+}
+
+// Where a query may look: the mask rule, written once (model/mask.h).
+struct Keys {
+  AttnKind kind;
+  std::span<const int> src;  // source ids (encoder and cross-attention), for pad masking
+  int pad_id = -1;
+};
+
+// One head, one query row i: scores s_j = q.k_j / sqrt(d_head) for the keys it may
+// attend to (the others get -inf, the mask), weights = softmax(s) (masked keys get
+// exactly 0), and z = sum_j weights_j v_j. Returns the weights [keys]; writes z [d_head].
+Row attend_one(const Config& cfg, const Row& q, const Rows& k, const Rows& v, int qh, int kh, int i, const Keys& keys,
+               double* z) {
+  const int dh = cfg.d_head;
+  Row s(k.size(), -INFINITY);  // scores: [keys]
+  double max = -INFINITY;
+  for (size_t j = 0; j < k.size(); ++j) {
+    if (!may_attend(keys.kind, i, int(j), keys.src, keys.pad_id)) continue;
+    double dot = 0.0;
+    for (int c = 0; c < dh; ++c) dot += q[size_t(qh * dh + c)] * k[j][size_t(kh * dh + c)];
+    s[j] = dot / std::sqrt(double(dh));
+    max = std::max(max, s[j]);
+  }
+  require(max > -INFINITY, "a query may attend to no key at all");
+  Row weights(k.size(), 0.0);  // softmax: [keys]
+  double sum = 0.0;
+  for (size_t j = 0; j < k.size(); ++j) {
+    weights[j] = std::exp(s[j] - max);  // a masked key: exp(-inf) = 0
+    sum += weights[j];
+  }
+  for (size_t j = 0; j < k.size(); ++j) {
+    weights[j] /= sum;
+    for (int c = 0; c < dh; ++c) z[c] += weights[j] * v[j][size_t(kh * dh + c)];
+  }
+  return weights;
+}
+
+// Multi-head attention of the rows xq over the rows xkv (the same rows for
+// self-attention, the encoder's output for cross-attention). Query head h reads
+// key/value head h / (n_heads / n_kv_heads) (grouped-query attention when n_kv_heads
+// < n_heads). zero_head's z stays 0. pat receives the weights, [n_heads][Tq][Tk].
+Rows attention(const Config& cfg, const Attention& a, const Rows& xq, const Rows& xkv, const Keys& keys,
+               int zero_head, HeadPatterns* pat) {
+  const int H = cfg.n_heads, KV = cfg.n_kv_heads, dh = cfg.d_head;
+  require(KV > 0 && H % KV == 0, "n_heads must be a multiple of n_kv_heads");
+  const bool rotary = cfg.pos == PosKind::Rotary && keys.kind != AttnKind::Cross;
+  const Rows q = heads_of(cfg, a.q, xq, H, rotary);    // [Tq][H * dh]
+  const Rows k = heads_of(cfg, a.k, xkv, KV, rotary);  // [Tk][KV * dh]
+  const Rows v = heads_of(cfg, a.v, xkv, KV, false);   // [Tk][KV * dh]
+  if (pat) pat->assign(size_t(H), Rows(xq.size()));
+  Rows out;  // [Tq][d]
+  for (size_t i = 0; i < xq.size(); ++i) {
+    Row z(size_t(H * dh), 0.0);  // the heads' outputs side by side: [H * dh]
+    for (int h = 0; h < H; ++h) {
+      Row head_z(size_t(dh), 0.0);  // [dh]
+      Row weights = attend_one(cfg, q[i], k, v, h, h / (H / KV), int(i), keys, head_z.data());
+      if (h != zero_head) std::copy(head_z.begin(), head_z.end(), z.begin() + h * dh);
+      if (pat) (*pat)[size_t(h)][i] = std::move(weights);
+    }
+    out.push_back(linear(a.o, z));  // the output projection Wo z + bo
+  }
+  return out;
+}
+
+// ---- 5. feed-forward
+
+double activation(FFNKind kind, double x) {
+  switch (kind) {
+    case FFNKind::GELU: return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+    case FFNKind::GELUTanh:
+      return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
+    case FFNKind::ReLU: return x > 0.0 ? x : 0.0;
+    case FFNKind::SwiGLU: return x / (1.0 + std::exp(-x));  // silu, applied to the gate
+  }
+  return x;
+}
+
+// Each row: h = act(up x) (SwiGLU: h = silu(gate x) * up x), out = down h.
+Rows feed_forward(const Config& cfg, const FeedForward& f, const Rows& x) {
+  Rows out;  // [T][d]
+  for (const Row& r : x) {
+    Row h = linear(f.up, r);  // [d_ff]
+    if (cfg.ffn == FFNKind::SwiGLU) {
+      const Row gate = linear(f.gate, r);  // [d_ff]
+      require(gate.size() == h.size(), "the gate and up projections differ in size");
+      for (size_t c = 0; c < h.size(); ++c) h[c] *= activation(cfg.ffn, gate[c]);
+    } else {
+      for (double& v : h) v = activation(cfg.ffn, v);
+    }
+    out.push_back(linear(f.down, h));
+  }
+  return out;
+}
+
+// ---- 6. a block
+
+// What one block needs besides its input: where its queries may look, and the
+// encoder's output for the cross-attention sub-layer (decoder blocks of encoder-decoder
+// models only).
+struct BlockInputs {
+  Keys self;
+  const Rows* enc = nullptr;  // [S][d]
+  Keys cross{AttnKind::Cross, {}, -1};
+  int zero_head = -1;
+  HeadPatterns* self_pat = nullptr;
+  HeadPatterns* cross_pat = nullptr;
+};
+
+// Pre-norm:  x += attn(ln1(x));  [x += cross(ln2(x), enc)];  x += ffn(ln3(x))
+// Post-norm: x = ln1(x + attn(x));  [x = ln2(x + cross(x, enc))];  x = ln3(x + ffn(x))
+Rows block(const Config& cfg, const Block& b, Rows x, const BlockInputs& in) {
+  if (cfg.norm_place == NormPlace::Pre) {
+    const Rows h1 = norm(cfg, b.ln1, x);
+    x = add(x, attention(cfg, b.attn, h1, h1, in.self, in.zero_head, in.self_pat));
+    if (in.enc) x = add(x, attention(cfg, b.cross, norm(cfg, b.ln2, x), *in.enc, in.cross, -1, in.cross_pat));
+    return add(x, feed_forward(cfg, b.ffn, norm(cfg, b.ln3, x)));
+  }
+  x = norm(cfg, b.ln1, add(x, attention(cfg, b.attn, x, x, in.self, in.zero_head, in.self_pat)));
+  if (in.enc) x = norm(cfg, b.ln2, add(x, attention(cfg, b.cross, x, *in.enc, in.cross, -1, in.cross_pat)));
+  return norm(cfg, b.ln3, add(x, feed_forward(cfg, b.ffn, x)));
+}
+
+}  // namespace
+
+// ---- 7. the whole model
+
+Rows encode(const Config& cfg, const Weights& w, const std::vector<int>& src, Patterns* enc_patterns) {
+  require(cfg.encoder_decoder, "encode needs an encoder-decoder model");
+  require(!src.empty(), "the source is empty");
+  Rows x = embed(cfg, w.enc_embed(), w.enc_pos_embed, src);  // [S][d]
+  if (enc_patterns) enc_patterns->assign(size_t(cfg.n_enc_layers), {});
+  for (int l = 0; l < cfg.n_enc_layers; ++l) {
+    BlockInputs in{.self = {AttnKind::Bidirectional, src, cfg.pad_id}};
+    if (enc_patterns) in.self_pat = &(*enc_patterns)[size_t(l)];
+    x = block(cfg, w.enc_blocks[size_t(l)], std::move(x), in);
+  }
+  return cfg.enc_final_norm ? norm(cfg, w.enc_ln_final, x) : x;
+}
+
+Rows logits(const Config& cfg, const Weights& w, const std::vector<int>& tokens, const std::vector<int>& src,
+            int zero_layer, int zero_head, Recorded* rec) {
+  require(!tokens.empty(), "the token list is empty");
+  Rows enc;  // [S][d]
+  if (cfg.encoder_decoder) enc = encode(cfg, w, src, rec ? &rec->enc : nullptr);
+  if (rec) rec->enc_out = enc;
+  if (rec) rec->self.assign(size_t(cfg.n_layers), {});
+  if (rec) rec->cross.assign(cfg.encoder_decoder ? size_t(cfg.n_layers) : 0, {});
+  Rows x = embed(cfg, w.tok_embed, w.pos_embed, tokens);  // [T][d]
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    BlockInputs in{.self = {AttnKind::Causal, {}, -1}, .zero_head = l == zero_layer ? zero_head : -1};
+    if (cfg.encoder_decoder) in.enc = &enc, in.cross = {AttnKind::Cross, src, cfg.pad_id};
+    if (rec) in.self_pat = &rec->self[size_t(l)];
+    if (rec && cfg.encoder_decoder) in.cross_pat = &rec->cross[size_t(l)];
+    x = block(cfg, w.blocks[size_t(l)], std::move(x), in);
+  }
+  if (cfg.final_norm) x = norm(cfg, w.ln_final, x);
+  const WMat& head = cfg.tied_head ? w.tok_embed : w.lm_head;  // [vocab][d]
+  require(head.rows() == cfg.vocab_size && head.cols() == cfg.d_model, "the output head has the wrong shape");
+  Rows out(x.size(), Row(size_t(cfg.vocab_size), 0.0));  // logits: [T][vocab]
+  for (size_t i = 0; i < x.size(); ++i)
+    for (long v = 0; v < cfg.vocab_size; ++v)
+      for (long c = 0; c < cfg.d_model; ++c) out[i][size_t(v)] += weight(head, v, c) * x[i][size_t(c)];
+  return out;
+}
+
+}  // namespace ds::ref

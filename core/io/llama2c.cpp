@@ -183,29 +183,11 @@ Config llama2c_config(int dim, int hidden_dim, int n_layers, int n_heads, int n_
   return c;
 }
 
-Llama2cModel load_llama2c(const std::string& path, Precision precision) {
-  std::error_code ec;
-  const auto st = std::filesystem::status(path, ec);
-  if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
-    throw Error(path + ": not a regular file");
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(path + ": cannot open llama2.c checkpoint (" + std::strerror(errno) + ")");
-  f.seekg(0, std::ios::end);
-  const std::streamoff end = f.tellg();
-  if (!f || end < 0) throw Error(path + ": cannot determine the file size (not a regular file?)");
-  f.seekg(0, std::ios::beg);
-  const int64_t file_size = static_cast<int64_t>(end);
+namespace {
 
-  if (file_size < kHeaderBytes) {
-    throw Error(path + ": file is " + std::to_string(file_size) + " bytes, shorter than the " +
-                std::to_string(kHeaderBytes) + "-byte llama2.c header");
-  }
-  Reader r(f, path);
-  int32_t raw[7];
-  r.read(raw, kHeaderBytes, "the header");
-  to_host(raw, 7);
-  Header h{raw[0], raw[1], raw[2], raw[3], raw[4], raw[5], raw[6]};
-
+// Checks the header's fields one by one, and the file's size against the size they
+// imply (in checked 64-bit arithmetic), before anything is allocated.
+void check_header(const std::string& path, const Header& h, int64_t file_size) {
   auto bad = [&](const std::string& why) { throw Error(path + ": bad llama2.c header (" + describe(h) + "): " + why); };
   if (h.dim <= 0) bad("dim must be positive");
   if (h.hidden <= 0) bad("hidden_dim must be positive");
@@ -246,18 +228,13 @@ Llama2cModel load_llama2c(const std::string& path, Precision precision) {
                 " trailing bytes; not a v0 llama2.c checkpoint?)");
   }
 
-  Llama2cModel m;
-  m.shared_classifier = shared;
-  m.cfg = llama2c_config(h.dim, h.hidden, h.layers, h.heads, h.kv_heads, static_cast<int>(vocab), h.seq_len, shared);
-  try {
-    m.cfg.validate();
-  } catch (const Error& e) {
-    throw Error(path + ": header (" + describe(h) + ") is outside the supported range: " + e.what());
-  }
-  // Every allocation below is bounded by the file size checked above. The matrices
-  // are allocated in their final precision; norms stay float32.
-  m.w = Weights::zeros(m.cfg, precision);
-  Weights& w = m.w;
+}
+
+// Reads the weights in the file's order into w (allocated for the header's shapes).
+void read_weights(Reader& r, const std::string& path, const Header& h, Weights& w) {
+  const bool shared = h.vocab > 0;
+  const int64_t vocab = shared ? h.vocab : -int64_t{h.vocab};
+  const int64_t head_size = h.dim / h.heads, kv_dim = head_size * h.kv_heads;
   const int nl = h.layers;
   const int64_t d = h.dim, hd = h.hidden;
   std::vector<float> buf;
@@ -283,6 +260,48 @@ Llama2cModel load_llama2c(const std::string& path, Precision precision) {
   read_tensor(r, path, w.ln_final.g.data(), d, "rms_final_weight", -1, "ln_final.g");
   r.skip(4 * int64_t{h.seq_len} * head_size);  // freq_cis_real, freq_cis_imag: unused
   if (!shared) matrix(w.lm_head, w.lm_head16, vocab * d, "wcls", -1, "lm_head");
+}
+
+}  // namespace
+
+Llama2cModel load_llama2c(const std::string& path, Precision precision) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+    throw Error(path + ": not a regular file");
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error(path + ": cannot open llama2.c checkpoint (" + std::strerror(errno) + ")");
+  f.seekg(0, std::ios::end);
+  const std::streamoff end = f.tellg();
+  if (!f || end < 0) throw Error(path + ": cannot determine the file size (not a regular file?)");
+  f.seekg(0, std::ios::beg);
+  const int64_t file_size = static_cast<int64_t>(end);
+
+  if (file_size < kHeaderBytes) {
+    throw Error(path + ": file is " + std::to_string(file_size) + " bytes, shorter than the " +
+                std::to_string(kHeaderBytes) + "-byte llama2.c header");
+  }
+  Reader r(f, path);
+  int32_t raw[7];
+  r.read(raw, kHeaderBytes, "the header");
+  to_host(raw, 7);
+  Header h{raw[0], raw[1], raw[2], raw[3], raw[4], raw[5], raw[6]};
+
+  check_header(path, h, file_size);
+  const bool shared = h.vocab > 0;
+  const int64_t vocab = shared ? h.vocab : -int64_t{h.vocab};
+  Llama2cModel m;
+  m.shared_classifier = shared;
+  m.cfg = llama2c_config(h.dim, h.hidden, h.layers, h.heads, h.kv_heads, static_cast<int>(vocab), h.seq_len, shared);
+  try {
+    m.cfg.validate();
+  } catch (const Error& e) {
+    throw Error(path + ": header (" + describe(h) + ") is outside the supported range: " + e.what());
+  }
+  // Every allocation below is bounded by the file size checked above. The matrices
+  // are allocated in their final precision; norms stay float32.
+  m.w = Weights::zeros(m.cfg, precision);
+  read_weights(r, path, h, m.w);
   return m;
 }
 

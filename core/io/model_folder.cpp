@@ -483,27 +483,22 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-void load_gpt2(FolderModel& m, const json& j, const std::string& config_path, const std::string& st_path, Precision p,
-               bool panels) {
-  m.format = "gpt2";
-  m.tokenizer_kind = "gpt2-bpe";
-  m.cfg = gpt2_config_from(j, config_path);
-  Config& c = m.cfg;
-  SafeTensors st = SafeTensors::open(st_path);
+// The name of a GPT-2 layer's tensor: prefix + "h.{l}." + rest.
+std::string gpt2_layer_name(const std::string& prefix, int l, const char* rest) {
+  return prefix + "h." + std::to_string(l) + "." + rest;
+}
 
-  std::string prefix;
-  if (st.find("transformer.wte.weight"))
-    prefix = "transformer.";
-  else if (!st.find("wte.weight"))
-    throw Error(st_path + ": has neither wte.weight nor transformer.wte.weight (not a GPT-2 checkpoint?)");
-
+// Checks that the file holds every tensor a GPT-2 of config c has, with its shape, and
+// no other weights, before anything is allocated. Returns lm_head.weight when present.
+const SafeTensors::Entry* check_gpt2_tensors(const SafeTensors& st, const Config& c, const std::string& prefix,
+                                             const std::string& st_path) {
   const int64_t d = c.d_model, ff = c.d_ff, V = c.vocab_size, P = c.max_seq;
   std::map<std::string, Shape> expect;
   expect[prefix + "wte.weight"] = {V, d};
   expect[prefix + "wpe.weight"] = {P, d};
   expect[prefix + "ln_f.weight"] = {d};
   expect[prefix + "ln_f.bias"] = {d};
-  auto lname = [&](int l, const char* rest) { return prefix + "h." + std::to_string(l) + "." + rest; };
+  auto lname = [&](int l, const char* rest) { return gpt2_layer_name(prefix, l, rest); };
   for (int l = 0; l < c.n_layers; ++l) {
     expect[lname(l, "ln_1.weight")] = {d};
     expect[lname(l, "ln_1.bias")] = {d};
@@ -538,6 +533,26 @@ void load_gpt2(FolderModel& m, const json& j, const std::string& config_path, co
     throw Error(st_path + ": holds weights a GPT-2 of this config does not have (n_layer " +
                 std::to_string(c.n_layers) + "): " + list_names(unknown));
 
+  return lm_head;
+}
+
+void load_gpt2(FolderModel& m, const json& j, const std::string& config_path, const std::string& st_path, Precision p,
+               bool panels) {
+  m.format = "gpt2";
+  m.tokenizer_kind = "gpt2-bpe";
+  m.cfg = gpt2_config_from(j, config_path);
+  Config& c = m.cfg;
+  SafeTensors st = SafeTensors::open(st_path);
+
+  std::string prefix;
+  if (st.find("transformer.wte.weight"))
+    prefix = "transformer.";
+  else if (!st.find("wte.weight"))
+    throw Error(st_path + ": has neither wte.weight nor transformer.wte.weight (not a GPT-2 checkpoint?)");
+
+  const SafeTensors::Entry* lm_head = check_gpt2_tensors(st, c, prefix, st_path);
+  const int64_t d = c.d_model, ff = c.d_ff, V = c.vocab_size;
+  auto lname = [&](int l, const char* rest) { return gpt2_layer_name(prefix, l, rest); };
   m.w = Weights::zeros(c, p);
   Weights& w = m.w;
   Filler fill(st);

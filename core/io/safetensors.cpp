@@ -166,6 +166,78 @@ void SafeTensors::close_file() {
   size_ = 0;
 }
 
+namespace {
+
+// One tensor's entry of the header, checked: a known dtype, a shape whose byte count
+// fits 64 bits, and data offsets that hold exactly those bytes inside the data section.
+SafeTensors::Entry parse_entry(const std::string& file, const std::string& key, const ojson& val, uint64_t data_size,
+                               uint64_t data_start) {
+  using Entry = SafeTensors::Entry;
+  const std::string t = "tensor " + qname(key);
+  if (!val.is_object()) throw Error(file + t + ": entry is " + val.type_name() + ", not an object");
+  Entry e;
+  e.name = key;
+  auto dt = val.find("dtype");
+  if (dt == val.end() || !dt->is_string()) throw Error(file + t + ": missing or non-string \"dtype\"");
+  e.dtype = dt->get<std::string>();
+  const int esize = dtype_size(e.dtype);
+  if (esize == 0)
+    throw Error(file + "unsupported dtype " + qname(e.dtype) + " for " + t +
+                " (not a whole-byte safetensors dtype decoderscope knows)");
+  auto sh = val.find("shape");
+  if (sh == val.end() || !sh->is_array()) throw Error(file + t + ": missing or non-array \"shape\"");
+  uint64_t count = 1;
+  bool overflow = false;
+  for (auto& d : *sh) {
+    uint64_t v;
+    if (!as_count(d, v))
+      throw Error(file + t + ": shape " + brief(*sh) + " holds a value that is not a non-negative integer");
+    e.shape.push_back(static_cast<int64_t>(v));
+    overflow = overflow || __builtin_mul_overflow(count, v, &count);
+  }
+  uint64_t bytes = 0;
+  overflow = overflow || count > static_cast<uint64_t>(INT64_MAX) ||
+             __builtin_mul_overflow(count, static_cast<uint64_t>(esize), &bytes);
+  if (overflow) throw Error(file + t + ": shape " + brief(*sh) + " overflows a 64-bit byte count");
+  auto off = val.find("data_offsets");
+  if (off == val.end() || !off->is_array() || off->size() != 2 || !as_count((*off)[0], e.begin) ||
+      !as_count((*off)[1], e.end))
+    throw Error(file + t + ": \"data_offsets\" must be two non-negative integers [begin, end]");
+  if (e.end < e.begin)
+    throw Error(file + t + ": data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                "] end before they begin");
+  if (e.end - e.begin != bytes)
+    throw Error(file + t + ": data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "] hold " +
+                std::to_string(e.end - e.begin) + " bytes but " + e.dtype + " " + brief(*sh) + " needs " +
+                std::to_string(bytes));
+  if (e.end > data_size)
+    throw Error(file + t + ": data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                "] run past the end of the data section (" + std::to_string(data_size) + " bytes from file offset " +
+                std::to_string(data_start) + "; truncated?)");
+  return e;
+}
+
+// No two tensors may share bytes.
+void check_no_overlap(const std::string& file, const std::vector<SafeTensors::Entry>& entries) {
+  using Entry = SafeTensors::Entry;
+  std::vector<const Entry*> by_begin;
+  for (const Entry& e : entries)
+    if (e.end > e.begin) by_begin.push_back(&e);
+  std::sort(by_begin.begin(), by_begin.end(), [](const Entry* a, const Entry* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  for (size_t i = 1; i < by_begin.size(); ++i) {
+    const Entry& a = *by_begin[i - 1];
+    const Entry& b = *by_begin[i];
+    if (b.begin < a.end)
+      throw Error(file + "tensors " + qname(a.name) + " [" + std::to_string(a.begin) + ", " + std::to_string(a.end) +
+                  "] and " + qname(b.name) + " [" + std::to_string(b.begin) + ", " + std::to_string(b.end) +
+                  "] overlap in the data section");
+  }
+}
+
+}  // namespace
+
 SafeTensors SafeTensors::open(const std::string& path) {
   SafeTensors st;
   st.path_ = path;
@@ -222,66 +294,12 @@ SafeTensors SafeTensors::open(const std::string& path) {
       }
       continue;
     }
-    const std::string t = "tensor " + qname(key);
-    if (!val.is_object()) throw Error(file + t + ": entry is " + val.type_name() + ", not an object");
-    Entry e;
-    e.name = key;
-    auto dt = val.find("dtype");
-    if (dt == val.end() || !dt->is_string()) throw Error(file + t + ": missing or non-string \"dtype\"");
-    e.dtype = dt->get<std::string>();
-    const int esize = dtype_size(e.dtype);
-    if (esize == 0)
-      throw Error(file + "unsupported dtype " + qname(e.dtype) + " for " + t +
-                  " (not a whole-byte safetensors dtype decoderscope knows)");
-    auto sh = val.find("shape");
-    if (sh == val.end() || !sh->is_array()) throw Error(file + t + ": missing or non-array \"shape\"");
-    uint64_t count = 1;
-    bool overflow = false;
-    for (auto& d : *sh) {
-      uint64_t v;
-      if (!as_count(d, v))
-        throw Error(file + t + ": shape " + brief(*sh) + " holds a value that is not a non-negative integer");
-      e.shape.push_back(static_cast<int64_t>(v));
-      overflow = overflow || __builtin_mul_overflow(count, v, &count);
-    }
-    uint64_t bytes = 0;
-    overflow = overflow || count > static_cast<uint64_t>(INT64_MAX) ||
-               __builtin_mul_overflow(count, static_cast<uint64_t>(esize), &bytes);
-    if (overflow) throw Error(file + t + ": shape " + brief(*sh) + " overflows a 64-bit byte count");
-    auto off = val.find("data_offsets");
-    if (off == val.end() || !off->is_array() || off->size() != 2 || !as_count((*off)[0], e.begin) ||
-        !as_count((*off)[1], e.end))
-      throw Error(file + t + ": \"data_offsets\" must be two non-negative integers [begin, end]");
-    if (e.end < e.begin)
-      throw Error(file + t + ": data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
-                  "] end before they begin");
-    if (e.end - e.begin != bytes)
-      throw Error(file + t + ": data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "] hold " +
-                  std::to_string(e.end - e.begin) + " bytes but " + e.dtype + " " + brief(*sh) + " needs " +
-                  std::to_string(bytes));
-    if (e.end > data_size)
-      throw Error(file + t + ": data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
-                  "] run past the end of the data section (" + std::to_string(data_size) + " bytes from file offset " +
-                  std::to_string(st.data_start_) + "; truncated?)");
+    Entry e = parse_entry(file, key, val, data_size, st.data_start_);
     st.index_[e.name] = st.entries_.size();
     st.entries_.push_back(std::move(e));
   }
 
-  // No two tensors may share bytes.
-  std::vector<const Entry*> by_begin;
-  for (const Entry& e : st.entries_)
-    if (e.end > e.begin) by_begin.push_back(&e);
-  std::sort(by_begin.begin(), by_begin.end(), [](const Entry* a, const Entry* b) {
-    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
-  });
-  for (size_t i = 1; i < by_begin.size(); ++i) {
-    const Entry& a = *by_begin[i - 1];
-    const Entry& b = *by_begin[i];
-    if (b.begin < a.end)
-      throw Error(file + "tensors " + qname(a.name) + " [" + std::to_string(a.begin) + ", " + std::to_string(a.end) +
-                  "] and " + qname(b.name) + " [" + std::to_string(b.begin) + ", " + std::to_string(b.end) +
-                  "] overlap in the data section");
-  }
+  check_no_overlap(file, st.entries_);
   return st;
 }
 

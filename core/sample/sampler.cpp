@@ -91,20 +91,13 @@ void Sampler::reseed(uint64_t seed) {
   rng_ = Rng(seed);
 }
 
-int Sampler::sample(const float* logits, int vocab, SampleResult& out) {
-  if (logits == nullptr || vocab <= 0) throw Error("sampler: empty logits (vocab = " + str(vocab) + ")");
-
-  // Maximum and NaN check in one pass.
-  bool nan = false;
-  const float xmax = max_and_nan(logits, vocab, &nan);
-  if (nan) throw Error("logits contain NaN");
-
+// Sizes out's tables and the scratch once per vocabulary, so later calls do not allocate.
+void Sampler::prepare(int vocab, SampleResult& out) {
   size_to(out.p_raw, vocab);
   size_to(out.p_temp, vocab);
   size_to(out.p_topk, vocab);
   size_to(out.p_final, vocab);
   size_to(out.removed, vocab);
-  // Scratch: sized once per vocabulary, so later calls do not allocate.
   const size_t V = static_cast<size_t>(vocab);
   if (out.order.capacity() < V) out.order.reserve(V);
   size_to(w_, vocab);
@@ -112,143 +105,117 @@ int Sampler::sample(const float* logits, int vocab, SampleResult& out) {
   size_to(sel_, vocab);
   if (keys_.capacity() < V) keys_.reserve(V);
   if (keys2_.capacity() < V) keys2_.reserve(V);
+  std::fill(out.removed.begin(), out.removed.end(), kKept);
+}
 
-  float* p_raw = out.p_raw.data();
-  float* p_temp = out.p_temp.data();
-  float* p_topk = out.p_topk.data();
-  float* p_final = out.p_final.data();
+// Temperature 0: the first maximum, one-hot everywhere downstream, no draw.
+int Sampler::greedy(const float* logits, int vocab, float xmax, SampleResult& out) {
+  const int tok = static_cast<int>(first_equal(logits, vocab, xmax));  // argmax: the first maximum
+  std::fill(out.p_temp.begin(), out.p_temp.end(), 0.0f);
+  out.p_temp[static_cast<size_t>(tok)] = 1.0f;
+  out.p_topk = out.p_temp;
+  out.p_final = out.p_temp;
+  out.order.resize(static_cast<size_t>(vocab));
+  out.order[0] = tok;
+  std::iota(out.order.begin() + 1, out.order.begin() + 1 + tok, 0);
+  std::iota(out.order.begin() + 1 + tok, out.order.end(), tok + 1);
+  out.n_kept = vocab;
+  out.greedy = true;
+  out.u = -1.0;
+  out.token = tok;
+  return tok;
+}
+
+// top-k: exactly the k best by p_temp (ties: lower id) survive; they are left in
+// idx_[0..k) and renormalised into p_topk.
+void Sampler::top_k(int vocab, int k, SampleResult& out) {
+  const double* w = w_.data();
   uint8_t* removed = out.removed.data();
-  double* w = w_.data();
-  std::fill(removed, removed + vocab, kKept);
-
-  // p_raw.
-  const double sum_raw = weights(logits, vocab, xmax, 1.0, w);
-  normalise(w, vocab, sum_raw, p_raw);
-
-  // Greedy: argmax, one-hot everywhere downstream, no draw.
-  if (cfg_.temperature == 0.0f) {
-    const int tok = static_cast<int>(first_equal(logits, vocab, xmax));  // argmax: the first maximum
-    std::fill(p_temp, p_temp + vocab, 0.0f);
-    p_temp[tok] = 1.0f;
-    std::copy(p_temp, p_temp + vocab, p_topk);
-    std::copy(p_temp, p_temp + vocab, p_final);
-    out.order.resize(static_cast<size_t>(vocab));
-    out.order[0] = tok;
-    std::iota(out.order.begin() + 1, out.order.begin() + 1 + tok, 0);
-    std::iota(out.order.begin() + 1 + tok, out.order.end(), tok + 1);
-    out.n_kept = vocab;
-    out.greedy = true;
-    out.u = -1.0;
-    out.token = tok;
-    return tok;
+  float* p_topk = out.p_topk.data();
+  int* idx = idx_.data();
+  select_best(nullptr, vocab, k, out.p_temp.data(), idx);
+  std::fill(out.removed.begin(), out.removed.end(), kRemovedTopK);
+  double sum_k = 0.0;
+  for (int i = 0; i < k; ++i) {
+    removed[idx[i]] = kKept;
+    sum_k += w[idx[i]];
   }
+  std::fill(out.p_topk.begin(), out.p_topk.end(), 0.0f);
+  const double inv = 1.0 / sum_k;
+  for (int i = 0; i < k; ++i) p_topk[idx[i]] = static_cast<float>(w[idx[i]] * inv);
+}
 
-  // p_temp (w keeps the temperature weights from here on).
-  const double T = cfg_.temperature;
-  if (T == 1.0) {
-    std::copy(p_raw, p_raw + vocab, p_temp);
+// top-p: ranks the candidates cand[0..n_cand) (nullptr: every id) by p_topk (ties:
+// lower id) into sel_ and returns the length of the shortest prefix whose cumulative
+// p_topk reaches top_p. Peaked rows usually stop inside a first chunk of the best 64;
+// otherwise every candidate is ranked.
+int Sampler::top_p_prefix(const int* cand, int n_cand, SampleResult& out) {
+  const float* p_topk = out.p_topk.data();
+  const double p = cfg_.top_p;
+  auto prefix = [&](const int* ranked, int n) {  // length of the kept prefix, or -1
+    double cum = 0.0;
+    for (int i = 0; i < n; ++i) {
+      cum += static_cast<double>(p_topk[ranked[i]]);
+      if (cum >= p) return i + 1;
+    }
+    return -1;
+  };
+  constexpr int kChunk = 64;
+  int* ranked = sel_.data();
+  if (n_cand >= 8 * kChunk) {
+    select_best(cand, n_cand, kChunk, p_topk, ranked);
+    std::sort(ranked, ranked + kChunk, ByProbDesc{p_topk});
+    if (const int keep = prefix(ranked, kChunk); keep >= 0) return keep;
+  }
+  if (cand == nullptr) {
+    std::iota(ranked, ranked + n_cand, 0);
   } else {
-    const double sum = weights(logits, vocab, xmax, T, w);
-    normalise(w, vocab, sum, p_temp);
+    std::copy(cand, cand + n_cand, ranked);
   }
+  rank(ranked, n_cand, p_topk);
+  const int keep = prefix(ranked, n_cand);
+  return keep < 0 ? n_cand : keep;  // rounding kept the total below top_p: keep all
+}
 
-  const bool use_k = cfg_.top_k > 0 && cfg_.top_k < vocab;
-  const bool use_p = cfg_.top_p < 1.0f;
-
-  // top-k: exactly the k best by p_temp (ties: lower id) survive.
-  const int* cand = nullptr;  // top-p candidates cand[0..n_cand); nullptr = every id
-  int n_cand = vocab;
-  if (use_k) {
-    const int k = cfg_.top_k;
-    int* idx = idx_.data();
-    select_best(nullptr, vocab, k, p_temp, idx);
-    std::fill(removed, removed + vocab, kRemovedTopK);
-    double sum_k = 0.0;
-    for (int i = 0; i < k; ++i) {
-      removed[idx[i]] = kKept;
-      sum_k += w[idx[i]];
-    }
-    std::fill(p_topk, p_topk + vocab, 0.0f);
-    const double inv = 1.0 / sum_k;
-    for (int i = 0; i < k; ++i) p_topk[idx[i]] = static_cast<float>(w[idx[i]] * inv);
-    cand = idx;
-    n_cand = k;
-  } else {
-    std::copy(p_temp, p_temp + vocab, p_topk);
+// Keeps the top-p prefix: p_final renormalised over it, the rest marked removed, and
+// out.order the kept ids by p_final.
+void Sampler::top_p(const int* cand, int n_cand, int vocab, SampleResult& out) {
+  const int keep = top_p_prefix(cand, n_cand, out);
+  const double* w = w_.data();
+  uint8_t* removed = out.removed.data();
+  float* p_final = out.p_final.data();
+  int* ranked = sel_.data();
+  for (int i = 0; i < vocab; ++i)
+    if (removed[i] == kKept) removed[i] = kRemovedTopP;
+  double sum_p = 0.0;
+  for (int i = 0; i < keep; ++i) {
+    removed[ranked[i]] = kKept;
+    sum_p += w[ranked[i]];
   }
-
-  if (use_p) {
-    // top-p: rank the candidates by p_topk (ties: lower id) and keep the shortest
-    // prefix whose cumulative p_topk reaches top_p. Peaked rows usually stop inside a
-    // first chunk of the best 64; otherwise every candidate is ranked.
-    const double p = cfg_.top_p;
-    const ByProbDesc by_topk{p_topk};
-    auto prefix = [&](const int* ranked, int n) {  // length of the kept prefix, or -1
-      double cum = 0.0;
-      for (int i = 0; i < n; ++i) {
-        cum += static_cast<double>(p_topk[ranked[i]]);
-        if (cum >= p) return i + 1;
-      }
-      return -1;
-    };
-    constexpr int kChunk = 64;
-    int* ranked = sel_.data();
-    int keep = -1;
-    if (n_cand >= 8 * kChunk) {
-      select_best(cand, n_cand, kChunk, p_topk, ranked);
-      std::sort(ranked, ranked + kChunk, by_topk);
-      keep = prefix(ranked, kChunk);
-    }
-    if (keep < 0) {
-      if (cand == nullptr) {
-        for (int i = 0; i < vocab; ++i) ranked[i] = i;
-      } else {
-        std::copy(cand, cand + n_cand, ranked);
-      }
-      rank(ranked, n_cand, p_topk);
-      keep = prefix(ranked, n_cand);
-      if (keep < 0) keep = n_cand;  // rounding kept the total below top_p: keep all
-    }
-    for (int i = 0; i < vocab; ++i)
-      if (removed[i] == kKept) removed[i] = kRemovedTopP;
-    double sum_p = 0.0;
-    for (int i = 0; i < keep; ++i) {
-      removed[ranked[i]] = kKept;
-      sum_p += w[ranked[i]];
-    }
-    std::fill(p_final, p_final + vocab, 0.0f);
-    const double inv = 1.0 / sum_p;
-    for (int i = 0; i < keep; ++i) p_final[ranked[i]] = static_cast<float>(w[ranked[i]] * inv);
-    // ranked[0..keep) is in p_topk order; renormalising from the double weights can
-    // only reorder neighbours that tie in one of the two roundings, so an insertion
-    // sort by p_final finishes the order in near-linear time.
-    const ByProbDesc by_final{p_final};
-    for (int i = 1; i < keep; ++i) {
-      const int v = ranked[i];
-      int j = i;
-      for (; j > 0 && by_final(v, ranked[j - 1]); --j) ranked[j] = ranked[j - 1];
-      ranked[j] = v;
-    }
-    out.order.assign(ranked, ranked + keep);
-  } else {
-    std::copy(p_topk, p_topk + vocab, p_final);
-    if (use_k) {
-      out.order.assign(cand, cand + n_cand);
-    } else {
-      out.order.resize(V);
-      for (int i = 0; i < vocab; ++i) out.order[static_cast<size_t>(i)] = i;
-    }
-    rank(out.order.data(), static_cast<int>(out.order.size()), p_final);
+  std::fill(out.p_final.begin(), out.p_final.end(), 0.0f);
+  const double inv = 1.0 / sum_p;
+  for (int i = 0; i < keep; ++i) p_final[ranked[i]] = static_cast<float>(w[ranked[i]] * inv);
+  // ranked[0..keep) is in p_topk order; renormalising from the double weights can
+  // only reorder neighbours that tie in one of the two roundings, so an insertion
+  // sort by p_final finishes the order in near-linear time.
+  const ByProbDesc by_final{p_final};
+  for (int i = 1; i < keep; ++i) {
+    const int v = ranked[i];
+    int j = i;
+    for (; j > 0 && by_final(v, ranked[j - 1]); --j) ranked[j] = ranked[j - 1];
+    ranked[j] = v;
   }
-  out.n_kept = static_cast<int>(out.order.size());
+  out.order.assign(ranked, ranked + keep);
+}
 
-  // The draw.
+// Draws u and walks out.order accumulating p_final until it passes u.
+int Sampler::draw(SampleResult& out) {
   const double u = rng_.uniform();
   int tok = -1;
   int last_pos = -1;
   double cum = 0.0;
   for (const int id : out.order) {
-    const double q = p_final[id];
+    const double q = out.p_final[static_cast<size_t>(id)];
     if (q > 0.0) last_pos = id;
     cum += q;
     if (cum > u) {
@@ -257,11 +224,51 @@ int Sampler::sample(const float* logits, int vocab, SampleResult& out) {
     }
   }
   if (tok < 0) tok = last_pos >= 0 ? last_pos : out.order.front();
-
   out.greedy = false;
   out.u = u;
   out.token = tok;
   return tok;
+}
+
+int Sampler::sample(const float* logits, int vocab, SampleResult& out) {
+  if (logits == nullptr || vocab <= 0) throw Error("sampler: empty logits (vocab = " + str(vocab) + ")");
+  bool nan = false;
+  const float xmax = max_and_nan(logits, vocab, &nan);  // maximum and NaN check in one pass
+  if (nan) throw Error("logits contain NaN");
+  prepare(vocab, out);
+  double* w = w_.data();
+  normalise(w, vocab, weights(logits, vocab, xmax, 1.0, w), out.p_raw.data());  // p_raw
+  if (cfg_.temperature == 0.0f) return greedy(logits, vocab, xmax, out);
+
+  // p_temp (w keeps the temperature weights from here on).
+  const double T = cfg_.temperature;
+  if (T == 1.0) {
+    out.p_temp = out.p_raw;
+  } else {
+    normalise(w, vocab, weights(logits, vocab, xmax, T, w), out.p_temp.data());
+  }
+  const bool use_k = cfg_.top_k > 0 && cfg_.top_k < vocab;
+  const int* cand = use_k ? idx_.data() : nullptr;  // the candidates of top-p; nullptr = every id
+  const int n_cand = use_k ? cfg_.top_k : vocab;
+  if (use_k) {
+    top_k(vocab, cfg_.top_k, out);
+  } else {
+    out.p_topk = out.p_temp;
+  }
+  if (cfg_.top_p < 1.0f) {
+    top_p(cand, n_cand, vocab, out);
+  } else {
+    out.p_final = out.p_topk;
+    if (use_k) {
+      out.order.assign(cand, cand + n_cand);
+    } else {
+      out.order.resize(static_cast<size_t>(vocab));
+      std::iota(out.order.begin(), out.order.end(), 0);
+    }
+    rank(out.order.data(), static_cast<int>(out.order.size()), out.p_final.data());
+  }
+  out.n_kept = static_cast<int>(out.order.size());
+  return draw(out);
 }
 
 // Writes the best m of ids[0..n) (ids == nullptr: the ids 0..n-1) by p descending,

@@ -73,6 +73,12 @@ class Sampler {
   const Rng& rng() const { return rng_; }
 
  private:
+  void prepare(int vocab, SampleResult& out);
+  int greedy(const float* logits, int vocab, float xmax, SampleResult& out);
+  void top_k(int vocab, int k, SampleResult& out);
+  int top_p_prefix(const int* cand, int n_cand, SampleResult& out);
+  void top_p(const int* cand, int n_cand, int vocab, SampleResult& out);
+  int draw(SampleResult& out);
   // Sorts ids[0..n) by p descending, ties lower id first.
   void rank(int* ids, int n, const float* p);
   // Writes the best m of ids[0..n) (nullptr: 0..n-1) by p to dst[0..m), unordered.

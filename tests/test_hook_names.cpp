@@ -113,7 +113,9 @@ TEST(HookNamesCli, HooksListsEveryPointWithItsTransformerLensName) {
   for (const std::string& n : ds::Hooks::names(m.model->cfg)) {
     EXPECT_NE(r.out.find(n + " "), std::string::npos) << n;
     const std::string tl = ds::Hooks::transformerlens_name(n);
-    if (!tl.empty()) EXPECT_NE(r.out.find(tl), std::string::npos) << tl;
+    if (!tl.empty()) {
+      EXPECT_NE(r.out.find(tl), std::string::npos) << tl;
+    }
   }
 }
 

@@ -39,7 +39,9 @@ TEST(Reference, AttentionRowsAreDistributionsOverAllowedKeys) {
         for (size_t i = 0; i < head.size(); ++i) {
           double sum = 0;
           for (size_t j = 0; j < head[i].size(); ++j) {
-            if (!allowed(i, j)) EXPECT_EQ(head[i][j], 0.0);
+            if (!allowed(i, j)) {
+              EXPECT_EQ(head[i][j], 0.0);
+            }
             sum += head[i][j];
           }
           EXPECT_NEAR(sum, 1.0, 1e-12);

@@ -30,7 +30,8 @@ class TempDir {
     std::string name = info ? std::string(info->test_suite_name()) + "_" + info->name() : "none";
     for (char& ch : name)
       if (ch == '/') ch = '_';  // parameterised tests' names
-    dir_ = fs::temp_directory_path() / ("ds_test_" + std::to_string(::getpid()) + "_" + std::to_string(n++) + "_" + name);
+    dir_ =
+        fs::temp_directory_path() / ("ds_test_" + std::to_string(::getpid()) + "_" + std::to_string(n++) + "_" + name);
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -86,7 +87,8 @@ struct CliRun {
 inline CliRun run_cli(const std::string& args, const std::string& stdin_text = "") {
   TempDir io;
   const std::string in = io.write("stdin", stdin_text), err = io.path("stderr");
-  const std::string cmd = std::string(DS_CLI_PATH) + " " + args + " 2>" + ds::test::quoted(err) + " <" + ds::test::quoted(in);
+  const std::string cmd =
+      std::string(DS_CLI_PATH) + " " + args + " 2>" + ds::test::quoted(err) + " <" + ds::test::quoted(in);
   FILE* p = popen(cmd.c_str(), "r");
   CliRun r;
   char buf[4096];

@@ -227,7 +227,6 @@ void check_header(const std::string& path, const Header& h, int64_t file_size) {
                 ") needs only " + std::to_string(need.v) + " (" + std::to_string(file_size - need.v) +
                 " trailing bytes; not a v0 llama2.c checkpoint?)");
   }
-
 }
 
 // Reads the weights in the file's order into w (allocated for the header's shapes).

@@ -189,8 +189,8 @@ Row attend_one(const Config& cfg, const Row& q, const Rows& k, const Rows& v, in
 // self-attention, the encoder's output for cross-attention). Query head h reads
 // key/value head h / (n_heads / n_kv_heads) (grouped-query attention when n_kv_heads
 // < n_heads). zero_head's z stays 0. pat receives the weights, [n_heads][Tq][Tk].
-Rows attention(const Config& cfg, const Attention& a, const Rows& xq, const Rows& xkv, const Keys& keys,
-               int zero_head, HeadPatterns* pat) {
+Rows attention(const Config& cfg, const Attention& a, const Rows& xq, const Rows& xkv, const Keys& keys, int zero_head,
+               HeadPatterns* pat) {
   const int H = cfg.n_heads, KV = cfg.n_kv_heads, dh = cfg.d_head;
   require(KV > 0 && H % KV == 0, "n_heads must be a multiple of n_kv_heads");
   const bool rotary = cfg.pos == PosKind::Rotary && keys.kind != AttnKind::Cross;
@@ -216,11 +216,14 @@ Rows attention(const Config& cfg, const Attention& a, const Rows& xq, const Rows
 
 double activation(FFNKind kind, double x) {
   switch (kind) {
-    case FFNKind::GELU: return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+    case FFNKind::GELU:
+      return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
     case FFNKind::GELUTanh:
       return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
-    case FFNKind::ReLU: return x > 0.0 ? x : 0.0;
-    case FFNKind::SwiGLU: return x / (1.0 + std::exp(-x));  // silu, applied to the gate
+    case FFNKind::ReLU:
+      return x > 0.0 ? x : 0.0;
+    case FFNKind::SwiGLU:
+      return x / (1.0 + std::exp(-x));  // silu, applied to the gate
   }
   return x;
 }

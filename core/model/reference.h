@@ -13,10 +13,10 @@
 
 namespace ds::ref {
 
-using Row = std::vector<double>;    // one vector, e.g. [d_model]
-using Rows = std::vector<Row>;      // one vector per position, [T][d_model]
-using HeadPatterns = std::vector<Rows>;        // [n_heads][queries][keys]
-using Patterns = std::vector<HeadPatterns>;    // [n_layers][n_heads][queries][keys]
+using Row = std::vector<double>;             // one vector, e.g. [d_model]
+using Rows = std::vector<Row>;               // one vector per position, [T][d_model]
+using HeadPatterns = std::vector<Rows>;      // [n_heads][queries][keys]
+using Patterns = std::vector<HeadPatterns>;  // [n_layers][n_heads][queries][keys]
 
 // What a forward pass can also hand back besides the logits.
 struct Recorded {

@@ -281,16 +281,117 @@ bool load_checkpoint(const std::string& dir, const TrainSpec& spec, size_t n, St
 
 std::string spec_to_json(const TrainSpec& s) { return spec_json(s).dump(); }
 
+namespace {
+
+using WorkspacePtr = std::unique_ptr<Trainer<float>::Workspace, void (*)(Trainer<float>::Workspace*)>;
+
+// The gradient of a batch, summed into g, and its summed loss. The batch is always
+// split into the same chunks (grads.size()), each with its own gradient buffer, summed
+// in order: results do not depend on the thread count.
+double batch_gradient(Trainer<float>& tr, const std::vector<Example>& batch, float scale, int threads,
+                      std::vector<WorkspacePtr>& wss, std::vector<AVec<float>>& grads, std::vector<double>& chunk_loss,
+                      AVec<float>& g) {
+  const int chunks = int(grads.size()), n_batch = int(batch.size());
+  auto work = [&](int th) {
+    for (int c = th; c < chunks; c += threads) {
+      auto& gc = grads[size_t(c)];
+      std::fill(gc.begin(), gc.end(), 0.0f);
+      double l = 0;
+      const int b0 = n_batch * c / chunks, b1 = n_batch * (c + 1) / chunks;
+      for (int b = b0; b < b1; ++b) l += tr.step(batch[size_t(b)], *wss[size_t(th)], gc.data(), scale, nullptr);
+      chunk_loss[size_t(c)] = l;
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int th = 1; th < threads; ++th) pool.emplace_back(work, th);
+  work(0);
+  for (auto& t : pool) t.join();
+  double loss = 0;
+  std::fill(g.begin(), g.end(), 0.0f);
+  for (int c = 0; c < chunks; ++c) {
+    loss += chunk_loss[size_t(c)];
+    const float* gc = grads[size_t(c)].data();
+    for (size_t i = 0; i < g.size(); ++i) g[i] += gc[i];
+  }
+  return loss;
+}
+
+// The learning rate of step s: linear warm-up, then a cosine down to min_lr_frac.
+double learning_rate(const TrainSpec& spec, int s) {
+  if (s < spec.warmup) return spec.lr * (s + 1) / spec.warmup;
+  const double prog = double(s - spec.warmup) / std::max(1, spec.steps - spec.warmup);
+  return spec.lr * (spec.min_lr_frac + (1 - spec.min_lr_frac) * 0.5 * (1 + std::cos(3.14159265358979 * prog)));
+}
+
+// One AdamW update of the parameters theta for step s, the gradient g clipped to a
+// norm of at most spec.clip; weight decay only where decay[i].
+void adamw_step(const TrainSpec& spec, int s, const AVec<float>& g, const std::vector<char>& decay, State& st,
+                float* theta) {
+  double norm2 = 0;
+  for (float x : g) norm2 += double(x) * x;
+  const double gn = std::sqrt(norm2);
+  const float clipf = gn > spec.clip ? float(spec.clip / gn) : 1.0f;
+  const double lr = learning_rate(spec, s);
+  const double bc1 = 1 - std::pow(spec.beta1, s + 1), bc2 = 1 - std::pow(spec.beta2, s + 1);
+  const float b1 = float(spec.beta1), b2 = float(spec.beta2);
+  const float step_size = float(lr / bc1), inv_bc2 = float(1 / bc2), eps = float(spec.adam_eps);
+  const float wd = float(lr * spec.weight_decay);
+  for (size_t i = 0; i < g.size(); ++i) {
+    const float gi = g[i] * clipf;
+    st.m[i] = b1 * st.m[i] + (1 - b1) * gi;
+    st.v[i] = b2 * st.v[i] + (1 - b2) * gi * gi;
+    if (decay[i]) theta[i] -= wd * theta[i];
+    theta[i] -= step_size * st.m[i] / (std::sqrt(st.v[i] * inv_bc2) + eps);
+  }
+}
+
+// The batch is parallelised over sequences; Eigen's own OpenMP threads inside these
+// small products would only contend with them (and spin on a busy machine), so
+// Eigen runs on one thread while this object lives.
+struct OneEigenThread {
+  int keep = Eigen::nbThreads();
+  OneEigenThread() { Eigen::setNbThreads(1); }
+  ~OneEigenThread() { Eigen::setNbThreads(keep); }
+};
+
+// Resumes from dir's checkpoint when it holds one for this spec (returns true), or
+// initialises the parameters and the optimiser's state from the seed.
+bool start_state(const std::string& dir, const TrainSpec& spec, Trainer<float>& tr, State& st) {
+  if (load_checkpoint(dir, spec, tr.size(), st)) {
+    tr.params() = st.theta;
+    return true;
+  }
+  tr.init(spec.seed);
+  st.m.assign(tr.size(), 0.0f);
+  st.v.assign(tr.size(), 0.0f);
+  st.rng = spec.seed * 0x9E3779B97F4A7C15ull + 0x7261696Eull;
+  return false;
+}
+
+// 1 for every parameter that weight decay applies to.
+std::vector<char> decay_mask(Trainer<float>& tr) {
+  std::vector<char> decay(tr.size(), 0);
+  for (auto& t : tr.tensors())
+    if (t.decay) std::fill_n(decay.begin() + long(t.offset), t.size(), 1);
+  return decay;
+}
+
+// Fresh examples into batch; returns how many target tokens they hold.
+int sample_batch(const Task& task, SplitMix& rng, std::vector<Example>& batch) {
+  int total = 0;
+  for (auto& ex : batch) {
+    ex = task.example(rng);
+    for (int y : ex.targets) total += y >= 0;
+  }
+  return total;
+}
+
+}  // namespace
+
 TrainResult run_training(const TrainSpec& spec, const std::string& dir, int threads,
                          const std::function<void(const TrainProgress&)>& report, const std::atomic<bool>* stop) {
   using clock = std::chrono::steady_clock;
-  // The batch is parallelised over sequences here; Eigen's own OpenMP threads inside
-  // these small products only contend with them (and spin on a busy machine).
-  struct EigenThreads {
-    int keep = Eigen::nbThreads();
-    EigenThreads() { Eigen::setNbThreads(1); }
-    ~EigenThreads() { Eigen::setNbThreads(keep); }
-  } eigen_threads;
+  const OneEigenThread one_eigen_thread;
   const Task task = Task::make(spec.task);
   const Config cfg = make_config(spec, task);
   if (spec.steps < 1 || spec.batch < 1) throw Error("steps and batch must be positive");
@@ -299,18 +400,8 @@ TrainResult run_training(const TrainSpec& spec, const std::string& dir, int thre
   State st;
   TrainResult res;
   if (!dir.empty()) fs::create_directories(dir);
-  if (load_checkpoint(dir, spec, n, st)) {
-    tr.params() = st.theta;
-    res.resumed = true;
-  } else {
-    tr.init(spec.seed);
-    st.m.assign(n, 0.0f);
-    st.v.assign(n, 0.0f);
-    st.rng = spec.seed * 0x9E3779B97F4A7C15ull + 0x7261696Eull;
-  }
-  std::vector<char> decay(n, 0);
-  for (auto& t : tr.tensors())
-    if (t.decay) std::fill_n(decay.begin() + long(t.offset), t.size(), 1);
+  res.resumed = start_state(dir, spec, tr, st);
+  const std::vector<char> decay = decay_mask(tr);
 
   const auto val = fresh_samples(task, spec.seed, spec.val_samples);
   auto validate = [&] {
@@ -318,13 +409,12 @@ TrainResult run_training(const TrainSpec& spec, const std::string& dir, int thre
     return exact_match(m, task, val);
   };
 
-  // A batch is always split into the same chunks, each with its own gradient
-  // buffer, summed in order: results do not depend on the thread count.
+  // The same chunks of a batch on any number of threads (see batch_gradient).
   const int chunks = std::min(spec.batch, 8);
   threads = std::max(1, std::min(threads, chunks));
   std::vector<AVec<float>> grads(static_cast<size_t>(chunks), AVec<float>(n));
   std::vector<double> chunk_loss(static_cast<size_t>(chunks));
-  std::vector<std::unique_ptr<Trainer<float>::Workspace, void (*)(Trainer<float>::Workspace*)>> wss;
+  std::vector<WorkspacePtr> wss;
   for (int i = 0; i < threads; ++i) wss.emplace_back(tr.new_workspace(), &Trainer<float>::delete_workspace);
   AVec<float> g(n);
 
@@ -337,6 +427,12 @@ TrainResult run_training(const TrainSpec& spec, const std::string& dir, int thre
   int loss_n = 0;
   double last_val = -1;
   auto elapsed = [&] { return elapsed0 + std::chrono::duration<double>(clock::now() - t0).count(); };
+  auto checkpoint = [&] {  // the state so far, to resume from
+    st.theta = tr.params();
+    st.elapsed = elapsed();
+    st.rng = rng.state;
+    if (!dir.empty()) save_checkpoint(dir, spec, st);
+  };
   auto progress = [&](double acc) {
     TrainProgress p;
     p.step = st.step;
@@ -356,94 +452,30 @@ TrainResult run_training(const TrainSpec& spec, const std::string& dir, int thre
   const int report_every = std::max(1, std::min(50, spec.eval_every));
   while (st.step < spec.steps) {
     if (stop && stop->load()) {
-      st.theta = tr.params();
-      st.elapsed = elapsed();
-      st.rng = rng.state;
-      if (!dir.empty()) save_checkpoint(dir, spec, st);
+      checkpoint();
       res.interrupted = true;
       res.step = st.step;
       res.elapsed = st.elapsed;
       res.cfg = cfg;
       return res;
     }
-    int total = 0;
-    for (auto& ex : batch) {
-      ex = task.example(rng);
-      for (int y : ex.targets) total += y >= 0;
-    }
+    const int total = sample_batch(task, rng, batch);
     const float scale = 1.0f / float(std::max(1, total));
-    auto work = [&](int th) {
-      for (int c = th; c < chunks; c += threads) {
-        auto& gc = grads[size_t(c)];
-        std::fill(gc.begin(), gc.end(), 0.0f);
-        double l = 0;
-        int b0 = spec.batch * c / chunks, b1 = spec.batch * (c + 1) / chunks;
-        for (int b = b0; b < b1; ++b) l += tr.step(batch[size_t(b)], *wss[size_t(th)], gc.data(), scale, nullptr);
-        chunk_loss[size_t(c)] = l;
-      }
-    };
-    if (threads == 1) {
-      work(0);
-    } else {
-      std::vector<std::thread> pool;
-      for (int th = 1; th < threads; ++th) pool.emplace_back(work, th);
-      work(0);
-      for (auto& t : pool) t.join();
-    }
-    double loss = 0;
-    std::fill(g.begin(), g.end(), 0.0f);
-    for (int c = 0; c < chunks; ++c) {
-      loss += chunk_loss[size_t(c)];
-      const float* gc = grads[size_t(c)].data();
-      for (size_t i = 0; i < n; ++i) g[i] += gc[i];
-    }
-    loss /= std::max(1, total);
+    const double loss = batch_gradient(tr, batch, scale, threads, wss, grads, chunk_loss, g) / std::max(1, total);
     if (!std::isfinite(loss))
       throw Error("training diverged at step " + std::to_string(st.step) + " (loss not finite)");
     if (st.first_loss < 0) st.first_loss = loss;
     loss_acc += loss;
     ++loss_n;
 
-    // Clip, schedule, AdamW.
-    double norm2 = 0;
-    for (float x : g) norm2 += double(x) * x;
-    const double gn = std::sqrt(norm2);
-    const float clipf = gn > spec.clip ? float(spec.clip / gn) : 1.0f;
-    const int s = st.step;
-    double lr;
-    if (s < spec.warmup) {
-      lr = spec.lr * (s + 1) / spec.warmup;
-    } else {
-      double prog = double(s - spec.warmup) / std::max(1, spec.steps - spec.warmup);
-      lr = spec.lr * (spec.min_lr_frac + (1 - spec.min_lr_frac) * 0.5 * (1 + std::cos(3.14159265358979 * prog)));
-    }
-    const double bc1 = 1 - std::pow(spec.beta1, s + 1), bc2 = 1 - std::pow(spec.beta2, s + 1);
-    const float b1 = float(spec.beta1), b2 = float(spec.beta2);
-    const float step_size = float(lr / bc1), inv_bc2 = float(1 / bc2), eps = float(spec.adam_eps);
-    const float wd = float(lr * spec.weight_decay);
-    float* th = tr.params().data();
-    for (size_t i = 0; i < n; ++i) {
-      float gi = g[i] * clipf;
-      st.m[i] = b1 * st.m[i] + (1 - b1) * gi;
-      st.v[i] = b2 * st.v[i] + (1 - b2) * gi * gi;
-      if (decay[i]) th[i] -= wd * th[i];
-      th[i] -= step_size * st.m[i] / (std::sqrt(st.v[i] * inv_bc2) + eps);
-    }
+    adamw_step(spec, st.step, g, decay, st, tr.params().data());
     ++st.step;
 
-    const bool eval_now = st.step % spec.eval_every == 0 || st.step == spec.steps;
-    if (eval_now) {
-      last_val = validate();
-      progress(last_val);
-    } else if (st.step % report_every == 0) {
+    if (st.step % spec.eval_every == 0 || st.step == spec.steps)
+      progress(last_val = validate());
+    else if (st.step % report_every == 0)
       progress(-1);
-    }
-    if (!dir.empty() && spec.checkpoint_every > 0 && st.step % spec.checkpoint_every == 0 && st.step < spec.steps) {
-      st.theta = tr.params();
-      st.elapsed = elapsed();
-      st.rng = rng.state;
-      save_checkpoint(dir, spec, st);
-    }
+    if (spec.checkpoint_every > 0 && st.step % spec.checkpoint_every == 0 && st.step < spec.steps) checkpoint();
   }
   if (last_val < 0) last_val = validate();
   res.step = st.step;

@@ -61,6 +61,32 @@ void check_block(const Config& c, const std::string& p, const Block& b, bool cro
 
 float gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
 
+// Rotary angles' cos and sin for positions 0 .. npos-1: [npos, d_head/2] each.
+void rope_tables(const Config& c, int npos, std::vector<float>& cos_t, std::vector<float>& sin_t) {
+  const int half = c.d_head / 2;
+  cos_t.resize(size_t(npos) * half);
+  sin_t.resize(size_t(npos) * half);
+  for (int p = 0; p < npos; ++p)
+    for (int i = 0; i < half; ++i) {
+      // The same float operations as llama2.c's run.c, so its outputs are reproduced.
+      const float freq = 1.0f / std::pow(c.rope_theta, float(2 * i) / float(c.d_head));
+      const float val = float(p) * freq;
+      cos_t[size_t(p) * half + i] = std::cos(val);
+      sin_t[size_t(p) * half + i] = std::sin(val);
+    }
+}
+
+// Sinusoidal position vectors for positions 0 .. npos-1: [npos, d_model].
+void sinusoid_table(const Config& c, int npos, std::vector<float>& out) {
+  out.resize(size_t(npos) * c.d_model);
+  for (int p = 0; p < npos; ++p)
+    for (int i = 0; i < c.d_model / 2; ++i) {
+      const double a = p / std::pow(10000.0, 2.0 * i / c.d_model);
+      out[size_t(p) * c.d_model + 2 * i] = float(std::sin(a));
+      out[size_t(p) * c.d_model + 2 * i + 1] = float(std::cos(a));
+    }
+}
+
 }  // namespace
 
 Model::Model(Config c, Weights wt) : cfg(std::move(c)), w(std::move(wt)) {
@@ -91,28 +117,26 @@ static void grow(std::vector<float>& v, size_t n) {
 }
 
 // Scratch buffers, grown to the largest call seen; a one-token step after the first
-// one never allocates.
+// one never allocates. T is the rows of the call, S the most keys any attention of
+// this engine reads (max_seq, or the source length).
 struct Engine::Scratch {
   int T = 0, S = 0;
-  std::vector<float> x, h, q, k, v, z, out, ff1, ff2, att, mask, pos, logits;
+  std::vector<float> x;                   // [T, d_model] the residual stream
+  std::vector<float> h;                   // [T, d_model] a sub-layer's normed input
+  std::vector<float> out;                 // [T, d_model] a sub-layer's output
+  std::vector<float> pos;                 // [T, d_model] position vectors
+  std::vector<float> q, z;                // [T, q_dim] queries; the heads' outputs
+  std::vector<float> k, v;                // [T, kv_dim] keys and values of the encoder
+  std::vector<float> ff1, ff2;            // [T, d_ff] feed-forward hidden (ff2: SwiGLU's up)
+  std::vector<float> att;                 // [n_heads, T, S] scores, then the pattern
+  std::vector<float> mask;                // [T, S] 1 where a query may read a key
+  std::vector<float> logits;              // [rows, vocab]
   std::vector<float> zpart;               // [threads, q_dim] partial mixes of one decode step
   std::vector<float> enc_out;             // [src_len, d_model]
-  std::vector<float> wide;                // 16-bit weights widened for a matrix-matrix product
-  std::vector<float> rope_cos, rope_sin;  // [max(max_seq,max_src), d_head/2]
-  std::vector<float> sinus;               // [max(max_seq,max_src), d_model]
+  std::vector<float> wide;                // [block, cols] 16-bit weights widened for a matrix product
+  std::vector<float> rope_cos, rope_sin;  // [max(max_seq, max_src), d_head/2]
+  std::vector<float> sinus;               // [max(max_seq, max_src), d_model]
 };
-
-// Runs f(0..n-1), across nt threads when par. A serial loop never enters OpenMP,
-// whose serialized regions allocate.
-template <class F>
-static void parallel_for(int n, int nt, bool par, F&& f) {
-  if (!par || nt <= 1) {
-    for (int i = 0; i < n; ++i) f(i);
-    return;
-  }
-#pragma omp parallel for num_threads(nt) schedule(static)
-  for (int i = 0; i < n; ++i) f(i);
-}
 
 Engine::Engine(std::shared_ptr<const Model> model) : model_(std::move(model)), hooks_(model_->cfg) {
   const Config& c = model_->cfg;
@@ -134,36 +158,16 @@ Engine::Engine(std::shared_ptr<const Model> model) : model_(std::move(model)), h
   // Eigen's matrix products would otherwise use every core through OpenMP; an engine
   // uses the threads it is given (set_threads), one by default.
   Eigen::setNbThreads(threads_);
-  int npos = std::max(c.max_seq, c.encoder_decoder ? c.max_src : 0);
-  if (c.pos == PosKind::Rotary) {
-    int half = c.d_head / 2;
-    s_->rope_cos.resize(size_t(npos) * half);
-    s_->rope_sin.resize(size_t(npos) * half);
-    for (int p = 0; p < npos; ++p)
-      for (int i = 0; i < half; ++i) {
-        // The same float operations as llama2.c's run.c, so its outputs are reproduced.
-        float freq = 1.0f / std::pow(c.rope_theta, float(2 * i) / float(c.d_head));
-        float val = float(p) * freq;
-        s_->rope_cos[size_t(p) * half + i] = std::cos(val);
-        s_->rope_sin[size_t(p) * half + i] = std::sin(val);
-      }
-  }
-  if (c.pos == PosKind::Sinusoidal) {
-    s_->sinus.resize(size_t(npos) * c.d_model);
-    for (int p = 0; p < npos; ++p)
-      for (int i = 0; i < c.d_model / 2; ++i) {
-        double a = p / std::pow(10000.0, 2.0 * i / c.d_model);
-        s_->sinus[size_t(p) * c.d_model + 2 * i] = float(std::sin(a));
-        s_->sinus[size_t(p) * c.d_model + 2 * i + 1] = float(std::cos(a));
-      }
-  }
+  const int npos = std::max(c.max_seq, c.encoder_decoder ? c.max_src : 0);
+  if (c.pos == PosKind::Rotary) rope_tables(c, npos, s_->rope_cos, s_->rope_sin);
+  if (c.pos == PosKind::Sinusoidal) sinusoid_table(c, npos, s_->sinus);
 }
 
 Engine::~Engine() = default;
 
 void Engine::set_threads(int n) {
   threads_ = std::max(1, n);
-  shares_ = std::make_unique<RowShare[]>(size_t(threads_));
+  team_.set_threads(threads_);
   Eigen::setNbThreads(threads_);
 }
 
@@ -194,10 +198,12 @@ void Engine::truncate(int p) {
   pos_ = p;
 }
 
-// y[out] = W x, split by output rows across threads (in blocks of 8 rows).
+// ---- products
+
+// y[out] = W x, split by output rows across the threads.
 void Engine::matvec(const MatView& W, const float* x, float* y) const {
   const MatvecPart part{W, y};
-  matvec_group({&part, 1}, x);
+  team_.run({&part, 1}, x);
 }
 
 // Y[T, out] = X[T, in] W^T by matrix-matrix products. Float32 weights (row-major or in
@@ -227,106 +233,14 @@ void Engine::matmul(const MatView& W, int T, const float* x, float* y) const {
   }
 }
 
-// A thread's share of the rows of a matrix-vector product: [front, back) still to
-// do, packed in one word so that the owner (taking rows from the front) and a thread
-// that has finished its own share (taking rows from the back) claim disjoint rows.
-struct Engine::RowShare {
-  alignas(64) std::atomic<uint64_t> fb{0};
-};
-
-namespace {
-// The keys a thread takes in a split decode attention: [S t / nt, S (t + 1) / nt).
-std::pair<int, int> key_share(int S, int t, int nt) { return {S * t / nt, S * (t + 1) / nt}; }
-
-// Loads n floats (one per cache line) so that they are in this core's cache.
-void touch(const float* p, size_t n) {
-  float s = 0.0f;
-  for (size_t i = 0; i < n; i += 16) s += p[i];
-  volatile float sink = s;
-  (void)sink;
-}
-
-// Claims rows of a share: a quarter of what is left (at least 8 rows, in multiples of
-// 8), from the front or the back. Shares start on a multiple of 8 rows, and a claim
-// from the back ends its piece on one too, so that pieces keep to whole groups of
-// matrices in panels (perf/gemv.h) even when the share's length is not a multiple of
-// 8. False when nothing is left.
-bool claim_rows(std::atomic<uint64_t>& fb, bool front, int64_t& r0, int64_t& r1) {
-  uint64_t cur = fb.load(std::memory_order_relaxed);
-  for (;;) {
-    const uint32_t f = uint32_t(cur >> 32), b = uint32_t(cur);
-    if (f >= b) return false;
-    uint32_t n = std::min(b - f, std::max<uint32_t>(8, (b - f) / 4 / 8 * 8));
-    if (!front && b - n > f) n += (b - n) % 8;  // the new back on a multiple of 8
-    const uint64_t next = front ? (uint64_t(f + n) << 32) | b : (uint64_t(f) << 32) | (b - n);
-    if (fb.compare_exchange_weak(cur, next, std::memory_order_relaxed)) {
-      r0 = front ? f : b - n;
-      r1 = front ? f + n : b;
-      return true;
-    }
-  }
-}
-}  // namespace
-
-// Several matrix-vector products with the same input (q, k, v; gate, up) in one
-// parallel region. The matrices sit one after another in the weights' block and the
-// threads split their rows, taken in order, into contiguous shares, so each thread
-// reads one sequential stream. Two threads rarely get the same bandwidth for long,
-// so a thread that finishes its share takes rows from the back of the others' (the
-// owner takes rows from the front, in shrinking pieces): at most a few rows of
-// waiting at the join instead of the slower thread's lag.
-void Engine::matvec_group(std::span<const MatvecPart> parts, const float* x, const CacheRows* warm) const {
-  int64_t R = 0;
-  for (const MatvecPart& p : parts) R += p.W.rows;
-  const int nt = threads_;
-  auto rows = [&](int64_t g0, int64_t g1) {
-    int64_t base = 0;
-    for (const MatvecPart& p : parts) {
-      const int64_t a = std::max(g0, base), b = std::min(g1, base + p.W.rows);
-      if (a < b) {
-        float* y = p.y + (a - base);
-        p.W.gemv(x, y, a - base, b - base);
-        if (p.bias) VMap(y, b - a) += CVMap(p.bias + (a - base), b - a);
-        if (p.gelu) gelu_tanh_inplace(y, b - a);
-      }
-      base += p.W.rows;
-    }
-  };
-  if (nt <= 1 || R < 64) return rows(0, R);
-  auto start = [&](int t) { return t == 0 ? int64_t(0) : t == nt ? R : R * t / nt / 8 * 8; };
-  for (int t = 0; t < nt; ++t)
-    shares_[t].fb.store((uint64_t(0) << 32) | uint64_t(start(t + 1) - start(t)), std::memory_order_relaxed);
-  // Every other call the shares go to the threads in reverse order: the thread that
-  // read the end of the last product's rows starts on the first rows of this one,
-  // which sit right after them in memory (and are already on their way into its cache).
-  flip_ = !flip_;
-  parallel_for(nt, nt, true, [&](int t) {
-    if (warm && warm->rows > 0) {
-      // First the cache rows this thread's attention reads next: the other threads'
-      // streaming covers the time, and take over rows of this thread's share.
-      const auto [j0, j1] =
-          warm->split ? key_share(warm->rows, t, nt) : std::pair<int, int>{0, t == 0 ? warm->rows : 0};
-      const size_t a = size_t(j0) * warm->width, n = size_t(j1 - j0) * warm->width;
-      touch(warm->K + a, n);
-      touch(warm->V + a, n);
-    }
-    const int own = flip_ ? nt - 1 - t : t;
-    int64_t r0, r1;
-    while (claim_rows(shares_[own].fb, true, r0, r1)) rows(start(own) + r0, start(own) + r1);
-    for (int k = 1; k < nt; ++k) {
-      const int o = (own + k) % nt;
-      while (claim_rows(shares_[o].fb, false, r0, r1)) rows(start(o) + r0, start(o) + r1);
-    }
-  });
-}
-
 // Whether a decode step's attention over S keys is split across the threads: once the
 // cache holds 32768 values per layer (43 positions of GPT-2 small) the arithmetic
 // outweighs the extra fork and join. Shorter caches are loaded by the first thread
 // during the q/k/v products and read from its cache.
 bool Engine::decode_split(int S) const { return threads_ > 1 && int64_t(S) * model_->cfg.kv_dim() >= 32768; }
 
-// Linear layers sharing the input x[T, in]: at T == 1 one matvec_group, else one by one.
+// Linear layers sharing the input x[T, in]: at T == 1 one group of products, else one
+// by one.
 void Engine::linears(std::initializer_list<std::pair<const Linear*, float*>> ls, int T, const float* x,
                      const CacheRows* warm) const {
   if (T != 1) {
@@ -336,22 +250,24 @@ void Engine::linears(std::initializer_list<std::pair<const Linear*, float*>> ls,
   MatvecPart parts[3];
   size_t n = 0;
   for (auto [l, y] : ls) parts[n++] = {l->view(), y, l->b.size() ? l->b.data() : nullptr};  // at most three
-  matvec_group({parts, n}, x, warm);
+  team_.run({parts, n}, x, warm);
 }
 
 // y[T, out] = x[T, in] W^T + b
 void Engine::linear(const Linear& l, int T, const float* x, float* y) const {
   const MatView W = l.view();
-  const int out = int(W.rows);
   if (T == 1) {
     const MatvecPart part{W, y, l.b.size() ? l.b.data() : nullptr};
-    matvec_group({&part, 1}, x);
+    team_.run({&part, 1}, x);
   } else {
     matmul(W, T, x, y);
-    if (l.b.size()) MMap(y, T, out).rowwise() += l.b.transpose();
+    if (l.b.size()) MMap(y, T, int(W.rows)).rowwise() += l.b.transpose();
   }
 }
 
+// ---- the forward pass
+
+// y[T, d] = norm(x[T, d]) (LayerNorm or RMSNorm, model/config.h).
 void Engine::norm(const Norm& n, int T, const float* x, float* y) const {
   const Config& c = model_->cfg;
   const int d = c.d_model;
@@ -371,6 +287,7 @@ void Engine::norm(const Norm& n, int T, const float* x, float* y) const {
   }
 }
 
+// x[T, d] = E[ids] (* sqrt(d) when scaled) + the position vectors of pos0 .. pos0+T-1.
 void Engine::embed(Stack st, std::span<const int> ids, int pos0, float* x) {
   const Config& c = model_->cfg;
   const Weights& w = model_->w;
@@ -385,214 +302,256 @@ void Engine::embed(Stack st, std::span<const int> ids, int pos0, float* x) {
     if (sc != 1.0f) VMap(x + size_t(t) * d, d) *= sc;
   }
   if (hooks_.active(st, -1, Point::Embed)) hooks_.fire(st, -1, Point::Embed, pos0, {x, 2, {T, d, 1}});
-  if (c.pos == PosKind::Learned || c.pos == PosKind::Sinusoidal) {
-    float* p = s_->pos.data();
-    for (int t = 0; t < T; ++t) {
-      if (c.pos == PosKind::Learned) {
-        const MatRM& P = st == Stack::Encoder ? w.enc_pos_embed : w.pos_embed;
-        VMap(p + size_t(t) * d, d) = P.row(pos0 + t).transpose();
-      } else {
-        std::copy_n(s_->sinus.data() + size_t(pos0 + t) * d, d, p + size_t(t) * d);
-      }
+  if (c.pos != PosKind::Learned && c.pos != PosKind::Sinusoidal) return;  // rotary acts inside attention
+  float* p = s_->pos.data();                                              // [T, d]
+  for (int t = 0; t < T; ++t) {
+    if (c.pos == PosKind::Learned) {
+      const MatRM& P = st == Stack::Encoder ? w.enc_pos_embed : w.pos_embed;
+      VMap(p + size_t(t) * d, d) = P.row(pos0 + t).transpose();
+    } else {
+      std::copy_n(s_->sinus.data() + size_t(pos0 + t) * d, d, p + size_t(t) * d);
     }
-    if (hooks_.active(st, -1, Point::PosEmbed)) hooks_.fire(st, -1, Point::PosEmbed, pos0, {p, 2, {T, d, 1}});
-    MMap(x, T, d) += CMap(p, T, d);
   }
+  if (hooks_.active(st, -1, Point::PosEmbed)) hooks_.fire(st, -1, Point::PosEmbed, pos0, {p, 2, {T, d, 1}});
+  MMap(x, T, d) += CMap(p, T, d);
 }
 
-// Self-attention (decoder: causal over the cache; encoder: bidirectional with the
-// padding mask) or cross-attention (decoder queries over the cached encoder keys).
+// One sub-layer f with its residual add and norm, published at `after`:
+//   pre-norm:  x = x + f(norm(x))        post-norm:  x = norm(x + f(x))
+template <class F>
+void Engine::sublayer(Stack st, int layer, const Norm& n, Point after, int T, int pos0, float* x, F&& f) {
+  const int d = model_->cfg.d_model;
+  const bool pre = model_->cfg.norm_place == NormPlace::Pre;
+  if (pre) norm(n, T, x, s_->h.data());
+  f(pre ? s_->h.data() : x, s_->out.data());
+  MMap(x, T, d) += CMap(s_->out.data(), T, d);
+  if (!pre) norm(n, T, x, x);
+  if (hooks_.active(st, layer, after)) hooks_.fire(st, layer, after, pos0, {x, 2, {T, d, 1}});
+}
+
+// One block of either stack on x[T, d]: self-attention, cross-attention (decoder
+// blocks of encoder-decoder models), feed-forward, each a sub-layer.
+void Engine::block(Stack st, int l, const Block& b, int T, int pos0, float* x) {
+  const int d = model_->cfg.d_model;
+  if (hooks_.active(st, l, Point::ResidPre)) hooks_.fire(st, l, Point::ResidPre, pos0, {x, 2, {T, d, 1}});
+  sublayer(st, l, b.ln1, Point::ResidMid, T, pos0, x,
+           [&](const float* in, float* out) { attention(st, l, b.attn, T, pos0, in, out, false); });
+  if (st == Stack::Decoder && model_->cfg.encoder_decoder)
+    sublayer(st, l, b.ln2, Point::ResidMidCross, T, pos0, x,
+             [&](const float* in, float* out) { attention(st, l, b.cross, T, pos0, in, out, true); });
+  sublayer(st, l, b.ln3, Point::ResidPost, T, pos0, x,
+           [&](const float* in, float* out) { ffn(st, l, b.ffn, T, pos0, in, out); });
+}
+
+// out[T, d] = attention of the rows xin[T, d]: self-attention (decoder: causal over
+// the cache; encoder: bidirectional with the padding mask) or cross-attention (the
+// decoder's queries over the cached encoder keys).
 void Engine::attention(Stack st, int layer, const Attention& a, int T, int pos0, const float* xin, float* out,
                        bool cross) {
   const Config& c = model_->cfg;
-  Scratch& s = *s_;
-  const int H = c.n_heads, dh = c.d_head, qd = c.q_dim(), kvd = c.kv_dim();
-  const int group = H / c.n_kv_heads;
-  const bool enc = st == Stack::Encoder;
-  const Point pScores = cross ? Point::CrossScores : Point::AttnScores;
-  const Point pMask = cross ? Point::CrossMask : Point::AttnMask;
-  const Point pPattern = cross ? Point::CrossPattern : Point::AttnPattern;
-  const Point pZ = cross ? Point::CrossZ : Point::AttnZ;
-
-  const float* K;
-  const float* V;
-  int S;
-  if (cross) {
-    linear(a.q, T, xin, s.q.data());
-    K = ck_[layer].data();
-    V = cv_[layer].data();
-    S = src_len_;
-  } else if (enc) {
-    linears({{&a.q, s.q.data()}, {&a.k, s.k.data()}, {&a.v, s.v.data()}}, T, xin);
-    K = s.k.data();
-    V = s.v.data();
-    S = T;
-  } else {
-    float* kc = k_cache_[layer] + size_t(pos0) * kvd;
-    float* vc = v_cache_[layer] + size_t(pos0) * kvd;
-    // The rows before this step's, loaded by the thread(s) that will read them.
-    const CacheRows warm{k_cache_[layer], v_cache_[layer], pos0, kvd, decode_split(pos0 + 1)};
-    linears({{&a.q, s.q.data()}, {&a.k, kc}, {&a.v, vc}}, T, xin, T == 1 ? &warm : nullptr);
-    K = k_cache_[layer];
-    V = v_cache_[layer];
-    S = pos0 + T;
-  }
+  const AttnPoints pts = cross ? AttnPoints{Point::CrossScores, Point::CrossMask, Point::CrossPattern, Point::CrossZ}
+                               : AttnPoints{Point::AttnScores, Point::AttnMask, Point::AttnPattern, Point::AttnZ};
+  const Keys keys = project_qkv(st, layer, a, T, pos0, xin, cross);  // q: [T, q_dim]
   if (c.pos == PosKind::Rotary && !cross) {
-    const int half = dh / 2;
-    float* kk = enc ? s.k.data() : k_cache_[layer] + size_t(pos0) * kvd;
-    for (int t = 0; t < T; ++t) {
-      const float* cs = s.rope_cos.data() + size_t(pos0 + t) * half;
-      const float* sn = s.rope_sin.data() + size_t(pos0 + t) * half;
-      auto rot = [&](float* v, int width) {
-        for (int i = 0; i < width; i += 2) {
-          int j = (i % dh) / 2;
-          float v0 = v[i], v1 = v[i + 1];
-          v[i] = v0 * cs[j] - v1 * sn[j];
-          v[i + 1] = v0 * sn[j] + v1 * cs[j];
-        }
-      };
-      rot(s.q.data() + size_t(t) * qd, qd);
-      rot(kk + size_t(t) * kvd, kvd);
-    }
+    float* k_new = st == Stack::Encoder ? s_->k.data() : k_cache_[layer] + size_t(pos0) * c.kv_dim();
+    rotate(T, pos0, s_->q.data(), k_new);
   }
-
-  // Which keys a query row may read.
-  const int* src = src_ids_.data();
-  const int pad = c.pad_id;
-  auto allowed = [&](int t, int j) -> bool {
-    if (cross || enc) return !(pad >= 0 && src[j] == pad);
-    return j <= pos0 + t;
-  };
-  if (hooks_.active(st, layer, pMask)) {
-    float* m = s.mask.data();
-    for (int t = 0; t < T; ++t)
-      for (int j = 0; j < S; ++j) m[size_t(t) * S + j] = allowed(t, j) ? 1.0f : 0.0f;
-    hooks_.fire(st, layer, pMask, pos0, {m, 2, {T, S, 1}});
-  }
-
-  const float scale = 1.0f / std::sqrt(float(dh));
-  const float ninf = -std::numeric_limits<float>::infinity();
-  float* att = s.att.data();
-  // Scores for every head: [H, T, S], masked cells -inf. Per head, Q_h K_h^T and
-  // P_h V_h are matrix products over strided views of the q/k/v rows.
-  using CStrided = Eigen::Map<const MatRM, 0, Eigen::OuterStride<>>;
-  constexpr int kBlock = 64;
-  const bool causal = !cross && !enc;  // decoder self-attention: key j is read by row t iff j <= pos0 + t
-  const bool causal_blocks = causal && T > kBlock;
-  using Strided = Eigen::Map<MatRM, 0, Eigen::OuterStride<>>;
-  auto scores = [&](int h) {
-    const int g = h / group;
-    CStrided Qh(s.q.data() + size_t(h) * dh, T, dh, Eigen::OuterStride<>(qd));
-    CStrided Kh(K + size_t(g) * dh, S, dh, Eigen::OuterStride<>(kvd));
-    MMap A(att + size_t(h) * T * S, T, S);
-    if (causal_blocks) {
-      // Row block [t0, t1) reads keys 0 .. pos0 + t1 - 1 only: half the work of a
-      // long prompt. Cells past that are masked below without being computed.
-      for (int t0 = 0; t0 < T; t0 += kBlock) {
-        const int nb = std::min(kBlock, T - t0), keys = pos0 + t0 + nb;
-        A.block(t0, 0, nb, keys).noalias() = Qh.middleRows(t0, nb) * Kh.topRows(keys).transpose();
-      }
-    } else {
-      A.noalias() = Qh * Kh.transpose();
-    }
-    for (int t = 0; t < T; ++t) {
-      float* row = att + (size_t(h) * T + t) * S;
-      if (causal) {  // keys 0 .. pos0 + t, then masked (two loops the compiler vectorises)
-        const int n = pos0 + t + 1;
-        for (int j = 0; j < n; ++j) row[j] *= scale;
-        std::fill(row + n, row + S, ninf);
-      } else {
-        for (int j = 0; j < S; ++j) row[j] = allowed(t, j) ? row[j] * scale : ninf;
-      }
-    }
-  };
-  auto softmax = [&](int h) {
-    for (int t = 0; t < T; ++t) {
-      float* row = att + (size_t(h) * T + t) * S;
-      // Causal rows end in masked cells: exponentials only up to the last key read.
-      const int n = causal ? pos0 + t + 1 : S;
-      float mx = ninf;
-      for (int j = 0; j < n; ++j) mx = std::max(mx, row[j]);
-      if (mx == ninf) {  // every key masked: the row reads nothing
-        std::fill_n(row, S, 0.0f);
-        continue;
-      }
-      const float sum = exp_shift_sum(row, n, mx);
-      const float inv = 1.0f / sum;
-      for (int j = 0; j < n; ++j) row[j] *= inv;
-      std::fill(row + n, row + S, 0.0f);
-    }
-  };
-  auto mix = [&](int h) {
-    const int g = h / group;
-    CStrided Vh(V + size_t(g) * dh, S, dh, Eigen::OuterStride<>(kvd));
-    Strided Zh(s.z.data() + size_t(h) * dh, T, dh, Eigen::OuterStride<>(qd));
-    CMap A(att + size_t(h) * T * S, T, S);
-    if (causal_blocks) {
-      for (int t0 = 0; t0 < T; t0 += kBlock) {
-        const int nb = std::min(kBlock, T - t0), keys = pos0 + t0 + nb;
-        Zh.middleRows(t0, nb).noalias() = A.block(t0, 0, nb, keys) * Vh.topRows(keys);
-      }
-    } else {
-      Zh.noalias() = A * Vh;
-    }
-  };
-  const bool par = threads_ > 1 && int64_t(T) * S * H >= 4096;
-  const bool hs = hooks_.active(st, layer, pScores), hp = hooks_.active(st, layer, pPattern);
-  const int nt = threads_;
-  if (T == 1) {
-    // Decoding: one query row. The cache is read a key row (every head) at a time, so
-    // it streams sequentially; with threads, each takes a contiguous range of keys
-    // (and the mixes it adds up are summed at the end) once the cache is long enough
-    // to be worth a fork and join.
-    const float* qv = s.q.data();
-    const bool split = decode_split(S);
-    auto by_keys = [&](auto&& f) {
-      if (!split) return f(0, 0, S);
-      parallel_for(nt, nt, true, [&](int t) {
-        const auto [j0, j1] = key_share(S, t, nt);
-        f(t, j0, j1);
-      });
-    };
-    by_keys([&](int, int j0, int j1) {
-      for (int j = j0; j < j1; ++j) {
-        if (allowed(0, j)) {
-          head_dots(qv, K + size_t(j) * kvd, H, group, dh, scale, att + j, S);
-        } else {
-          for (int h = 0; h < H; ++h) att[size_t(h) * S + j] = ninf;
-        }
-      }
-    });
-    if (hs) hooks_.fire(st, layer, pScores, pos0, {att, 3, {H, T, S}});
-    for (int h = 0; h < H; ++h) softmax(h);
-    if (hp) hooks_.fire(st, layer, pPattern, pos0, {att, 3, {H, T, S}});
-    by_keys([&](int t, int j0, int j1) {
-      float* z = split ? s.zpart.data() + size_t(t) * qd : s.z.data();
-      std::fill_n(z, qd, 0.0f);
-      for (int j = j0; j < j1; ++j) head_axpys(att + j, S, V + size_t(j) * kvd, H, group, dh, z);
-    });
-    if (split) {
-      VMap z(s.z.data(), qd);
-      z = CVMap(s.zpart.data(), qd);
-      for (int t = 1; t < nt; ++t) z += CVMap(s.zpart.data() + size_t(t) * qd, qd);
-    }
-  } else if (!hs && !hp) {
-    parallel_for(H, nt, par, [&](int h) {
-      scores(h);
-      softmax(h);
-      mix(h);
-    });
-  } else {
-    parallel_for(H, nt, par, scores);
-    if (hs) hooks_.fire(st, layer, pScores, pos0, {att, 3, {H, T, S}});
-    parallel_for(H, nt, par, softmax);
-    if (hp) hooks_.fire(st, layer, pPattern, pos0, {att, 3, {H, T, S}});
-    parallel_for(H, nt, par, mix);
-  }
-  if (hooks_.active(st, layer, pZ)) hooks_.fire(st, layer, pZ, pos0, {s.z.data(), 2, {T, qd, 1}});
-  linear(a.o, T, s.z.data(), out);
+  if (hooks_.active(st, layer, pts.mask)) publish_mask(st, layer, pts.mask, T, pos0, keys);
+  if (T == 1)
+    attend_one_row(st, layer, pts, pos0, keys);
+  else
+    attend_rows(st, layer, pts, T, pos0, keys);
+  if (hooks_.active(st, layer, pts.z)) hooks_.fire(st, layer, pts.z, pos0, {s_->z.data(), 2, {T, c.q_dim(), 1}});
+  linear(a.o, T, s_->z.data(), out);  // the output projection
 }
 
+// q[T, q_dim] = Wq x; k, v [T, kv_dim] appended to the layer's cache (decoder), in
+// scratch (encoder), or already cached from the source (cross-attention).
+Engine::Keys Engine::project_qkv(Stack st, int layer, const Attention& a, int T, int pos0, const float* xin,
+                                 bool cross) {
+  Scratch& s = *s_;
+  const int kvd = model_->cfg.kv_dim();
+  if (cross) {
+    linear(a.q, T, xin, s.q.data());
+    return {ck_[layer].data(), cv_[layer].data(), src_len_, AttnKind::Cross};
+  }
+  if (st == Stack::Encoder) {
+    linears({{&a.q, s.q.data()}, {&a.k, s.k.data()}, {&a.v, s.v.data()}}, T, xin);
+    return {s.k.data(), s.v.data(), T, AttnKind::Bidirectional};
+  }
+  float* kc = k_cache_[layer] + size_t(pos0) * kvd;
+  float* vc = v_cache_[layer] + size_t(pos0) * kvd;
+  // The rows before this step's, loaded by the thread(s) that will read them.
+  const CacheRows warm{k_cache_[layer], v_cache_[layer], pos0, kvd, decode_split(pos0 + 1)};
+  linears({{&a.q, s.q.data()}, {&a.k, kc}, {&a.v, vc}}, T, xin, T == 1 ? &warm : nullptr);
+  return {k_cache_[layer], v_cache_[layer], pos0 + T, AttnKind::Causal};
+}
+
+// Rotary positions: q [T, q_dim] and k [T, kv_dim] of positions pos0 .. pos0+T-1,
+// every head's features rotated in pairs.
+void Engine::rotate(int T, int pos0, float* q, float* k) const {
+  const Config& c = model_->cfg;
+  const int dh = c.d_head, half = dh / 2, qd = c.q_dim(), kvd = c.kv_dim();
+  for (int t = 0; t < T; ++t) {
+    const float* cs = s_->rope_cos.data() + size_t(pos0 + t) * half;
+    const float* sn = s_->rope_sin.data() + size_t(pos0 + t) * half;
+    auto rot = [&](float* v, int width) {
+      for (int i = 0; i < width; i += 2) {
+        const int j = (i % dh) / 2;
+        const float v0 = v[i], v1 = v[i + 1];
+        v[i] = v0 * cs[j] - v1 * sn[j];
+        v[i + 1] = v0 * sn[j] + v1 * cs[j];
+      }
+    };
+    rot(q + size_t(t) * qd, qd);
+    rot(k + size_t(t) * kvd, kvd);
+  }
+}
+
+bool Engine::may_read(const Keys& keys, int query_pos, int key) const {
+  return may_attend(keys.kind, query_pos, key, src_ids_, model_->cfg.pad_id);
+}
+
+// The mask [T, S]: 1 where a query may read a key, else 0.
+void Engine::publish_mask(Stack st, int layer, Point p, int T, int pos0, const Keys& keys) {
+  float* m = s_->mask.data();
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < keys.S; ++j) m[size_t(t) * keys.S + j] = may_read(keys, pos0 + t, j) ? 1.0f : 0.0f;
+  hooks_.fire(st, layer, p, pos0, {m, 2, {T, keys.S, 1}});
+}
+
+namespace {
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr int kBlock = 64;  // query rows per block of a long causal prompt
+using CStrided = Eigen::Map<const MatRM, 0, Eigen::OuterStride<>>;
+using Strided = Eigen::Map<MatRM, 0, Eigen::OuterStride<>>;
+}  // namespace
+
+// Head h's scores [T, S] = Q_h K_h^T / sqrt(d_head), cells a query may not read -inf.
+// A long causal prompt is computed in row blocks: block [t0, t1) reads keys
+// 0 .. pos0 + t1 - 1 only, half the work; the cells past that are masked unread.
+void Engine::head_scores(int h, int T, int pos0, const Keys& keys) {
+  const Config& c = model_->cfg;
+  const int dh = c.d_head, S = keys.S, g = h / (c.n_heads / c.n_kv_heads);
+  const bool causal = keys.kind == AttnKind::Causal;
+  float* att = s_->att.data();
+  CStrided Qh(s_->q.data() + size_t(h) * dh, T, dh, Eigen::OuterStride<>(c.q_dim()));
+  CStrided Kh(keys.K + size_t(g) * dh, S, dh, Eigen::OuterStride<>(c.kv_dim()));
+  MMap A(att + size_t(h) * T * S, T, S);
+  if (causal && T > kBlock) {
+    for (int t0 = 0; t0 < T; t0 += kBlock) {
+      const int nb = std::min(kBlock, T - t0), n_keys = pos0 + t0 + nb;
+      A.block(t0, 0, nb, n_keys).noalias() = Qh.middleRows(t0, nb) * Kh.topRows(n_keys).transpose();
+    }
+  } else {
+    A.noalias() = Qh * Kh.transpose();
+  }
+  const float scale = 1.0f / std::sqrt(float(dh));
+  for (int t = 0; t < T; ++t) {
+    float* row = att + (size_t(h) * T + t) * S;
+    if (causal) {  // keys 0 .. pos0 + t, then masked (two loops the compiler vectorises)
+      const int n = pos0 + t + 1;
+      for (int j = 0; j < n; ++j) row[j] *= scale;
+      std::fill(row + n, row + S, kNegInf);
+    } else {
+      for (int j = 0; j < S; ++j) row[j] = may_read(keys, pos0 + t, j) ? row[j] * scale : kNegInf;
+    }
+  }
+}
+
+// Head h's pattern [T, S] = softmax of each row of its scores; masked cells get 0, and
+// a row with every key masked reads nothing.
+void Engine::head_softmax(int h, int T, int pos0, const Keys& keys) {
+  const int S = keys.S;
+  for (int t = 0; t < T; ++t) {
+    float* row = s_->att.data() + (size_t(h) * T + t) * S;
+    // Causal rows end in masked cells: exponentials only up to the last key read.
+    const int n = keys.kind == AttnKind::Causal ? pos0 + t + 1 : S;
+    float mx = kNegInf;
+    for (int j = 0; j < n; ++j) mx = std::max(mx, row[j]);
+    if (mx == kNegInf) {
+      std::fill_n(row, S, 0.0f);
+      continue;
+    }
+    const float inv = 1.0f / exp_shift_sum(row, n, mx);
+    for (int j = 0; j < n; ++j) row[j] *= inv;
+    std::fill(row + n, row + S, 0.0f);
+  }
+}
+
+// Head h's output z_h [T, d_head] = pattern_h [T, S] V_h [S, d_head].
+void Engine::head_mix(int h, int T, int pos0, const Keys& keys) {
+  const Config& c = model_->cfg;
+  const int dh = c.d_head, S = keys.S, g = h / (c.n_heads / c.n_kv_heads);
+  CStrided Vh(keys.V + size_t(g) * dh, S, dh, Eigen::OuterStride<>(c.kv_dim()));
+  Strided Zh(s_->z.data() + size_t(h) * dh, T, dh, Eigen::OuterStride<>(c.q_dim()));
+  CMap A(s_->att.data() + size_t(h) * T * S, T, S);
+  if (keys.kind == AttnKind::Causal && T > kBlock) {
+    for (int t0 = 0; t0 < T; t0 += kBlock) {
+      const int nb = std::min(kBlock, T - t0), n_keys = pos0 + t0 + nb;
+      Zh.middleRows(t0, nb).noalias() = A.block(t0, 0, nb, n_keys) * Vh.topRows(n_keys);
+    }
+  } else {
+    Zh.noalias() = A * Vh;
+  }
+}
+
+// Several query rows (a prompt, the encoder): per head, scores, softmax and mix as
+// matrix products, the heads across the threads.
+void Engine::attend_rows(Stack st, int layer, const AttnPoints& pts, int T, int pos0, const Keys& keys) {
+  const int H = model_->cfg.n_heads, S = keys.S, nt = threads_;
+  const bool par = nt > 1 && int64_t(T) * S * H >= 4096;
+  const bool hs = hooks_.active(st, layer, pts.scores), hp = hooks_.active(st, layer, pts.pattern);
+  if (!hs && !hp) {
+    parallel_for(H, nt, par, [&](int h) {
+      head_scores(h, T, pos0, keys);
+      head_softmax(h, T, pos0, keys);
+      head_mix(h, T, pos0, keys);
+    });
+    return;
+  }
+  float* att = s_->att.data();
+  parallel_for(H, nt, par, [&](int h) { head_scores(h, T, pos0, keys); });
+  if (hs) hooks_.fire(st, layer, pts.scores, pos0, {att, 3, {H, T, S}});
+  parallel_for(H, nt, par, [&](int h) { head_softmax(h, T, pos0, keys); });
+  if (hp) hooks_.fire(st, layer, pts.pattern, pos0, {att, 3, {H, T, S}});
+  parallel_for(H, nt, par, [&](int h) { head_mix(h, T, pos0, keys); });
+}
+
+// Decoding: one query row over S keys. The cache is read a key row (every head) at a
+// time, so it streams sequentially; once the cache is long enough (decode_split) each
+// thread takes a contiguous range of keys and the mixes they add up are summed.
+void Engine::attend_one_row(Stack st, int layer, const AttnPoints& pts, int pos0, const Keys& keys) {
+  const Config& c = model_->cfg;
+  const int H = c.n_heads, dh = c.d_head, qd = c.q_dim(), kvd = c.kv_dim(), S = keys.S;
+  const int group = H / c.n_kv_heads, nt = threads_;
+  const float scale = 1.0f / std::sqrt(float(dh));
+  const bool split = decode_split(S);
+  float* att = s_->att.data();  // [H, 1, S]
+  over_key_shares(S, nt, split, [&](int, int j0, int j1) {
+    for (int j = j0; j < j1; ++j) {
+      if (may_read(keys, pos0, j)) {
+        head_dots(s_->q.data(), keys.K + size_t(j) * kvd, H, group, dh, scale, att + j, S);
+      } else {
+        for (int h = 0; h < H; ++h) att[size_t(h) * S + j] = kNegInf;
+      }
+    }
+  });
+  if (hooks_.active(st, layer, pts.scores)) hooks_.fire(st, layer, pts.scores, pos0, {att, 3, {H, 1, S}});
+  for (int h = 0; h < H; ++h) head_softmax(h, 1, pos0, keys);
+  if (hooks_.active(st, layer, pts.pattern)) hooks_.fire(st, layer, pts.pattern, pos0, {att, 3, {H, 1, S}});
+  over_key_shares(S, nt, split, [&](int t, int j0, int j1) {
+    float* z = split ? s_->zpart.data() + size_t(t) * qd : s_->z.data();  // [q_dim]
+    std::fill_n(z, qd, 0.0f);
+    for (int j = j0; j < j1; ++j) head_axpys(att + j, S, keys.V + size_t(j) * kvd, H, group, dh, z);
+  });
+  if (!split) return;
+  VMap z(s_->z.data(), qd);
+  z = CVMap(s_->zpart.data(), qd);
+  for (int t = 1; t < nt; ++t) z += CVMap(s_->zpart.data() + size_t(t) * qd, qd);
+}
+
+// out[T, d] = down(act(up(x))) (SwiGLU: down(silu(gate x) * up x)).
 void Engine::ffn(Stack st, int layer, const FeedForward& f, int T, int pos0, const float* xin, float* out) {
   const Config& c = model_->cfg;
   Scratch& s = *s_;
@@ -607,7 +566,7 @@ void Engine::ffn(Stack st, int layer, const FeedForward& f, int T, int pos0, con
     linears({{&f.gate, a}, {&f.up, s.ff2.data()}}, T, xin);
   } else if (fused) {
     const MatvecPart part{f.up.view(), a, f.up.b.size() ? f.up.b.data() : nullptr, true};
-    matvec_group({&part, 1}, xin);
+    team_.run({&part, 1}, xin);
   } else {
     linear(f.up, T, xin, a);
   }
@@ -648,24 +607,7 @@ void Engine::encode(std::span<const int> src) {
   const int d = c.d_model;
   float* x = s.x.data();
   embed(Stack::Encoder, src, 0, x);
-  for (int l = 0; l < c.n_enc_layers; ++l) {
-    const Block& b = w.enc_blocks[l];
-    if (hooks_.active(Stack::Encoder, l, Point::ResidPre))
-      hooks_.fire(Stack::Encoder, l, Point::ResidPre, 0, {x, 2, {S, d, 1}});
-    const bool pre = c.norm_place == NormPlace::Pre;
-    if (pre) norm(b.ln1, S, x, s.h.data());
-    attention(Stack::Encoder, l, b.attn, S, 0, pre ? s.h.data() : x, s.out.data(), false);
-    MMap(x, S, d) += CMap(s.out.data(), S, d);
-    if (!pre) norm(b.ln1, S, x, x);
-    if (hooks_.active(Stack::Encoder, l, Point::ResidMid))
-      hooks_.fire(Stack::Encoder, l, Point::ResidMid, 0, {x, 2, {S, d, 1}});
-    if (pre) norm(b.ln3, S, x, s.h.data());
-    ffn(Stack::Encoder, l, b.ffn, S, 0, pre ? s.h.data() : x, s.out.data());
-    MMap(x, S, d) += CMap(s.out.data(), S, d);
-    if (!pre) norm(b.ln3, S, x, x);
-    if (hooks_.active(Stack::Encoder, l, Point::ResidPost))
-      hooks_.fire(Stack::Encoder, l, Point::ResidPost, 0, {x, 2, {S, d, 1}});
-  }
+  for (int l = 0; l < c.n_enc_layers; ++l) block(Stack::Encoder, l, w.enc_blocks[l], S, 0, x);
   s.enc_out.resize(size_t(S) * d);
   if (c.enc_final_norm) {
     norm(w.enc_ln_final, S, x, s.enc_out.data());
@@ -698,29 +640,8 @@ Eigen::Map<const MatRM> Engine::forward(std::span<const int> tokens, bool all_lo
   const int d = c.d_model;
   float* x = s.x.data();
   embed(Stack::Decoder, tokens, pos0, x);
-  const bool pre = c.norm_place == NormPlace::Pre;
   const Stack D = Stack::Decoder;
-  for (int l = 0; l < c.n_layers; ++l) {
-    const Block& b = w.blocks[l];
-    if (hooks_.active(D, l, Point::ResidPre)) hooks_.fire(D, l, Point::ResidPre, pos0, {x, 2, {T, d, 1}});
-    if (pre) norm(b.ln1, T, x, s.h.data());
-    attention(D, l, b.attn, T, pos0, pre ? s.h.data() : x, s.out.data(), false);
-    MMap(x, T, d) += CMap(s.out.data(), T, d);
-    if (!pre) norm(b.ln1, T, x, x);
-    if (hooks_.active(D, l, Point::ResidMid)) hooks_.fire(D, l, Point::ResidMid, pos0, {x, 2, {T, d, 1}});
-    if (c.encoder_decoder) {
-      if (pre) norm(b.ln2, T, x, s.h.data());
-      attention(D, l, b.cross, T, pos0, pre ? s.h.data() : x, s.out.data(), true);
-      MMap(x, T, d) += CMap(s.out.data(), T, d);
-      if (!pre) norm(b.ln2, T, x, x);
-      if (hooks_.active(D, l, Point::ResidMidCross)) hooks_.fire(D, l, Point::ResidMidCross, pos0, {x, 2, {T, d, 1}});
-    }
-    if (pre) norm(b.ln3, T, x, s.h.data());
-    ffn(D, l, b.ffn, T, pos0, pre ? s.h.data() : x, s.out.data());
-    MMap(x, T, d) += CMap(s.out.data(), T, d);
-    if (!pre) norm(b.ln3, T, x, x);
-    if (hooks_.active(D, l, Point::ResidPost)) hooks_.fire(D, l, Point::ResidPost, pos0, {x, 2, {T, d, 1}});
-  }
+  for (int l = 0; l < c.n_layers; ++l) block(D, l, w.blocks[l], T, pos0, x);
   float* fin = x;
   if (c.final_norm) {
     norm(w.ln_final, T, x, s.h.data());

@@ -11,7 +11,9 @@
 
 #include "model/config.h"
 #include "model/hooks.h"
+#include "model/mask.h"
 #include "model/weights.h"
+#include "perf/parallel.h"
 
 namespace ds {
 
@@ -57,34 +59,44 @@ class Engine {
 
  private:
   struct Scratch;
+  // Where an attention's keys and values are ([S, kv_dim] each) and which of them a
+  // query may read (model/mask.h).
+  struct Keys {
+    const float* K = nullptr;
+    const float* V = nullptr;
+    int S = 0;
+    AttnKind kind = AttnKind::Causal;
+  };
+  // The hook points of a self- or cross-attention.
+  struct AttnPoints {
+    Point scores, mask, pattern, z;
+  };
   void ensure_scratch(int T, int S);
+
+  // The forward pass, in the order of the math.
   void embed(Stack st, std::span<const int> ids, int pos0, float* x);
+  void block(Stack st, int layer, const Block& b, int T, int pos0, float* x);
+  template <class F>
+  void sublayer(Stack st, int layer, const Norm& n, Point after, int T, int pos0, float* x, F&& f);
   void attention(Stack st, int layer, const Attention& a, int T, int pos0, const float* xin, float* out, bool cross);
   void ffn(Stack st, int layer, const FeedForward& f, int T, int pos0, const float* xin, float* out);
   void norm(const Norm& n, int T, const float* x, float* y) const;
   void linear(const Linear& l, int T, const float* x, float* y) const;
-  // At most three layers.
-  // Cache rows [0, rows) of K and V ([rows, width] each) that a decode step's
-  // attention reads next: matvec_group's threads load them first (split as the
-  // attention splits its keys, or all by the first thread when it does not), so the
-  // attention finds them in cache instead of waiting on short reads from memory.
-  struct CacheRows {
-    const float* K = nullptr;
-    const float* V = nullptr;
-    int rows = 0, width = 0;
-    bool split = false;
-  };
+
+  // The steps of attention.
+  Keys project_qkv(Stack st, int layer, const Attention& a, int T, int pos0, const float* xin, bool cross);
+  void rotate(int T, int pos0, float* q, float* k) const;
+  bool may_read(const Keys& keys, int query_pos, int key) const;
+  void publish_mask(Stack st, int layer, Point p, int T, int pos0, const Keys& keys);
+  void attend_one_row(Stack st, int layer, const AttnPoints& pts, int pos0, const Keys& keys);
+  void attend_rows(Stack st, int layer, const AttnPoints& pts, int T, int pos0, const Keys& keys);
+  void head_scores(int h, int T, int pos0, const Keys& keys);
+  void head_softmax(int h, int T, int pos0, const Keys& keys);
+  void head_mix(int h, int T, int pos0, const Keys& keys);
+
+  // Products: linear layers sharing an input (at most three), at T == 1 in one group.
   void linears(std::initializer_list<std::pair<const Linear*, float*>> ls, int T, const float* x,
                const CacheRows* warm = nullptr) const;
-  // y = W x (+ bias), then GELU-tanh when gelu: the bias and the activation are applied
-  // by whichever thread computed the rows, so they add no serial step.
-  struct MatvecPart {
-    MatView W;
-    float* y;
-    const float* bias = nullptr;
-    bool gelu = false;
-  };
-  void matvec_group(std::span<const MatvecPart> parts, const float* x, const CacheRows* warm = nullptr) const;
   bool decode_split(int S) const;
   void matvec(const MatView& W, const float* x, float* y) const;
   void matmul(const MatView& W, int T, const float* x, float* y) const;
@@ -101,9 +113,7 @@ class Engine {
   // Cross-attention keys/values per decoder layer [src_len, kv_dim].
   std::vector<MatRM> ck_, cv_;
   std::unique_ptr<Scratch> s_;
-  struct RowShare;
-  std::unique_ptr<RowShare[]> shares_;  // one per thread (matvec_group)
-  mutable bool flip_ = false;           // matvec_group's share order alternates
+  mutable MatvecTeam team_;  // the threads of the matrix-vector products
 };
 
 }  // namespace ds

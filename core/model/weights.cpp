@@ -182,14 +182,6 @@ void Mat16::row(int64_t r, float* out) const {
   ds::rows_f32(data.data(), type, cols, panels ? panel_rows(rows) : 0, r, r + 1, out);
 }
 
-void MatView::row(int64_t r, float* out) const { rows_f32(r, r + 1, out); }
-void MatView::rows_f32(int64_t r0, int64_t r1, float* out) const {
-  ds::rows_f32(data, type, cols, panel_rows, r0, r1, out);
-}
-void MatView::gemv(const float* x, float* y, int64_t r0, int64_t r1) const {
-  gemv_rows(data, type, cols, x, y, r0, r1, panel_rows);
-}
-
 namespace {
 // Every large matrix's storage as raw memory: f(data, element bytes, rows, cols,
 // in_panels), where f may change in_panels (the matrix's flag).

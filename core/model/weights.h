@@ -133,18 +133,6 @@ struct Mat16 {
 };
 
 // A read-only view of a weight matrix in whichever storage it has.
-struct MatView {
-  const void* data = nullptr;
-  Precision type = Precision::F32;
-  int64_t rows = 0, cols = 0;
-  int64_t panel_rows = 0;  // the first panel_rows rows are in panels (perf/gemv.h)
-  bool empty() const { return rows * cols == 0; }
-  void row(int64_t r, float* out) const;
-  // Rows r0 <= r < r1 as float32, row-major.
-  void rows_f32(int64_t r0, int64_t r1, float* out) const;
-  // y[r - r0] = (W x)[r] for r0 <= r < r1.
-  void gemv(const float* x, float* y, int64_t r0, int64_t r1) const;
-};
 inline MatView view(const WMat& m, const Mat16& h) {
   if (!h.empty()) return {h.data.data(), h.type, h.rows, h.cols, h.panels ? panel_rows(h.rows) : 0};
   return {m.data(), Precision::F32, m.rows(), m.cols(), m.panels() ? panel_rows(m.rows()) : 0};

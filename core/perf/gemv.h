@@ -49,6 +49,23 @@ void widen_rows(const uint16_t* W, Precision p, int64_t cols, int64_t r0, int64_
 // Narrows n floats to p, rounding to nearest even (p must be BF16 or F16).
 void narrow(const float* in, int64_t n, Precision p, uint16_t* out);
 
+// A matrix in any of the storages above: where it is, its element type, its shape and
+// how many of its first rows are in panels.
+struct MatView {
+  const void* data = nullptr;
+  Precision type = Precision::F32;
+  int64_t rows = 0, cols = 0;
+  int64_t panel_rows = 0;  // the first panel_rows rows are in panels
+  bool empty() const { return rows * cols == 0; }
+  void row(int64_t r, float* out) const { rows_f32(r, r + 1, out); }
+  // Rows r0 <= r < r1 as float32, row-major.
+  void rows_f32(int64_t r0, int64_t r1, float* out) const { ds::rows_f32(data, type, cols, panel_rows, r0, r1, out); }
+  // y[r - r0] = (W x)[r] for r0 <= r < r1.
+  void gemv(const float* x, float* y, int64_t r0, int64_t r1) const {
+    gemv_rows(data, type, cols, x, y, r0, r1, panel_rows);
+  }
+};
+
 // Whether the vector kernels are compiled in ("avx2+fma+f16c" or "portable").
 const char* gemv_isa();
 

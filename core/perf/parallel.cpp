@@ -1,0 +1,107 @@
+#include "perf/parallel.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+
+#include "perf/vmath.h"
+
+namespace ds {
+
+// A thread's share of the rows of a product group: [front, back) still to do, packed
+// in one word so that the owner (taking rows from the front) and a thread that has
+// finished its own share (taking rows from the back) claim disjoint rows.
+struct MatvecTeam::RowShare {
+  alignas(64) std::atomic<uint64_t> fb{0};
+};
+
+namespace {
+
+// Loads n floats (one per cache line) so that they are in this core's cache.
+void touch(const float* p, size_t n) {
+  float s = 0.0f;
+  for (size_t i = 0; i < n; i += 16) s += p[i];
+  volatile float sink = s;
+  (void)sink;
+}
+
+// Claims rows of a share: a quarter of what is left (at least 8 rows, in multiples of
+// 8), from the front or the back. Shares start on a multiple of 8 rows, and a claim
+// from the back ends its piece on one too, so that pieces keep to whole groups of
+// matrices in panels (perf/gemv.h) even when the share's length is not a multiple of
+// 8. False when nothing is left.
+bool claim_rows(std::atomic<uint64_t>& fb, bool front, int64_t& r0, int64_t& r1) {
+  uint64_t cur = fb.load(std::memory_order_relaxed);
+  for (;;) {
+    const uint32_t f = uint32_t(cur >> 32), b = uint32_t(cur);
+    if (f >= b) return false;
+    uint32_t n = std::min(b - f, std::max<uint32_t>(8, (b - f) / 4 / 8 * 8));
+    if (!front && b - n > f) n += (b - n) % 8;  // the new back on a multiple of 8
+    const uint64_t next = front ? (uint64_t(f + n) << 32) | b : (uint64_t(f) << 32) | (b - n);
+    if (fb.compare_exchange_weak(cur, next, std::memory_order_relaxed)) {
+      r0 = front ? f : b - n;
+      r1 = front ? f + n : b;
+      return true;
+    }
+  }
+}
+
+// Rows [g0, g1) of the parts' rows taken one after another.
+void part_rows(std::span<const MatvecPart> parts, const float* x, int64_t g0, int64_t g1) {
+  int64_t base = 0;
+  for (const MatvecPart& p : parts) {
+    const int64_t a = std::max(g0, base), b = std::min(g1, base + p.W.rows);
+    if (a < b) {
+      float* y = p.y + (a - base);
+      p.W.gemv(x, y, a - base, b - base);
+      if (p.bias) Eigen::Map<Eigen::VectorXf>(y, b - a) += Eigen::Map<const Eigen::VectorXf>(p.bias + (a - base), b - a);
+      if (p.gelu) gelu_tanh_inplace(y, b - a);
+    }
+    base += p.W.rows;
+  }
+}
+
+// Thread t's part of warming the cache rows the attention reads next.
+void warm_cache(const CacheRows& warm, int t, int nt) {
+  const auto [j0, j1] = warm.split ? key_share(warm.rows, t, nt) : std::pair<int, int>{0, t == 0 ? warm.rows : 0};
+  const size_t a = size_t(j0) * warm.width, n = size_t(j1 - j0) * warm.width;
+  touch(warm.K + a, n);
+  touch(warm.V + a, n);
+}
+
+}  // namespace
+
+MatvecTeam::MatvecTeam() { set_threads(1); }
+MatvecTeam::~MatvecTeam() = default;
+
+void MatvecTeam::set_threads(int n) {
+  threads_ = std::max(1, n);
+  shares_ = std::make_unique<RowShare[]>(size_t(threads_));
+}
+
+void MatvecTeam::run(std::span<const MatvecPart> parts, const float* x, const CacheRows* warm) {
+  int64_t R = 0;
+  for (const MatvecPart& p : parts) R += p.W.rows;
+  const int nt = threads_;
+  if (nt <= 1 || R < 64) return part_rows(parts, x, 0, R);
+  auto start = [&](int t) { return t == 0 ? int64_t(0) : t == nt ? R : R * t / nt / 8 * 8; };
+  for (int t = 0; t < nt; ++t)
+    shares_[t].fb.store((uint64_t(0) << 32) | uint64_t(start(t + 1) - start(t)), std::memory_order_relaxed);
+  // Every other call the shares go to the threads in reverse order: the thread that
+  // read the end of the last product's rows starts on the first rows of this one,
+  // which sit right after them in memory (and are already on their way into its cache).
+  flip_ = !flip_;
+  parallel_for(nt, nt, true, [&](int t) {
+    // First the cache rows this thread's attention reads next: the other threads'
+    // streaming covers the time, and they take over rows of this thread's share.
+    if (warm && warm->rows > 0) warm_cache(*warm, t, nt);
+    const int own = flip_ ? nt - 1 - t : t;
+    int64_t r0, r1;
+    while (claim_rows(shares_[own].fb, true, r0, r1)) part_rows(parts, x, start(own) + r0, start(own) + r1);
+    for (int k = 1; k < nt; ++k) {
+      const int o = (own + k) % nt;
+      while (claim_rows(shares_[o].fb, false, r0, r1)) part_rows(parts, x, start(o) + r0, start(o) + r1);
+    }
+  });
+}
+
+}  // namespace ds

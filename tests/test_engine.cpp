@@ -318,15 +318,15 @@ TEST_P(EngineTest, MatchesReference) {
     EXPECT_LE(rel_err(full2, ds::ref::logits(v.cfg, model->w, toks, src2)), 1e-4);
   }
 
-  // The same weights stored in panels (as loaded models are), at 1 and 2 threads:
-  // the prefill packs from the panels and the single steps read them, against the
+  // The same weights stored in tiles (as loaded models are), at 1 and 2 threads:
+  // the prefill packs from the tiles and the single steps read them, against the
   // reference computed from the row-major weights.
   ds::Weights pw = model->w;
-  pw.to_panels();
-  auto paneled = std::make_shared<const ds::Model>(v.cfg, std::move(pw));
+  pw.to_tiles();
+  auto tiled = std::make_shared<const ds::Model>(v.cfg, std::move(pw));
   for (int threads : {1, 2}) {
-    SCOPED_TRACE(std::to_string(threads) + " thread(s), panels");
-    ds::Engine ep(paneled);
+    SCOPED_TRACE(std::to_string(threads) + " thread(s), tiles");
+    ds::Engine ep(tiled);
     ep.set_threads(threads);
     prepare(ep, src);
     EXPECT_LE(rel_err(ds::MatRM(ep.forward_full(toks)), r), 1e-4);

@@ -214,15 +214,15 @@ TEST(Lens, LastLayerTopTokenIsTheGreedyDraw) {
 }
 
 // lens_top_k and lens_logits against the naive double-precision lens, on random rows,
-// with the head row-major, in panels and as bfloat16; more rows than a block and a
+// with the head row-major, in tiles and as bfloat16; more rows than a block and a
 // vocabulary that is not a whole number of slices; one or two threads.
 TEST(Lens, EqualsANaiveNormAndHead) {
   for (Arch a : {Arch::GPT2, Arch::Llama, Arch::PostNorm}) {
     for (int storage = 0; storage < 3; ++storage) {
-      SCOPED_TRACE(std::string(arch_name(a)) + (storage == 0 ? ", rows" : storage == 1 ? ", panels" : ", bf16"));
+      SCOPED_TRACE(std::string(arch_name(a)) + (storage == 0 ? ", rows" : storage == 1 ? ", tiles" : ", bf16"));
       Config c = config(a, 600);
       Weights w = Weights::random(c, 21, 0.3f);
-      if (storage == 1) w.to_panels();
+      if (storage == 1) w.to_tiles();
       if (storage == 2) w.narrow(Precision::BF16);
       const Model m(c, std::move(w));
       const std::vector<float> H = head_rows(m);

@@ -740,15 +740,15 @@ double folder_error(const std::string& dir, const TinyGPT2& g, float (*round)(fl
 
 }  // namespace
 
-// Loaded in panels (as load_model keeps models), then converted back, the weights are
+// Loaded in tiles (as load_model keeps models), then converted back, the weights are
 // bit for bit those of the row-major load, in float32 and in bfloat16; the matrices
-// whose shape allows it were in panels.
-void expect_panels_load_same(const std::string& dir) {
+// whose shape allows it were in tiles.
+void expect_tiles_load_same(const std::string& dir) {
   for (ds::Precision p : {ds::Precision::F32, ds::Precision::BF16}) {
-    SCOPED_TRACE(std::string("panels, ") + ds::precision_name(p));
+    SCOPED_TRACE(std::string("tiles, ") + ds::precision_name(p));
     ds::FolderModel want = ds::load_model_folder(dir, p);
     ds::FolderModel got = ds::load_model_folder(dir, p, true);
-    EXPECT_TRUE(got.w.in_panels());
+    EXPECT_TRUE(got.w.in_tiles());
     // Rows read through the views before converting back.
     const ds::MatView e = got.w.embed_view();
     std::vector<float> a(static_cast<size_t>(e.cols)), b(a.size());
@@ -816,19 +816,19 @@ TEST(GPT2Folder, LoadsHuggingFaceLayout) {
           << got[i].name;
     }
     EXPECT_LE(folder_error(dir, g, round), 1e-4);
-    expect_panels_load_same(dir);
+    expect_tiles_load_same(dir);
   }
 }
 
 // Matrices larger than one read chunk: the transposed Conv1D weights and the
-// embedding are written into panels a block of rows at a time, with a row-major tail.
+// embedding are written into tiles a block of rows at a time, with a row-major tail.
 TEST(GPT2Folder, LoadsIntoPanelsAcrossReadChunks) {
   TempDir tmp;
   TinyGPT2 g = make_tiny_gpt2(7, 1056, 264, 1001);
   for (const std::string dtype : {"F32", "BF16"}) {
     const std::string dir = tmp.sub("gpt2_chunks_" + dtype);
     write_gpt2_folder(dir, g, gpt2_config_json(g, true), "", dtype);
-    expect_panels_load_same(dir);
+    expect_tiles_load_same(dir);
   }
 }
 
@@ -1058,7 +1058,7 @@ TEST(OwnFolder, RoundTripsDecoderAndEncoderDecoder) {
     EXPECT_EQ(m.cfg.pad_id, cfg.pad_id);
     EXPECT_EQ(m.cfg.encoder_decoder, cfg.encoder_decoder);
     expect_same(w, m.w);
-    expect_panels_load_same(dir);
+    expect_tiles_load_same(dir);
 
     // Through load_model: chars tokenizer, BOS prompts, EOS stops.
     ds::LoadedModel lm = ds::load_model(dir);

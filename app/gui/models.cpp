@@ -35,7 +35,7 @@ ds::LoadedModel random_model(const ds::Config& c, const std::string& name, uint6
   ds::LoadedModel m;
   ds::Weights w = ds::Weights::random(c, seed, scale);
   w.narrow(precision);  // float32 stays as it is
-  w.to_panels();        // as loaded models are
+  w.to_tiles();         // as loaded models are
   m.model = std::make_shared<const ds::Model>(c, std::move(w));
   m.precision = precision;
   m.tokenizer = demo_tokenizer(c.vocab_size);

@@ -368,7 +368,7 @@ void save_llama2c(const std::string& path, const Config& c, const Weights& w) {
   };
   std::vector<float> wide;
   auto put_matrix = [&](const MatView& m) {
-    if (m.type == Precision::F32 && m.panel_rows == 0) return put(static_cast<const float*>(m.data), m.rows * m.cols);
+    if (m.type == Precision::F32 && m.tile_rows == 0) return put(static_cast<const float*>(m.data), m.rows * m.cols);
     const int64_t step = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(m.cols, 1));
     for (int64_t r0 = 0; r0 < m.rows; r0 += step) {
       const int64_t r1 = std::min(m.rows, r0 + step);

@@ -86,22 +86,22 @@ struct Dest {
   float* f32 = nullptr;
   uint16_t* h = nullptr;
   Precision type = Precision::F32;
-  // A large matrix written in panels (perf/gemv.h): its width and panel rows (0: row-major).
+  // A large matrix written in tiles (perf/gemv.h): its width and tile rows (0: row-major).
   int64_t cols = 0, pr = 0;
 };
-// panels: write the matrix in panels when its shape allows (Weights::mark_panels's rule).
-Dest dest_of(int64_t rows, int64_t cols, bool panels, float* f32, uint16_t* h, Precision type) {
-  const bool in_panels = panels && panels_fit(rows, cols);
-  return {f32, h, type, cols, in_panels ? panel_rows(rows) : 0};
+// tiles: write the matrix in tiles when its shape allows (Weights::mark_tiles's rule).
+Dest dest_of(int64_t rows, int64_t cols, bool tiles, float* f32, uint16_t* h, Precision type) {
+  const bool in_tiles = tiles && tiles_fit(rows, cols);
+  return {f32, h, type, cols, in_tiles ? tile_rows(rows) : 0};
 }
-Dest dest_of(WMat& m, Mat16& h, bool panels) {
-  if (!h.empty()) return dest_of(h.rows, h.cols, panels, nullptr, h.data.data(), h.type);
-  return dest_of(m.rows(), m.cols(), panels, m.data(), nullptr, Precision::F32);
+Dest dest_of(WMat& m, Mat16& h, bool tiles) {
+  if (!h.empty()) return dest_of(h.rows, h.cols, tiles, nullptr, h.data.data(), h.type);
+  return dest_of(m.rows(), m.cols(), tiles, m.data(), nullptr, Precision::F32);
 }
 Dest dest_of(Vec& v) { return {v.data(), nullptr, Precision::F32}; }
 Dest dest_of(MatRM& m) { return {m.data(), nullptr, Precision::F32}; }
-Dest dest_of(const Weights::TensorRef& t, bool panels) {
-  return dest_of(t.rows, t.cols, panels && t.matrix, t.data, t.data16, t.type);
+Dest dest_of(const Weights::TensorRef& t, bool tiles) {
+  return dest_of(t.rows, t.cols, tiles && t.matrix, t.data, t.data16, t.type);
 }
 
 // Whether all n values are finite (no NaN or infinity): a branch-free scan of the
@@ -139,12 +139,12 @@ void transpose_cols(const T* src, int64_t rows, int64_t cols, int64_t c0, int64_
     for (int64_t r = (c < w8 ? r8 : 0); r < rows; ++r) dst[c * ld + r] = src[r * cols + c0 + c];
 }
 
-// The same into a destination [width, ld] matrix whose first pr rows are in panels
+// The same into a destination [width, ld] matrix whose first pr rows are in tiles
 // (perf/gemv.h): src holds its columns r0 .. r0+rows-1 (r0 a multiple of 8), and dst
 // points at the matrix's start. Each 8x8 block of a group is contiguous there.
 template <class T>
-void transpose_cols_panels(const T* src, int64_t rows, int64_t cols, int64_t c0, int64_t width, T* dst, int64_t ld,
-                           int64_t r0, int64_t pr) {
+void transpose_cols_tiles(const T* src, int64_t rows, int64_t cols, int64_t c0, int64_t width, T* dst, int64_t ld,
+                          int64_t r0, int64_t pr) {
   const int64_t r8 = rows / 8 * 8, w8 = std::min(width, pr) / 8 * 8;
   for (int64_t r = 0; r < r8; r += 8)
     for (int64_t c = 0; c < w8; c += 8) transpose8(src + r * cols + c0 + c, cols, dst + c * ld + (r0 + r) * 8, 8);
@@ -159,7 +159,7 @@ class Filler {
  public:
   explicit Filler(const SafeTensors& st) : st_(st) {}
 
-  // All of e, in its flat order, into d. A destination in panels is read in whole
+  // All of e, in its flat order, into d. A destination in tiles is read in whole
   // groups of rows, each chunk regrouped in place while it is still in cache.
   void copy(const SafeTensors::Entry& e, Dest d) {
     const int64_t n = e.numel();
@@ -176,8 +176,8 @@ class Filler {
       if (d.pr) {  // the rows of this chunk that lie in whole groups
         const int64_t rows = std::min(m / d.cols, std::max<int64_t>(0, d.pr - i0 / d.cols)) / 8 * 8;
         if (rows > 0)
-          rows_to_panels(d.f32 ? static_cast<void*>(d.f32 + i0) : static_cast<void*>(d.h + i0), precision_bytes(d.type),
-                         rows, d.cols);
+          rows_to_tiles(d.f32 ? static_cast<void*>(d.f32 + i0) : static_cast<void*>(d.h + i0), precision_bytes(d.type),
+                        rows, d.cols);
       }
     }
   }
@@ -203,9 +203,9 @@ class Filler {
       int64_t c0 = 0;
       for (const auto& [d, width] : parts) {
         if (d.pr && p == Precision::F32)
-          transpose_cols_panels(f32_.data(), m, cols, c0, width, d.f32, rows, r0, d.pr);
+          transpose_cols_tiles(f32_.data(), m, cols, c0, width, d.f32, rows, r0, d.pr);
         else if (d.pr)
-          transpose_cols_panels(h_.data(), m, cols, c0, width, d.h, rows, r0, d.pr);
+          transpose_cols_tiles(h_.data(), m, cols, c0, width, d.h, rows, r0, d.pr);
         else if (p == Precision::F32)
           transpose_cols(f32_.data(), m, cols, c0, width, d.f32 + r0, rows);
         else
@@ -537,7 +537,7 @@ const SafeTensors::Entry* check_gpt2_tensors(const SafeTensors& st, const Config
 }
 
 void load_gpt2(FolderModel& m, const json& j, const std::string& config_path, const std::string& st_path, Precision p,
-               bool panels) {
+               bool tiles) {
   m.format = "gpt2";
   m.tokenizer_kind = "gpt2-bpe";
   m.cfg = gpt2_config_from(j, config_path);
@@ -569,14 +569,14 @@ void load_gpt2(FolderModel& m, const json& j, const std::string& config_path, co
     std::vector<std::pair<Dest, int64_t>> dests;
     std::vector<Dest> all;
     for (Linear* l : parts) {
-      dests.push_back({dest_of(l->W, l->W16, panels), out / static_cast<int64_t>(parts.size())});
+      dests.push_back({dest_of(l->W, l->W16, tiles), out / static_cast<int64_t>(parts.size())});
       all.push_back(dests.back().first);
     }
     job(
         name, [&fill, in, out, dests](const SafeTensors::Entry& e) { fill.transpose(e, in, out, dests); },
         fresh_memory(all, in * out / static_cast<int64_t>(parts.size())));
   };
-  const Dest embed = dest_of(w.tok_embed, w.tok_embed16, panels);
+  const Dest embed = dest_of(w.tok_embed, w.tok_embed16, tiles);
   job(
       prefix + "wte.weight", [&fill, embed](const SafeTensors::Entry& e) { fill.copy(e, embed); },
       fresh_memory({embed}, V * d));
@@ -612,11 +612,11 @@ void load_gpt2(FolderModel& m, const json& j, const std::string& config_path, co
       if (fill.same_values(e, *wte)) return;
       Weights::allocate_matrix(p, w.lm_head, w.lm_head16, V, d);
       c.tied_head = false;
-      fill.copy(e, dest_of(w.lm_head, w.lm_head16, panels));
+      fill.copy(e, dest_of(w.lm_head, w.lm_head16, tiles));
     });
   }
   run_in_file_order(st, jobs);
-  if (panels) w.mark_panels();
+  if (tiles) w.mark_tiles();
 }
 
 // ------------------------------------------------------------------ decoderscope
@@ -636,7 +636,7 @@ double matrix_params(const Config& c) {
 }
 
 void load_own(FolderModel& m, const json& j, const std::string& config_path, const std::string& st_path, Precision p,
-              bool panels) {
+              bool tiles) {
   m.format = "decoderscope";
   try {
     const int version = json_int(j, "version");
@@ -691,7 +691,7 @@ void load_own(FolderModel& m, const json& j, const std::string& config_path, con
   std::vector<std::pair<const SafeTensors::Entry*, Dest>> todo;
   for (auto& t : w.tensors()) {
     const Shape shape = is_vector_name(t.name) ? Shape{t.rows} : Shape{t.rows, t.cols};
-    todo.push_back({&need_tensor(st, t.name, shape), dest_of(t, panels)});
+    todo.push_back({&need_tensor(st, t.name, shape), dest_of(t, tiles)});
     used.insert(t.name);
   }
   std::vector<std::string> unknown;
@@ -705,12 +705,12 @@ void load_own(FolderModel& m, const json& j, const std::string& config_path, con
     jobs.push_back(
         {e, [&fill, d = dest](const SafeTensors::Entry& en) { fill.copy(en, d); }, fresh_memory({dest}, e->numel())});
   run_in_file_order(st, jobs);
-  if (panels) w.mark_panels();
+  if (tiles) w.mark_tiles();
 }
 
 }  // namespace
 
-FolderModel load_model_folder(const std::string& dir, Precision precision, bool panels) {
+FolderModel load_model_folder(const std::string& dir, Precision precision, bool tiles) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw Error(dir + ": not a folder");
   const fs::path d(dir);
@@ -743,9 +743,9 @@ FolderModel load_model_folder(const std::string& dir, Precision precision, bool 
     if (format != "decoderscope")
       throw Error(config_path + ": field \"format\" is " +
                   json(format).dump(-1, ' ', true, json::error_handler_t::replace) + ", expected \"decoderscope\"");
-    load_own(m, j, config_path, st_path, precision, panels);
+    load_own(m, j, config_path, st_path, precision, tiles);
   } else {
-    load_gpt2(m, j, config_path, st_path, precision, panels);
+    load_gpt2(m, j, config_path, st_path, precision, tiles);
   }
   return m;
 }
@@ -753,9 +753,9 @@ FolderModel load_model_folder(const std::string& dir, Precision precision, bool 
 void save_model_folder(const std::string& dir, const Config& cfg, const Weights& w, const json& tokenizer,
                        const json& extra, const std::string& dtype) {
   cfg.validate();
-  // tensors() is non-const; nothing is written. Matrices in panels are saved row-major.
+  // tensors() is non-const; nothing is written. Matrices in tiles are saved row-major.
   std::optional<Weights> in_rows;
-  if (const_cast<Weights&>(w).in_panels()) {
+  if (const_cast<Weights&>(w).in_tiles()) {
     in_rows.emplace(w);
     in_rows->to_rows();
   }

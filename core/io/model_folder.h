@@ -48,9 +48,9 @@ struct FolderModel {
 // fields, missing or mis-shaped tensors, unexpected weight tensors, unsupported
 // dtypes, NaN or infinite values, values too large for float16 when loading as F16
 // (naming the tensor).
-// panels: the large matrices are written in panels (perf/gemv.h) as they are read, as
+// tiles: the large matrices are written in tiles (perf/gemv.h) as they are read, as
 // load_model keeps them, instead of row-major.
-FolderModel load_model_folder(const std::string& dir, Precision precision = Precision::F32, bool panels = false);
+FolderModel load_model_folder(const std::string& dir, Precision precision = Precision::F32, bool tiles = false);
 
 // Writes dir/config.json and dir/model.safetensors in decoderscope's own format,
 // creating dir. tokenizer: {"kind": "chars", "vocab": [...vocab_size strings]} or

@@ -207,13 +207,13 @@ void Engine::matvec(const MatView& W, const float* x, float* y) const {
 }
 
 // Y[T, out] = X[T, in] W^T by matrix-matrix products. Float32 weights (row-major or in
-// panels) are packed by gemm_nt directly; 16-bit weights, and panels without gemm_nt,
+// tiles) are packed by gemm_nt directly; 16-bit weights, and tiles without gemm_nt,
 // are converted a block of rows at a time into float32 rows in scratch.
 void Engine::matmul(const MatView& W, int T, const float* x, float* y) const {
   const int64_t out = W.rows, in = W.cols;
   MMap Y(y, T, out);
   CMap X(x, T, in);
-  // Y[:, r0 .. r0 + n) from the float32 rows Wr[n, in], the first pr in panels (only
+  // Y[:, r0 .. r0 + n) from the float32 rows Wr[n, in], the first pr in tiles (only
   // with gemm_nt).
   auto product = [&](const float* Wr, int64_t r0, int64_t n, int64_t pr) {
     if (gemm_nt_available())
@@ -221,9 +221,9 @@ void Engine::matmul(const MatView& W, int T, const float* x, float* y) const {
     else
       Y.middleCols(r0, n).noalias() = X * CMap(Wr, n, in).transpose();
   };
-  if (W.type == Precision::F32 && (W.panel_rows == 0 || gemm_nt_available()))
-    return product(static_cast<const float*>(W.data), 0, out, W.panel_rows);
-  // 16-bit, or panels without gemm_nt: a block of rows at a time, as float32 rows.
+  if (W.type == Precision::F32 && (W.tile_rows == 0 || gemm_nt_available()))
+    return product(static_cast<const float*>(W.data), 0, out, W.tile_rows);
+  // 16-bit, or tiles without gemm_nt: a block of rows at a time, as float32 rows.
   const int64_t block = std::max<int64_t>(64, std::min<int64_t>(out, (int64_t(1) << 20) / std::max<int64_t>(in, 1)));
   grow(s_->wide, size_t(block * in));
   for (int64_t r0 = 0; r0 < out; r0 += block) {

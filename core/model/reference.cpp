@@ -35,7 +35,7 @@ void require(bool ok, const std::string& what) {
 
 // Element (r, c) of a float32 weight matrix, wherever its storage keeps it.
 double weight(const WMat& W, long r, long c) {
-  const int64_t tiled_rows = W.panels() ? panel_rows(W.rows()) : 0;
+  const int64_t tiled_rows = W.tiles() ? tile_rows(W.rows()) : 0;
   return double(W.data()[element_index(r, c, W.cols(), tiled_rows)]);
 }
 

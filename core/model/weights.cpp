@@ -159,7 +159,7 @@ void WMat::resize(Index r, Index c) {
 
 void WMat::place(float* p, Index r, Index c, Keep keep) {
   keep_ = std::move(keep);
-  panels_ = false;
+  tiles_ = false;
   new (static_cast<Base*>(this)) Base(p, r, c);  // rebinds the map (the documented Eigen idiom)
 }
 
@@ -179,46 +179,46 @@ Buf16& Buf16::operator=(const Buf16& o) {
 }
 
 void Mat16::row(int64_t r, float* out) const {
-  ds::rows_f32(data.data(), type, cols, panels ? panel_rows(rows) : 0, r, r + 1, out);
+  ds::rows_f32(data.data(), type, cols, tiles ? tile_rows(rows) : 0, r, r + 1, out);
 }
 
 namespace {
 // Every large matrix's storage as raw memory: f(data, element bytes, rows, cols,
-// in_panels), where f may change in_panels (the matrix's flag).
+// in_tiles), where f may change in_tiles (the matrix's flag).
 template <class F>
 void each_storage(Weights& w, F&& f) {
   each_matrix(w, [&](WMat& m, Mat16& h) {
     if (!h.empty()) {
-      f(static_cast<void*>(h.data.data()), int(sizeof(uint16_t)), h.rows, h.cols, h.panels);
+      f(static_cast<void*>(h.data.data()), int(sizeof(uint16_t)), h.rows, h.cols, h.tiles);
     } else if (m.size()) {
-      bool on = m.panels();
+      bool on = m.tiles();
       f(static_cast<void*>(m.data()), int(sizeof(float)), int64_t(m.rows()), int64_t(m.cols()), on);
-      m.set_panels(on);
+      m.set_tiles(on);
     }
   });
 }
 }  // namespace
 
-void Weights::to_panels() {
+void Weights::to_tiles() {
   each_storage(*this, [](void* p, int esz, int64_t rows, int64_t cols, bool& on) {
-    if (on || !panels_fit(rows, cols)) return;
-    rows_to_panels(p, esz, rows, cols);
+    if (on || !tiles_fit(rows, cols)) return;
+    rows_to_tiles(p, esz, rows, cols);
     on = true;
   });
 }
 
-void Weights::mark_panels() {
-  each_storage(*this, [](void*, int, int64_t rows, int64_t cols, bool& on) { on = on || panels_fit(rows, cols); });
+void Weights::mark_tiles() {
+  each_storage(*this, [](void*, int, int64_t rows, int64_t cols, bool& on) { on = on || tiles_fit(rows, cols); });
 }
 
 void Weights::to_rows() {
   each_storage(*this, [](void* p, int esz, int64_t rows, int64_t cols, bool& on) {
-    if (on) panels_to_rows(p, esz, rows, cols);
+    if (on) tiles_to_rows(p, esz, rows, cols);
     on = false;
   });
 }
 
-bool Weights::in_panels() {
+bool Weights::in_tiles() {
   bool any = false;
   each_storage(*this, [&](void*, int, int64_t, int64_t, bool& on) { any = any || on; });
   return any;
@@ -236,7 +236,7 @@ void Weights::narrow(Precision p) {
   big.finish();
   each_matrix(*this, [&](WMat& m, Mat16& h) {
     if (m.size()) ds::narrow(m.data(), m.size(), p, h.data.data());
-    h.panels = m.panels();  // element by element: the storage order carries over
+    h.tiles = m.tiles();  // element by element: the storage order carries over
     m = WMat();
   });
 }

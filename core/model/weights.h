@@ -34,9 +34,9 @@ class WMat : public Eigen::Map<MatRM> {
   WMat() : Base(nullptr, 0, 0) {}
   WMat(const WMat& o) : Base(nullptr, 0, 0) {
     assign(o);
-    panels_ = o.panels_;
+    tiles_ = o.tiles_;
   }
-  WMat(WMat&& o) noexcept : Base(o.data(), o.rows(), o.cols()), keep_(std::move(o.keep_)), panels_(o.panels_) {
+  WMat(WMat&& o) noexcept : Base(o.data(), o.rows(), o.cols()), keep_(std::move(o.keep_)), tiles_(o.tiles_) {
     o.place(nullptr, 0, 0, {});
   }
   template <class D>
@@ -46,15 +46,15 @@ class WMat : public Eigen::Map<MatRM> {
   WMat& operator=(const WMat& o) {
     if (this != &o) {
       assign(o);
-      panels_ = o.panels_;
+      tiles_ = o.tiles_;
     }
     return *this;
   }
   WMat& operator=(WMat&& o) noexcept {
     if (this != &o) {
-      const bool panels = o.panels_;
+      const bool tiles = o.tiles_;
       place(o.data(), o.rows(), o.cols(), std::move(o.keep_));
-      panels_ = panels;
+      tiles_ = tiles;
       o.place(nullptr, 0, 0, {});
     }
     return *this;
@@ -68,11 +68,11 @@ class WMat : public Eigen::Map<MatRM> {
   void resize(Index r, Index c);
   // Views [p, p + r*c) of a block that `keep` holds alive (row-major).
   void place(float* p, Index r, Index c, Keep keep);
-  // Whether the values are stored in panels (perf/gemv.h) rather than row-major: then
+  // Whether the values are stored in tiles (perf/gemv.h) rather than row-major: then
   // element access and Eigen expressions on the matrix do not see it as a matrix;
   // read it through view() (MatView::row, gemv_rows) or convert it back first.
-  bool panels() const { return panels_; }
-  void set_panels(bool on) { panels_ = on; }
+  bool tiles() const { return tiles_; }
+  void set_tiles(bool on) { tiles_ = on; }
 
  private:
   template <class D>
@@ -80,10 +80,10 @@ class WMat : public Eigen::Map<MatRM> {
     const MatRM v = e;  // evaluated first: e may read this matrix
     resize(v.rows(), v.cols());
     if (v.size()) std::copy_n(v.data(), v.size(), data());
-    panels_ = false;
+    tiles_ = false;
   }
   Keep keep_;
-  bool panels_ = false;
+  bool tiles_ = false;
 };
 
 // 16-bit values of a Mat16, in a shared block or storage of their own.
@@ -126,7 +126,7 @@ struct Mat16 {
   Precision type = Precision::BF16;
   int64_t rows = 0, cols = 0;
   Buf16 data;
-  bool panels = false;  // stored in panels (perf/gemv.h) rather than row-major
+  bool tiles = false;  // stored in tiles (perf/gemv.h) rather than row-major
   bool empty() const { return data.empty(); }
   int64_t size() const { return rows * cols; }
   void row(int64_t r, float* out) const;  // widens one row
@@ -134,8 +134,8 @@ struct Mat16 {
 
 // A read-only view of a weight matrix in whichever storage it has.
 inline MatView view(const WMat& m, const Mat16& h) {
-  if (!h.empty()) return {h.data.data(), h.type, h.rows, h.cols, h.panels ? panel_rows(h.rows) : 0};
-  return {m.data(), Precision::F32, m.rows(), m.cols(), m.panels() ? panel_rows(m.rows()) : 0};
+  if (!h.empty()) return {h.data.data(), h.type, h.rows, h.cols, h.tiles ? tile_rows(h.rows) : 0};
+  return {m.data(), Precision::F32, m.rows(), m.cols(), m.tiles() ? tile_rows(m.rows()) : 0};
 }
 
 // A matrix is in W (float32) or, after Weights::narrow, in W16; never both.
@@ -225,15 +225,15 @@ struct Weights {
   void narrow(Precision p);
   // Bytes of every parameter in its storage type.
   int64_t bytes() const;
-  // Stores every large matrix whose shape allows it (panels_fit) in panels, for
+  // Stores every large matrix whose shape allows it (tiles_fit) in tiles, for
   // decoding (perf/gemv.h), in place; to_rows() converts back. Loaded models are kept
-  // in panels; Eigen code and element access (training, tests' references) need rows.
-  void to_panels();
+  // in tiles; Eigen code and element access (training, tests' references) need rows.
+  void to_tiles();
   void to_rows();
   // For loaders that wrote the values of every large matrix whose shape allows it in
-  // panels already: marks them so, converting nothing.
-  void mark_panels();
-  bool in_panels();  // whether any matrix is in panels
+  // tiles already: marks them so, converting nothing.
+  void mark_tiles();
+  bool in_tiles();  // whether any matrix is in tiles
 
   // Every non-empty parameter tensor with a stable name, e.g. "blocks.0.attn.q.W"
   // (used by checks, loaders, training and tests).

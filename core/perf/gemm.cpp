@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "perf/gemv.h"  // element_index (panels)
+#include "perf/gemv.h"  // element_index (tiles)
 #include "perf/transpose.h"
 
 #if defined(__AVX512F__)
@@ -49,7 +49,7 @@ inline void tile(const float* Ap, const float* Bp, int kc, float* C, int64_t ldc
   }
 }
 
-// Rows [r0, r0 + rows) of X, depth [k0, k0 + kc), as MR-row panels [kc][MR],
+// Rows [r0, r0 + rows) of X, depth [k0, k0 + kc), as MR-row tiles [kc][MR],
 // zero-padded past the last row.
 void pack_x(const float* X, int64_t K, int64_t r0, int rows, int64_t k0, int kc, float* Ap) {
   for (int p = 0; p < rows; p += MR) {
@@ -74,7 +74,7 @@ void pack_x(const float* X, int64_t K, int64_t r0, int rows, int64_t k0, int kc,
 }
 
 // Columns [n0, n0 + cols) of W^T (rows of W), depth [k0, k0 + kc), as NR-column
-// panels [kc][NR], zero-padded past the last column. W's first pr rows are in panels
+// tiles [kc][NR], zero-padded past the last column. W's first pr rows are in tiles
 // (perf/gemv.h): there each 8x8 block is contiguous, rows 8 floats apart.
 void pack_w(const float* W, int64_t K, int64_t pr, int64_t n0, int cols, int64_t k0, int kc, float* Bp) {
   for (int p = 0; p < cols; p += NR) {

@@ -76,7 +76,7 @@ void gemv_avx2(const void* W, int64_t cols, const float* x, float* y, int64_t r0
   }
 }
 
-// Groups g0 <= g < g1 of a matrix in panels: eight rows at a time, one accumulator per
+// Groups g0 <= g < g1 of a matrix in tiles: eight rows at a time, one accumulator per
 // row, each chunk of x loaded once for the eight.
 template <Precision P>
 void gemv_groups_avx2(const void* W, int64_t cols, const float* x, float* y, int64_t g0, int64_t g1) {
@@ -104,7 +104,7 @@ void gemv_groups_avx2(const void* W, int64_t cols, const float* x, float* y, int
   }
 }
 
-// Row k of the panel group at w: its chunks of 8 are 64 values apart.
+// Row k of the tile group at w: its chunks of 8 are 64 values apart.
 template <Precision P>
 float dot_group_row(const void* w, int64_t k, int64_t cols, const float* x) {
   __m256 a0 = _mm256_setzero_ps(), a1 = a0;
@@ -153,7 +153,7 @@ void gemv_portable(const void* W, Precision p, int64_t cols, const float* x, flo
 
 void gemv_rows(const void* W, Precision p, int64_t cols, const float* x, float* y, int64_t r0, int64_t r1, int64_t pr) {
 #ifdef DS_GEMV_AVX2
-  switch (p) {  // (panels only exist where cols is a multiple of 8; gemv_any_avx2 reads both storages)
+  switch (p) {  // (tiles only exist where cols is a multiple of 8; gemv_any_avx2 reads both storages)
     case Precision::F32:
       return gemv_any_avx2<Precision::F32>(W, cols, x, y, r0, r1, pr);
     case Precision::BF16:
@@ -166,10 +166,10 @@ void gemv_rows(const void* W, Precision p, int64_t cols, const float* x, float* 
 }
 
 namespace {
-// Rows r0 <= r < r1 of a matrix in panels as float32: each row's chunks of 8 values
+// Rows r0 <= r < r1 of a matrix in tiles as float32: each row's chunks of 8 values
 // are 64 values apart.
 template <Precision P>
-void panel_rows_f32(const void* W, int64_t cols, int64_t r0, int64_t r1, float* out) {
+void tile_rows_f32(const void* W, int64_t cols, int64_t r0, int64_t r1, float* out) {
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t first = (r - (r & 7)) * cols + (r & 7) * 8;  // element index of (r, 0)
     float* o = out + (r - r0) * cols;
@@ -192,13 +192,13 @@ void rows_f32(const void* W, Precision p, int64_t cols, int64_t pr, int64_t r0, 
   const int64_t pend = std::max(r0, std::min(r1, pr));
   switch (p) {
     case Precision::F32:
-      panel_rows_f32<Precision::F32>(W, cols, r0, pend, out);
+      tile_rows_f32<Precision::F32>(W, cols, r0, pend, out);
       break;
     case Precision::BF16:
-      panel_rows_f32<Precision::BF16>(W, cols, r0, pend, out);
+      tile_rows_f32<Precision::BF16>(W, cols, r0, pend, out);
       break;
     case Precision::F16:
-      panel_rows_f32<Precision::F16>(W, cols, r0, pend, out);
+      tile_rows_f32<Precision::F16>(W, cols, r0, pend, out);
       break;
   }
   if (pend == r1) return;
@@ -210,33 +210,33 @@ void rows_f32(const void* W, Precision p, int64_t cols, int64_t pr, int64_t r0, 
 }
 
 namespace {
-// Group g of a matrix of esz-byte elements: between its 8 rows (from) and its panel (to).
-void regroup(char* g, char* tmp, int esz, int64_t cols, bool to_panels) {
+// Group g of a matrix of esz-byte elements: between its 8 rows (from) and its tile (to).
+void regroup(char* g, char* tmp, int esz, int64_t cols, bool to_tiles) {
   const size_t bytes = size_t(8 * cols * esz), piece = size_t(8 * esz);
   std::memcpy(tmp, g, bytes);
   for (int64_t k = 0; k < 8; ++k)
     for (int64_t c = 0; c < cols; c += 8) {
-      const size_t row_major = size_t(k * cols + c) * esz, panel = size_t(c * 8 + k * 8) * esz;
-      if (to_panels)
-        std::memcpy(g + panel, tmp + row_major, piece);
+      const size_t row_major = size_t(k * cols + c) * esz, tile = size_t(c * 8 + k * 8) * esz;
+      if (to_tiles)
+        std::memcpy(g + tile, tmp + row_major, piece);
       else
-        std::memcpy(g + row_major, tmp + panel, piece);
+        std::memcpy(g + row_major, tmp + tile, piece);
     }
 }
-void regroup_all(void* W, int esz, int64_t rows, int64_t cols, bool to_panels) {
+void regroup_all(void* W, int esz, int64_t rows, int64_t cols, bool to_tiles) {
   const int64_t groups = rows / 8;
   char* base = static_cast<char*>(W);
 #pragma omp parallel if (groups >= 64)
   {
     std::vector<char> tmp(size_t(8 * cols * esz));
 #pragma omp for schedule(static)
-    for (int64_t g = 0; g < groups; ++g) regroup(base + g * 8 * cols * esz, tmp.data(), esz, cols, to_panels);
+    for (int64_t g = 0; g < groups; ++g) regroup(base + g * 8 * cols * esz, tmp.data(), esz, cols, to_tiles);
   }
 }
 }  // namespace
 
-void rows_to_panels(void* W, int esz, int64_t rows, int64_t cols) { regroup_all(W, esz, rows, cols, true); }
-void panels_to_rows(void* W, int esz, int64_t rows, int64_t cols) { regroup_all(W, esz, rows, cols, false); }
+void rows_to_tiles(void* W, int esz, int64_t rows, int64_t cols) { regroup_all(W, esz, rows, cols, true); }
+void tiles_to_rows(void* W, int esz, int64_t rows, int64_t cols) { regroup_all(W, esz, rows, cols, false); }
 
 void widen_rows(const uint16_t* W, Precision p, int64_t cols, int64_t r0, int64_t r1, float* out) {
   const uint16_t* in = W + r0 * cols;

@@ -8,30 +8,30 @@
 
 namespace ds {
 
-// Panels: the storage a matrix is given for decoding. Its rows are taken in groups of
+// Tiles: the storage a matrix is given for decoding. Its rows are taken in groups of
 // 8, and each group is stored as chunks of 8 columns, the group's 8 rows one after
 // another in each chunk: [r0 c0-7][r1 c0-7] ... [r7 c0-7][r0 c8-15] ... A product
 // with a vector then still reads the matrix as one sequential stream, and loads each
 // value of the vector once per 8 rows instead of once per row (measured on one core:
-// 1.05x the read floor row by row, 1.00x in panels). A group covers the same bytes as
+// 1.05x the read floor row by row, 1.00x in tiles). A group covers the same bytes as
 // its rows row-major, so converting is done in place, group by group. Only the first
-// panel_rows(rows) rows are in groups; the rest stay row-major after them. A matrix
-// whose cols is not a multiple of 8 is not stored in panels.
-inline bool panels_fit(int64_t rows, int64_t cols) { return rows >= 8 && cols > 0 && cols % 8 == 0; }
-inline int64_t panel_rows(int64_t rows) { return rows / 8 * 8; }
+// tile_rows(rows) rows are in groups; the rest stay row-major after them. A matrix
+// whose cols is not a multiple of 8 is not stored in tiles.
+inline bool tiles_fit(int64_t rows, int64_t cols) { return rows >= 8 && cols > 0 && cols % 8 == 0; }
+inline int64_t tile_rows(int64_t rows) { return rows / 8 * 8; }
 // Where element (r, c) is, counted in elements from the start of the matrix, when its
-// first pr rows are in panels (pr == 0: row-major).
+// first pr rows are in tiles (pr == 0: row-major).
 inline int64_t element_index(int64_t r, int64_t c, int64_t cols, int64_t pr) {
   if (r >= pr) return r * cols + c;
   return (r - (r & 7)) * cols + (c - (c & 7)) * 8 + (r & 7) * 8 + (c & 7);
 }
-// Converts a [rows, cols] matrix of esz-byte elements between row-major and panels,
-// in place (panels_fit(rows, cols) must hold).
-void rows_to_panels(void* W, int esz, int64_t rows, int64_t cols);
-void panels_to_rows(void* W, int esz, int64_t rows, int64_t cols);
+// Converts a [rows, cols] matrix of esz-byte elements between row-major and tiles,
+// in place (tiles_fit(rows, cols) must hold).
+void rows_to_tiles(void* W, int esz, int64_t rows, int64_t cols);
+void tiles_to_rows(void* W, int esz, int64_t rows, int64_t cols);
 
 // y[r - r0] = sum_c W[r, c] x[c] for rows r0 <= r < r1 of a [rows, cols] matrix whose
-// element type is p (W points at row 0) and whose first pr rows are in panels (0:
+// element type is p (W points at row 0) and whose first pr rows are in tiles (0:
 // all row-major). Uses AVX2/FMA (and F16C) when the build targets them, plain loops
 // otherwise.
 void gemv_rows(const void* W, Precision p, int64_t cols, const float* x, float* y, int64_t r0, int64_t r1,
@@ -50,19 +50,19 @@ void widen_rows(const uint16_t* W, Precision p, int64_t cols, int64_t r0, int64_
 void narrow(const float* in, int64_t n, Precision p, uint16_t* out);
 
 // A matrix in any of the storages above: where it is, its element type, its shape and
-// how many of its first rows are in panels.
+// how many of its first rows are in tiles.
 struct MatView {
   const void* data = nullptr;
   Precision type = Precision::F32;
   int64_t rows = 0, cols = 0;
-  int64_t panel_rows = 0;  // the first panel_rows rows are in panels
+  int64_t tile_rows = 0;  // the first tile_rows rows are in tiles
   bool empty() const { return rows * cols == 0; }
   void row(int64_t r, float* out) const { rows_f32(r, r + 1, out); }
   // Rows r0 <= r < r1 as float32, row-major.
-  void rows_f32(int64_t r0, int64_t r1, float* out) const { ds::rows_f32(data, type, cols, panel_rows, r0, r1, out); }
+  void rows_f32(int64_t r0, int64_t r1, float* out) const { ds::rows_f32(data, type, cols, tile_rows, r0, r1, out); }
   // y[r - r0] = (W x)[r] for r0 <= r < r1.
   void gemv(const float* x, float* y, int64_t r0, int64_t r1) const {
-    gemv_rows(data, type, cols, x, y, r0, r1, panel_rows);
+    gemv_rows(data, type, cols, x, y, r0, r1, tile_rows);
   }
 };
 

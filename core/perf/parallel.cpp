@@ -27,7 +27,7 @@ void touch(const float* p, size_t n) {
 // Claims rows of a share: a quarter of what is left (at least 8 rows, in multiples of
 // 8), from the front or the back. Shares start on a multiple of 8 rows, and a claim
 // from the back ends its piece on one too, so that pieces keep to whole groups of
-// matrices in panels (perf/gemv.h) even when the share's length is not a multiple of
+// matrices in tiles (perf/gemv.h) even when the share's length is not a multiple of
 // 8. False when nothing is left.
 bool claim_rows(std::atomic<uint64_t>& fb, bool front, int64_t& r0, int64_t& r1) {
   uint64_t cur = fb.load(std::memory_order_relaxed);
@@ -53,7 +53,8 @@ void part_rows(std::span<const MatvecPart> parts, const float* x, int64_t g0, in
     if (a < b) {
       float* y = p.y + (a - base);
       p.W.gemv(x, y, a - base, b - base);
-      if (p.bias) Eigen::Map<Eigen::VectorXf>(y, b - a) += Eigen::Map<const Eigen::VectorXf>(p.bias + (a - base), b - a);
+      if (p.bias)
+        Eigen::Map<Eigen::VectorXf>(y, b - a) += Eigen::Map<const Eigen::VectorXf>(p.bias + (a - base), b - a);
       if (p.gelu) gelu_tanh_inplace(y, b - a);
     }
     base += p.W.rows;

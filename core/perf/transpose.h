@@ -1,7 +1,7 @@
 #pragma once
 // 8x8 transposes of float32 and 16-bit blocks, in vector registers where the build
 // targets AVX2 (float32) or SSE2 (16-bit values). Used to turn [in, out] weight files
-// into [out, in] rows and to pack matrix panels for the prefill's products.
+// into [out, in] rows and to pack matrix tiles for the prefill's products.
 #include <cstdint>
 
 #if defined(__AVX2__) || defined(__SSE2__)

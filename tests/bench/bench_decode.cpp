@@ -61,7 +61,7 @@ int bench_decode(int argc, char** argv) {
     std::fprintf(stderr, "--precision must be f32, bf16 or f16\n");
     return 2;
   }
-  w.to_panels();  // as loaded models are
+  w.to_tiles();  // as loaded models are
   auto m = std::make_shared<const ds::Model>(c, std::move(w));
   std::printf("model                   %s (random, in memory): %.1f M parameters, %.1f MB as %s\n", name.c_str(),
               m->w.parameter_count() / 1e6, m->w.bytes() / 1e6, ds::precision_name(m->w.precision()));

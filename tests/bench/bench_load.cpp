@@ -8,7 +8,7 @@
 // decoderscope's own format (stored as the engine keeps them). Then, --reps times: evicts
 // the file from the page cache (posix_fadvise, checked with mincore; --drop-caches
 // drops every clean cache instead) and times a plain read() of it; evicts it again
-// and times load_model_folder writing the matrices in panels (as load_model does),
+// and times load_model_folder writing the matrices in tiles (as load_model does),
 // the F32 file loaded as float32 and the BF16 file as
 // bfloat16, reading the peak RSS (VmHWM, reset just before each load, after handing
 // the memory earlier rounds freed back to the system). Prints the
@@ -284,7 +284,7 @@ int bench_load(int argc, char** argv) {
       c.before_mb.push_back(double(status_kb("VmRSS:")) * 1024.0 / 1e6);
       try {
         const double t0 = now();
-        ds::FolderModel m = ds::load_model_folder(c.dir, c.precision, true);  // in panels, as load_model
+        ds::FolderModel m = ds::load_model_folder(c.dir, c.precision, true);  // in tiles, as load_model
         c.load_s.push_back(now() - t0);
         c.peak_mb.push_back(double(status_kb("VmHWM:")) * 1024.0 / 1e6);
         c.weights_mb = double(m.w.bytes()) / 1e6;

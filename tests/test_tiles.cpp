@@ -1,7 +1,7 @@
-// Panels (perf/gemv.h): the storage loaded models keep their matrices in for decoding.
+// Tiles (perf/gemv.h): the storage loaded models keep their matrices in for decoding.
 // Checked against the row-major matrix they came from: the element positions, the
-// conversion both ways, products and rows read from panels (against double loops),
-// and prefill products packed from panels.
+// conversion both ways, products and rows read from tiles (against double loops),
+// and prefill products packed from tiles.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,16 +26,16 @@ std::vector<float> random_values(int64_t n, uint32_t seed) {
 // (rows, cols) shapes: whole groups, a row-major tail, one group, wide rows.
 const std::vector<std::pair<int64_t, int64_t>> kShapes = {{8, 8}, {13, 24}, {50, 768}, {16, 3072}, {57, 40}};
 
-TEST(Panels, ConversionPlacesEveryElementAndRoundTrips) {
+TEST(Tiles, ConversionPlacesEveryElementAndRoundTrips) {
   for (auto [rows, cols] : kShapes) {
     SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(cols));
     const std::vector<float> orig = random_values(rows * cols, 1);
     std::vector<float> p = orig;
-    ds::rows_to_panels(p.data(), sizeof(float), rows, cols);
+    ds::rows_to_tiles(p.data(), sizeof(float), rows, cols);
     if (cols > 8) {  // (one chunk wide, a group is its rows)
       EXPECT_NE(p, orig);
     }
-    const int64_t pr = ds::panel_rows(rows);
+    const int64_t pr = ds::tile_rows(rows);
     // Chunks of 8 columns of the 8 rows of a group follow each other.
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) {
@@ -43,12 +43,12 @@ TEST(Panels, ConversionPlacesEveryElementAndRoundTrips) {
         ASSERT_EQ(ds::element_index(r, c, cols, pr), want);
         ASSERT_EQ(p[size_t(want)], orig[size_t(r * cols + c)]) << r << "," << c;
       }
-    ds::panels_to_rows(p.data(), sizeof(float), rows, cols);
+    ds::tiles_to_rows(p.data(), sizeof(float), rows, cols);
     EXPECT_EQ(p, orig);
   }
 }
 
-TEST(Panels, ProductsAndRowsMatchDoubleLoops) {
+TEST(Tiles, ProductsAndRowsMatchDoubleLoops) {
   for (ds::Precision prec : {ds::Precision::F32, ds::Precision::BF16, ds::Precision::F16}) {
     for (auto [rows, cols] : kShapes) {
       SCOPED_TRACE(std::string(ds::precision_name(prec)) + " " + std::to_string(rows) + "x" + std::to_string(cols));
@@ -65,8 +65,8 @@ TEST(Panels, ProductsAndRowsMatchDoubleLoops) {
       }
       std::vector<float> stored = w;
       void* data = prec == ds::Precision::F32 ? static_cast<void*>(stored.data()) : static_cast<void*>(h.data());
-      ds::rows_to_panels(data, ds::precision_bytes(prec), rows, cols);
-      const int64_t pr = ds::panel_rows(rows);
+      ds::rows_to_tiles(data, ds::precision_bytes(prec), rows, cols);
+      const int64_t pr = ds::tile_rows(rows);
       // Ranges that start and end inside groups and in the row-major tail.
       for (auto [r0, r1] :
            std::vector<std::pair<int64_t, int64_t>>{{0, rows}, {3, rows - 2}, {5, 7}, {rows - 1, rows}}) {
@@ -89,7 +89,7 @@ TEST(Panels, ProductsAndRowsMatchDoubleLoops) {
   }
 }
 
-TEST(Panels, PrefillProductsPackFromPanels) {
+TEST(Tiles, PrefillProductsPackFromTiles) {
   if (!ds::gemm_nt_available()) GTEST_SKIP() << "gemm_nt needs an AVX-512 build";
   for (auto [N, K] : std::vector<std::pair<int64_t, int64_t>>{{77, 40}, {64, 768}, {1000, 24}}) {
     for (int threads : {1, 2}) {
@@ -97,9 +97,9 @@ TEST(Panels, PrefillProductsPackFromPanels) {
       const int64_t T = 29;
       const std::vector<float> w = random_values(N * K, 4), X = random_values(T * K, 5);
       std::vector<float> p = w;
-      ds::rows_to_panels(p.data(), sizeof(float), N, K);
+      ds::rows_to_tiles(p.data(), sizeof(float), N, K);
       std::vector<float> Y(size_t(T * N));
-      ds::gemm_nt(X.data(), T, K, p.data(), N, Y.data(), N, threads, ds::panel_rows(N));
+      ds::gemm_nt(X.data(), T, K, p.data(), N, Y.data(), N, threads, ds::tile_rows(N));
       for (int64_t t = 0; t < T; ++t)
         for (int64_t n = 0; n < N; ++n) {
           double want = 0, mag = 0;
@@ -113,7 +113,7 @@ TEST(Panels, PrefillProductsPackFromPanels) {
   }
 }
 
-TEST(Panels, WeightsConvertInPlaceAndBack) {
+TEST(Tiles, WeightsConvertInPlaceAndBack) {
   ds::Config c;
   c.d_model = 24;
   c.n_heads = 3;
@@ -125,9 +125,9 @@ TEST(Panels, WeightsConvertInPlaceAndBack) {
   c.max_seq = 16;
   const ds::Weights orig = ds::Weights::random(c, 11);
   ds::Weights w = orig;
-  w.to_panels();
-  ASSERT_TRUE(w.in_panels());
-  EXPECT_TRUE(w.blocks[1].ffn.down.W.panels());
+  w.to_tiles();
+  ASSERT_TRUE(w.in_tiles());
+  EXPECT_TRUE(w.blocks[1].ffn.down.W.tiles());
   EXPECT_NE(w.blocks[1].ffn.down.W.data(), orig.blocks[1].ffn.down.W.data());  // a deep copy
   // Rows read through the views are the original rows.
   std::vector<float> row(static_cast<size_t>(c.d_model));
@@ -138,12 +138,12 @@ TEST(Panels, WeightsConvertInPlaceAndBack) {
   // Narrowing keeps the storage order; converting back restores every value.
   ds::Weights n = w;
   n.narrow(ds::Precision::BF16);
-  EXPECT_TRUE(n.blocks[0].attn.q.W16.panels);
+  EXPECT_TRUE(n.blocks[0].attn.q.W16.tiles);
   n.blocks[0].attn.q.view().row(5, row.data());
   for (int j = 0; j < c.d_model; ++j)
     EXPECT_EQ(row[size_t(j)], ds::bf16_to_f32(ds::f32_to_bf16(orig.blocks[0].attn.q.W(5, j))));
   w.to_rows();
-  EXPECT_FALSE(w.in_panels());
+  EXPECT_FALSE(w.in_tiles());
   EXPECT_EQ(w.blocks[1].ffn.down.W, orig.blocks[1].ffn.down.W);
   EXPECT_EQ(w.tok_embed, orig.tok_embed);
   EXPECT_EQ(w.blocks[0].attn.q.W, orig.blocks[0].attn.q.W);

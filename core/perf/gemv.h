@@ -12,8 +12,7 @@ namespace ds {
 // 8, and each group is stored as chunks of 8 columns, the group's 8 rows one after
 // another in each chunk: [r0 c0-7][r1 c0-7] ... [r7 c0-7][r0 c8-15] ... A product
 // with a vector then still reads the matrix as one sequential stream, and loads each
-// value of the vector once per 8 rows instead of once per row (measured on one core:
-// 1.05x the read floor row by row, 1.00x in tiles). A group covers the same bytes as
+// value of the vector once per 8 rows instead of once per row. A group covers the same bytes as
 // its rows row-major, so converting is done in place, group by group. Only the first
 // tile_rows(rows) rows are in groups; the rest stay row-major after them. A matrix
 // whose cols is not a multiple of 8 is not stored in tiles.

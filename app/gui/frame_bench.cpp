@@ -1,0 +1,84 @@
+#include "frame_bench.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+
+#include "app.h"
+#include "window_io.h"
+
+namespace dsgui {
+
+namespace {
+
+// CPU time of the calling thread, in seconds (what the window's thread itself ran).
+double thread_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
+// Page faults of the whole process that had to read from disk (code or data the
+// system had dropped from memory), so far.
+long major_faults() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_majflt;
+}
+
+}  // namespace
+
+void FrameBench::begin_frame(double t, bool stepping) {
+  const double cpu = thread_cpu_s();
+  const long faults = major_faults();
+  cur_.total = (t - last_frame_) * 1000.0;
+  cur_.cpu = (cpu - last_cpu_) * 1000.0;
+  cur_.faults = faults - last_faults_;
+  if (last_frame_ > 0 && stepping) frames_.push_back(cur_);
+  cur_ = FrameTimes{};
+  last_cpu_ = cpu;
+  last_faults_ = faults;
+  last_frame_ = t;
+  mark_ = t;
+}
+
+void FrameBench::lap(double FrameTimes::*part) {
+  const double t = now_s();
+  cur_.*part = (t - mark_) * 1000.0;
+  mark_ = t;
+}
+
+void FrameBench::report(const App& app) {
+  std::sort(frames_.begin(), frames_.end(), [](const FrameTimes& a, const FrameTimes& b) { return a.total < b.total; });
+  const size_t n = frames_.size();
+  const double p99 = n ? frames_[std::min(n - 1, size_t(std::ceil(0.99 * double(n))) - 1)].total : 0;
+  const double med = n ? frames_[n / 2].total : 0;
+  const int steps = int(app.trace.steps.size());
+  const double secs = steps_t1 - steps_t0;
+  std::printf(
+      "bench: %s (%s, engine %d thread%s), %d steps in %.2f s (%.0f ms a step, %.1f tokens/s), %zu frames "
+      "while stepping: longest %.1f ms, 99th percentile %.1f ms, median %.1f ms\n",
+      app.model ? app.model->name.c_str() : "?", app.model ? ds::precision_name(app.model->precision) : "?",
+      app.engine_threads, app.engine_threads == 1 ? "" : "s", steps, secs, steps ? secs * 1000 / double(steps) : 0.0,
+      secs > 0 ? double(steps) / secs : 0.0, n, n ? frames_.back().total : 0.0, p99, med);
+  for (size_t i = n; i-- > 0 && i + 3 >= n;) {
+    const FrameTimes& f = frames_[i];
+    std::printf(
+        "bench:   a %.1f ms frame: events %.1f, build %.1f, render %.1f, swap %.1f, rest %.1f ms; "
+        "window thread ran %.1f ms of it; %ld page faults read from disk\n",
+        f.total, f.events, f.build, f.render, f.swap, std::max(0.0, f.total - f.events - f.build - f.render - f.swap),
+        f.cpu, f.faults);
+  }
+  std::printf("bench: heatmap uploads: %llu whole, %llu only new rows, %.2f MB\n",
+              (unsigned long long)app.uploads.whole, (unsigned long long)app.uploads.appends,
+              double(app.uploads.bytes) / 1e6);
+  std::sort(idle_ms_.begin(), idle_ms_.end());
+  if (!idle_ms_.empty())
+    std::printf("bench: %zu frames with the engine idle: median %.1f ms, longest %.1f ms\n", idle_ms_.size(),
+                idle_ms_[idle_ms_.size() / 2], idle_ms_.back());
+}
+
+}  // namespace dsgui

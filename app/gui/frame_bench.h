@@ -1,0 +1,42 @@
+#pragma once
+// decoderscope --bench: how long the window's frames take while the engine steps and
+// after, and where the time of the slowest frames went.
+#include <vector>
+
+namespace dsgui {
+
+class App;
+
+// Where the time of one frame went, in ms. A frame runs from the top of the main loop
+// to the next top: events (the worker's, folded into the trace), build (ImGui and the
+// views, heatmap uploads and passes), render (ImGui's draw lists), swap, and waiting
+// for the window system; cpu is what the window's thread ran; faults, the page faults
+// that read from disk meanwhile (in any thread).
+struct FrameTimes {
+  double total = 0, events = 0, build = 0, render = 0, swap = 0, cpu = 0;
+  long faults = 0;
+};
+
+class FrameBench {
+ public:
+  // At the top of a frame at time t: closes the last frame's record (kept when the
+  // engine was stepping during it).
+  void begin_frame(double t, bool stepping);
+  // The ms since the last lap, into a part of the current frame.
+  void lap(double FrameTimes::*part);
+  // A frame's length in ms with the engine idle.
+  void idle_frame(double ms) { idle_ms_.push_back(ms); }
+  // When the steps started and ended.
+  double steps_t0 = 0, steps_t1 = 0;
+  // Prints the figures on stdout.
+  void report(const App& app);
+
+ private:
+  std::vector<FrameTimes> frames_;  // frames while stepping
+  std::vector<double> idle_ms_;     // frame times after
+  FrameTimes cur_;
+  double last_frame_ = 0, last_cpu_ = 0, mark_ = 0;
+  long last_faults_ = 0;
+};
+
+}  // namespace dsgui

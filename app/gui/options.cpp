@@ -1,0 +1,170 @@
+#include "options.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "app.h"
+#include "models.h"
+
+namespace dsgui {
+
+namespace {
+
+const char* kUsage = R"(decoderscope: watch a transformer decoder write text one token at a time.
+
+usage: decoderscope [--model M] [--tokenizer F] [--precision f32|bf16|f16] [--threads N]
+                    [--prompt T | --source T] [--trace FILE.json]
+                    [--steps N] [--view attention|heads|cross|residual|next|lens|branches]
+                    [--layer L] [--head H|mean] [--select POS] [--scores] [--mask-only] [--log]
+                    [--colormap viridis|magma|greys] [--light] [--scale S]
+                    [--temperature T] [--top-k K] [--top-p P] [--seed S] [--head-off L:H ...]
+                    [--step-back K] [--fork-at STEP [--fork-seed S]]
+                    [--screenshot out.png] [--save-heatmap cells.png] [--save-trace out.json]
+                    [--bench] [--size WxH]
+
+--model: a llama2.c .bin, a GPT-2 folder, builtin:NAME, random:decoder, random:encdec or
+  random:gpt2-small (default: builtin:dates, else the aidreams260K fixture, else random:decoder).
+--precision: how the model's weights are kept in memory: f32 (float32, the default), bf16
+  (bfloat16) or f16 (float16). 16-bit weights halve the memory each token reads; the
+  arithmetic stays float32, at a small cost in accuracy.
+--threads: threads the engine computes a step with (default 1, which leaves the other
+  cores to the window).
+--prompt (decoder) or --prompt as the target prefix and --source (encoder-decoder).
+--trace: open a saved trace instead of a model (replay; nothing is recomputed).
+Scripted runs: --screenshot sets up, runs --steps steps (default 8), waits for the engine,
+  renders a few frames, saves the window as PNG (and PNG.json with the heatmap cells'
+  rectangles, for tests) and exits 0; --save-heatmap also saves the cells of the view's
+  heatmap alone. --step-back K then scrubs back K steps and
+  regenerates them with the engine (rewind + step) before the picture is taken.
+  --head-off L:H (repeatable) re-runs the last step with those heads switched off.
+  --fork-at STEP keeps the run as a branch, forks at STEP (1-based) with seed
+  --fork-seed and generates again to --steps (for the Branches view).
+--bench: runs 50 steps of a GPT-2-small-sized random model (or --model) while the window
+  keeps drawing, and prints the longest frame time and the 99th percentile.
+Keys: Right step, Left step back, Space play/pause, Ctrl +/- bigger/smaller.
+)";
+
+}  // namespace
+
+[[noreturn]] void die(const std::string& msg) {
+  std::fprintf(stderr, "decoderscope: %s\n", msg.c_str());
+  std::exit(2);
+}
+
+namespace {
+
+long to_int(const std::string& s, const std::string& opt) {
+  char* end = nullptr;
+  long v = std::strtol(s.c_str(), &end, 10);
+  if (s.empty() || *end) die(opt + " expects an integer, got '" + s + "'");
+  return v;
+}
+
+float to_float(const std::string& s, const std::string& opt) {
+  char* end = nullptr;
+  float v = std::strtof(s.c_str(), &end);
+  if (s.empty() || *end || !std::isfinite(v)) die(opt + " expects a number, got '" + s + "'");
+  return v;
+}
+
+}  // namespace
+
+Options parse_options(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) die(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (a == "--model")
+      o.model = val();
+    else if (a == "--tokenizer")
+      o.tokenizer = val();
+    else if (a == "--precision") {
+      std::string v = val();
+      if (!parse_precision(v, o.precision)) die("--precision expects f32, bf16 or f16, got '" + v + "'");
+    } else if (a == "--threads")
+      o.threads = int(to_int(val(), a));
+    else if (a == "--prompt")
+      o.prompt = val(), o.has_prompt = true;
+    else if (a == "--source")
+      o.source = val(), o.has_source = true;
+    else if (a == "--trace")
+      o.trace = val();
+    else if (a == "--steps")
+      o.steps = int(to_int(val(), a)), o.has_steps = true;
+    else if (a == "--view")
+      o.view = val();
+    else if (a == "--layer")
+      o.layer = int(to_int(val(), a));
+    else if (a == "--head") {
+      std::string v = val();
+      o.head = v == "mean" ? -1 : int(to_int(v, a));
+    } else if (a == "--select")
+      o.select = int(to_int(val(), a));
+    else if (a == "--step-back")
+      o.step_back = int(to_int(val(), a));
+    else if (a == "--fork-at")
+      o.fork_at = int(to_int(val(), a));
+    else if (a == "--fork-seed")
+      o.fork_seed = to_int(val(), a);
+    else if (a == "--screenshot")
+      o.screenshot = val();
+    else if (a == "--save-trace")
+      o.save_trace = val();
+    else if (a == "--save-heatmap")
+      o.save_heatmap = val();
+    else if (a == "--scores")
+      o.scores = true;
+    else if (a == "--mask-only")
+      o.mask_only = true;
+    else if (a == "--log")
+      o.log = true;
+    else if (a == "--light")
+      o.light = true;
+    else if (a == "--bench")
+      o.bench = true;
+    else if (a == "--colormap")
+      o.colormap = val();
+    else if (a == "--scale")
+      o.scale = to_float(val(), a);
+    else if (a == "--temperature")
+      o.sampler.temperature = to_float(val(), a), o.has_sampler = true;
+    else if (a == "--top-k")
+      o.sampler.top_k = int(to_int(val(), a)), o.has_sampler = true;
+    else if (a == "--top-p")
+      o.sampler.top_p = to_float(val(), a), o.has_sampler = true;
+    else if (a == "--seed")
+      o.sampler.seed = uint64_t(to_int(val(), a)), o.has_sampler = true;
+    else if (a == "--head-off") {
+      std::string v = val();
+      auto c = v.find(':');
+      if (c == std::string::npos) die("--head-off expects LAYER:HEAD, got '" + v + "'");
+      o.heads_off.push_back({int(to_int(v.substr(0, c), a)), int(to_int(v.substr(c + 1), a))});
+    } else if (a == "--size") {
+      std::string v = val();
+      auto x = v.find('x');
+      if (x == std::string::npos) die("--size expects WIDTHxHEIGHT");
+      o.width = int(to_int(v.substr(0, x), a));
+      o.height = int(to_int(v.substr(x + 1), a));
+    } else
+      die("unknown option '" + a + "' (try --help)");
+  }
+  bool known = false;
+  for (const char* v : kViewIds) known |= o.view == v;
+  if (!known) die("unknown view '" + o.view + "': use attention, heads, cross, residual, next, lens or branches");
+  if (o.bench && o.model.empty()) o.model = "random:gpt2-small";
+  if (o.bench && !o.has_steps) o.steps = 50;
+  if (o.steps < 0 || o.steps > 100000) die("--steps out of range");
+  if (o.threads < 1 || o.threads > 256) die("--threads must be between 1 and 256");
+  if (o.scale < 0.5f || o.scale > 4.0f) die("--scale must be between 0.5 and 4");
+  if (o.width < 320 || o.height < 240) die("--size too small");
+  return o;
+}
+
+}  // namespace dsgui

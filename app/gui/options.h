@@ -1,0 +1,34 @@
+#pragma once
+// The window's command line (decoderscope --help).
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sample/sampler.h"
+#include "util/precision.h"
+
+namespace dsgui {
+
+struct Options {
+  std::string model, tokenizer, prompt, source, trace, view = "attention", screenshot, save_trace, save_heatmap;
+  std::string colormap;
+  bool has_prompt = false, has_source = false, has_steps = false;
+  int steps = 8, layer = 0, head = 0, select = -1, step_back = 0, fork_at = 0, threads = 1;
+  ds::Precision precision = ds::Precision::F32;
+  long fork_seed = -1;
+  bool scores = false, mask_only = false, log = false, light = false, bench = false;
+  float scale = 1.0f;
+  int width = 1280, height = 800;
+  bool has_sampler = false;
+  ds::SamplerConfig sampler{1.0f, 0, 0.9f, 0};
+  std::vector<std::pair<int, int>> heads_off;
+};
+
+// Parses the command line; prints the usage and exits 0 for --help, or exits 2 with a
+// message naming a bad option.
+Options parse_options(int argc, char** argv);
+
+// Prints "decoderscope: msg" on stderr and exits 2.
+[[noreturn]] void die(const std::string& msg);
+
+}  // namespace dsgui

@@ -1,0 +1,172 @@
+#include "script.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+
+#include "app.h"
+#include "window_io.h"
+
+namespace dsgui {
+
+ScriptedRun::ScriptedRun(const Options& o, App& app, double t_start, FrameBench* bench)
+    : o_(o), app_(app), bench_(bench), t_start_(t_start) {}
+
+void ScriptedRun::step(int n) {
+  Command c;
+  c.kind = Command::Step;
+  c.n = n;
+  app_.worker.post(c);
+}
+
+void ScriptedRun::settle_settings() {
+  const ds::Config& c = app_.trace.config;
+  app_.layer = std::clamp(o_.layer, 0, std::max(0, c.n_layers - 1));
+  app_.cross_layer = app_.layer;
+  app_.head = std::clamp(o_.head, -1, c.n_heads - 1);
+  app_.cross_head = app_.head;
+  if (o_.select >= 0) app_.sel_pos = o_.select;
+  for (int v = 0; v < kViewCount; ++v)
+    if (o_.view == kViewIds[v]) app_.view = v;
+  app_.view_request = true;
+}
+
+// The steps asked for are in: re-run with heads off, fork, scrub back, or settle.
+void ScriptedRun::after_steps(int have) {
+  app_.cursor = have - 1;
+  if (!o_.heads_off.empty() && have > 0) {
+    // Re-run the last step with these heads switched off, to compare.
+    app_.heads_off = o_.heads_off;
+    app_.rerun_with_heads(have - 1);
+    phase_ = kRegen;
+  } else if (o_.fork_at > 0 && have > 0) {
+    const int keep = std::clamp(o_.fork_at - 1, 0, have - 1);
+    app_.cursor = keep;
+    app_.fork_here();  // keeps steps < keep in the engine
+    if (o_.fork_seed >= 0) app_.sampler.seed = uint64_t(o_.fork_seed);
+    app_.send_sampler();
+    step(have - keep);
+    phase_ = kRegen;
+  } else if (o_.step_back > 0 && have > 0) {
+    app_.cursor = std::max(0, have - 1 - o_.step_back);
+    phase_ = kScrub;
+  } else {
+    phase_ = kSettle;
+  }
+  phase_frames_ = 0;
+}
+
+bool ScriptedRun::advance(double t, double prev_frame) {
+  if (!app_.error.empty()) {
+    std::fprintf(stderr, "decoderscope: scripted run failed: %s\n", app_.error.c_str());
+    return false;
+  }
+  if (t - t_start_ > 600) {
+    std::fprintf(stderr, "decoderscope: scripted run timed out\n");
+    return false;
+  }
+  const int have = int(app_.trace.steps.size());
+  const bool idle = !app_.worker.busy();
+  switch (phase_) {
+    case kLoad:
+      if (!app_.started || !idle) break;
+      settle_settings();                          // the view asked for is on screen while the steps run
+      if (bench_ && o_.steps > 0) step(o_.steps);  // the engine at full speed
+      if (bench_) bench_->steps_t0 = t;
+      phase_ = kStep;
+      break;
+    case kStep:
+      // Screenshots: one step a frame, as a class pressing Right would, so that the
+      // views grow with every step as they do in use.
+      if (!bench_ && idle && have < o_.steps && !app_.done) {
+        step(1);
+      } else if (idle && (have >= o_.steps || app_.done)) {
+        if (bench_) bench_->steps_t1 = t;
+        after_steps(have);
+      }
+      break;
+    case kScrub:
+      if (++phase_frames_ >= 3) {
+        const int keep = std::max(1, have - o_.step_back);
+        app_.rewind_engine(keep);
+        step(have - keep);
+        app_.cursor = keep - 1;
+        phase_ = kRegen;
+      }
+      break;
+    case kRegen:
+      if (idle && (have >= o_.steps || app_.done)) {
+        app_.cursor = have - 1;
+        phase_ = kSettle;
+        phase_frames_ = 0;
+      }
+      break;
+    case kSettle:
+      if (phase_frames_ == 0) {
+        settle_settings();
+        if (!o_.save_trace.empty()) app_.save_trace(o_.save_trace);
+      }
+      if (bench_ && phase_frames_ > 4) bench_->idle_frame((t - prev_frame) * 1000.0);
+      if (++phase_frames_ >= (bench_ ? 64 : 4) && idle && !app_.lens_pending) phase_ = kShoot;
+      break;
+    case kShoot:
+    case kEnd:
+      break;
+  }
+  return true;
+}
+
+int ScriptedRun::shoot(int fw, int fh, int gl_errors) {
+  int rc = 0;
+  if (!o_.screenshot.empty()) {
+    if (!save_window(o_.screenshot, fw, fh)) {
+      std::fprintf(stderr, "decoderscope: cannot write %s\n", o_.screenshot.c_str());
+      rc = 1;
+    }
+    write_sidecar(o_.screenshot + ".json", app_, o_, fw, fh, gl_errors);
+  }
+  if (!o_.save_heatmap.empty()) {
+    auto it = app_.targets.find(app_.last_heatmap);
+    if (it == app_.targets.end() || !it->second ||
+        !write_png(o_.save_heatmap, it->second->width(), it->second->height(), it->second->read())) {
+      std::fprintf(stderr, "decoderscope: cannot save the heatmap to %s\n", o_.save_heatmap.c_str());
+      rc = 1;
+    }
+  }
+  if (bench_) bench_->report(app_);
+  if (gl_errors) {
+    std::fprintf(stderr, "decoderscope: %d OpenGL errors\n", gl_errors);
+    rc = 3;
+  }
+  phase_ = kEnd;
+  return rc;
+}
+
+void write_sidecar(const std::string& path, const App& app, const Options& o, int w, int h, int gl_errors) {
+  std::ofstream f(path);
+  f << "{\n  \"width\": " << w << ", \"height\": " << h << ", \"view\": \"" << o.view
+    << "\", \"gl_errors\": " << gl_errors << ",\n";
+  f << "  \"mask_colors\": [[" << int(kMaskA[0]) << ", " << int(kMaskA[1]) << ", "
+    << int(kMaskA[2]) << "], [" << int(kMaskB[0]) << ", " << int(kMaskB[1]) << ", "
+    << int(kMaskB[2]) << "]],\n";
+  f << "  \"uploads\": {\"whole\": " << app.uploads.whole << ", \"appends\": " << app.uploads.appends
+    << ", \"bytes\": " << app.uploads.bytes << "},\n";
+  f << "  \"precision\": \"" << (app.model ? ds::precision_name(app.model->precision) : "") << "\",\n";
+  f << "  \"view_rect\": [" << app.view_rect.x << ", " << app.view_rect.y << ", " << app.view_rect.z << ", "
+    << app.view_rect.w << "],\n";
+  f << "  \"steps\": " << app.trace.steps.size() << ", \"cursor\": " << app.cursor << ",\n  \"tokens\": [";
+  auto toks = app.tokens();
+  for (size_t i = 0; i < toks.size(); ++i) f << (i ? ", " : "") << toks[i].id;
+  f << "],\n  \"heatmaps\": [";
+  for (size_t i = 0; i < app.placements.size(); ++i) {
+    const auto& p = app.placements[i];
+    f << (i ? ",\n" : "\n") << "    {\"name\": \"" << p.name << "\", \"x\": " << p.x << ", \"y\": " << p.y
+      << ", \"cell_w\": " << p.cell_w << ", \"cell_h\": " << p.cell_h << ", \"rows\": " << p.rows
+      << ", \"cols\": " << p.cols << ", \"causal\": " << (p.causal ? "true" : "false") << ", \"mask\": [";
+    for (size_t j = 0; j < p.mask.size(); ++j) f << (j ? "," : "") << int(p.mask[j]);
+    f << "]}";
+  }
+  f << "\n  ]\n}\n";
+}
+
+}  // namespace dsgui

@@ -1,0 +1,22 @@
+#pragma once
+// What the window's loop needs besides the views: fonts and style for the scale and
+// theme, PNG files of the window and of a heatmap, and a clock.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dsgui {
+
+class App;
+
+// Fonts and style for the current scale and theme. The first call happens before the
+// backend builds its font texture; later ones rebuild it.
+void apply_fonts_and_style(App& app, bool first);
+// RGBA pixels, top row first, to a PNG file.
+bool write_png(const std::string& path, int w, int h, const std::vector<uint8_t>& rgba_top_down);
+// The whole window (the back buffer, before the swap) to a PNG file.
+bool save_window(const std::string& path, int w, int h);
+// Seconds on a steady clock.
+double now_s();
+
+}  // namespace dsgui

@@ -12,23 +12,6 @@
 
 namespace dsgui {
 
-const char* kViewHelp[kViewCount] = {
-    "Each row is a token reading earlier tokens: the brighter a cell, the more that token looks at the one in "
-    "its column. Hatched cells are masked: a token may not look at tokens that come after it.",
-    "Every attention head of every layer at once, as small maps: click one to open it, right-click to switch it "
-    "off and see how the next-token probabilities change.",
-    "In an encoder-decoder model each output token reads the source text through cross-attention: rows are output "
-    "tokens, columns are source tokens, and the source below is tinted by how much the selected token reads it.",
-    "The residual stream is the running sum each layer adds to: these are its lengths (norms) before attention, "
-    "after attention and after the feed-forward layer, per layer and position.",
-    "The model's probabilities for the next token, before and after temperature, top-k and top-p, and the random "
-    "number that picked the token that came out.",
-    "What the model would predict if it stopped after each layer: each layer's residual stream read through the "
-    "final norm and the output head.",
-    "Fork the generation at a step and try other settings, another seed or a head switched off, then compare the "
-    "two continuations side by side.",
-};
-
 App::App() {
   sampler.temperature = 1.0f;
   sampler.top_p = 0.9f;
@@ -330,8 +313,7 @@ void App::handle_events() {
         before.reset();
         layer = std::min(layer, model->cfg.n_layers - 1);
         head = std::min(head, model->cfg.n_heads - 1);
-        cross_layer = std::min(cross_layer, model->cfg.n_layers - 1);
-        cross_head = std::min(cross_head, model->cfg.n_heads - 1);
+        cross_clamp(*this, model->cfg.n_layers, model->cfg.n_heads);
         if (!keep_text) {
           prompt = model->prompt;
           source = model->source;
@@ -382,10 +364,7 @@ void App::handle_events() {
         done = false;
         break;
       case Event::Lens:
-        if (e.lens.version == lens_key) {
-          lens = std::move(e.lens);
-          lens_pending = false;
-        }
+        lens_answer(*this, std::move(e.lens));
         break;
       case Event::Saved:
         say("saved the trace to " + e.msg);
@@ -394,7 +373,7 @@ void App::handle_events() {
         loading = false;
         steps_wanted = 0;
         playing = false;
-        lens_pending = false;
+        lens_failed(*this);
         fail(e.msg);
         break;
       case Event::Idle:
@@ -456,8 +435,8 @@ void App::menu_bar() {
     ImGui::EndMenu();
   }
   if (ImGui::BeginMenu("View")) {
-    for (int v = 0; v < kViewCount; ++v)
-      if (ImGui::MenuItem(kViewTitles[v], nullptr, view == v)) view = v, view_request = true;
+    for (int v = 0; v < int(all_views().size()); ++v)
+      if (ImGui::MenuItem(all_views()[v].title, nullptr, view == v)) view = v, view_request = true;
     ImGui::Separator();
     if (ImGui::MenuItem("Dark theme", nullptr, !light)) light = false, font_dirty = true;
     if (ImGui::MenuItem("Light theme", nullptr, light)) light = true, font_dirty = true;
@@ -824,6 +803,31 @@ void App::status_bar() {
   }
 }
 
+// One tab per view of the table (views.h); the open one draws below its tab.
+void App::view_tabs() {
+  const float status_h = ImGui::GetFrameHeightWithSpacing() + ImGui::GetStyle().ItemSpacing.y;
+  // A view asked for (by a view last frame, the menu or a script) is selected now; a
+  // view may ask again during this frame, for the next.
+  const bool req = view_request;
+  view_request = false;
+  if (!ImGui::BeginTabBar("views")) return;
+  const auto views = all_views();
+  for (int v = 0; v < int(views.size()); ++v) {
+    ImGuiTabItemFlags f = (req && view == v) ? ImGuiTabItemFlags_SetSelected : 0;
+    const bool open = ImGui::BeginTabItem(views[v].title, nullptr, f);
+    tooltip(*this, views[v].help);
+    if (!open) continue;
+    if (!req && !view_request) view = v;
+    ImGui::BeginChild("view", ImVec2(0, -status_h), false, ImGuiWindowFlags_HorizontalScrollbar);
+    view_rect =
+        ImVec4(ImGui::GetWindowPos().x, ImGui::GetWindowPos().y, ImGui::GetWindowSize().x, ImGui::GetWindowSize().y);
+    views[v].draw(*this);
+    ImGui::EndChild();
+    ImGui::EndTabItem();
+  }
+  ImGui::EndTabBar();
+}
+
 void App::frame() {
   placements.clear();
   last_heatmap.clear();
@@ -864,50 +868,7 @@ void App::frame() {
                        loading_what.c_str(), ImGui::GetTime() - loading_since);
   }
 
-  const float status_h = ImGui::GetFrameHeightWithSpacing() + ImGui::GetStyle().ItemSpacing.y;
-  // A view asked for (by a panel last frame, the menu or a script) is selected now;
-  // a panel may ask again during this frame, for the next.
-  const bool req = view_request;
-  view_request = false;
-  if (ImGui::BeginTabBar("views")) {
-    for (int v = 0; v < kViewCount; ++v) {
-      ImGuiTabItemFlags f = (req && view == v) ? ImGuiTabItemFlags_SetSelected : 0;
-      bool open = ImGui::BeginTabItem(kViewTitles[v], nullptr, f);
-      tooltip(*this, kViewHelp[v]);
-      if (open) {
-        if (!req && !view_request) view = v;
-        ImGui::BeginChild("view", ImVec2(0, -status_h), false, ImGuiWindowFlags_HorizontalScrollbar);
-        view_rect = ImVec4(ImGui::GetWindowPos().x, ImGui::GetWindowPos().y, ImGui::GetWindowSize().x,
-                           ImGui::GetWindowSize().y);
-        switch (v) {
-          case kAttention:
-            panel_attention(*this);
-            break;
-          case kHeads:
-            panel_heads(*this);
-            break;
-          case kCross:
-            panel_cross(*this);
-            break;
-          case kResidual:
-            panel_residual(*this);
-            break;
-          case kNext:
-            panel_next(*this);
-            break;
-          case kLens:
-            panel_lens(*this);
-            break;
-          case kBranches:
-            panel_branches(*this);
-            break;
-        }
-        ImGui::EndChild();
-        ImGui::EndTabItem();
-      }
-    }
-    ImGui::EndTabBar();
-  }
+  view_tabs();
   status_bar();
   ImGui::End();
 }

@@ -1,11 +1,13 @@
 #pragma once
-// The window's state and its panels. Like imgui_demo.cpp: each panel is a function,
-// the state it needs sits in App next to the others, and no framework sits on top.
+// The window's shared state (the model, the worker, the trace, the selection, the
+// settings) and its actions. The views are listed in views.h; like imgui_demo.cpp, each
+// is a function with its own state struct beside it, and no framework sits on top.
 #include <array>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <typeindex>
 #include <utility>
 #include <vector>
 
@@ -13,16 +15,10 @@
 #include "imgui.h"
 #include "probe/trace.h"
 #include "trace_view.h"
+#include "views.h"
 #include "worker.h"
 
 namespace dsgui {
-
-enum View { kAttention, kHeads, kCross, kResidual, kNext, kLens, kBranches, kViewCount };
-inline const char* kViewIds[] = {"attention", "heads", "cross", "residual", "next", "lens", "branches"};
-inline const char* kViewTitles[] = {"Attention",  "All heads",  "Cross-attention", "Residual stream",
-                                    "Next token", "Logit lens", "Branches"};
-// One sentence per view, for its tooltip and its caption.
-extern const char* kViewHelp[kViewCount];
 
 // Where a heatmap landed on screen, for the scripted test's checker.
 struct HeatmapPlacement {
@@ -75,14 +71,11 @@ class App {
   std::string png_path = "decoderscope.png";
 
   // ---- view settings
-  int view = kAttention;
+  int view = 0;               // the row of the view table (views.h) on screen
   bool view_request = false;  // select `view` in the tab bar this frame
   int layer = 0, head = 0;    // head -1: mean of the layer's heads
   bool show_scores = false, mask_only = false, log_scale = false;
   int cmap = kViridis;
-  int resid_kind = 2;
-  int cross_layer = 0, cross_head = -1;
-  bool cross_encoder = false;  // show the encoder's self-attention instead
   bool light = false;
   float ui_scale = 1.0f;
   bool font_dirty = true;
@@ -100,11 +93,6 @@ class App {
   std::optional<ds::SampleRecord> before;      // the draw before a re-run, for comparison
   int before_step = -1;
   std::string before_label;
-
-  // ---- logit lens
-  LensResult lens;
-  uint64_t lens_key = 0;
-  bool lens_pending = false;
 
   // ---- branches
   std::vector<Branch> branches;
@@ -206,7 +194,16 @@ class App {
   void frame();           // builds the whole window
   void shortcuts();
 
-  // Token helpers shared by panels.
+  // A view's own state: S is declared beside the view's draw function, in its file;
+  // made on first use, kept while the window lives.
+  template <class S>
+  S& state() {
+    std::shared_ptr<void>& p = view_states_[std::type_index(typeid(S))];
+    if (!p) p = std::make_shared<S>();
+    return *static_cast<S*>(p.get());
+  }
+
+  // Token helpers shared by views.
   std::vector<TokenInfo> tokens() const { return tokens_as_of(trace, cursor); }
   std::vector<std::string> position_labels(int n) const;
   std::vector<std::string> source_labels() const;
@@ -217,18 +214,11 @@ class App {
   void toolbar();
   void token_strip();
   void status_bar();
+  void view_tabs();
+  std::map<std::type_index, std::shared_ptr<void>> view_states_;
 };
 
-// Panels (one file each).
-void panel_attention(App& app);
-void panel_heads(App& app);
-void panel_cross(App& app);
-void panel_residual(App& app);
-void panel_next(App& app);
-void panel_lens(App& app);
-void panel_branches(App& app);
-
-// ---- small widgets shared by the panels (widgets.cpp)
+// ---- small widgets shared by the views (widgets.cpp)
 struct HeatmapArgs {
   const Matrix* m = nullptr;
   const std::vector<std::string>* row_labels = nullptr;
@@ -266,6 +256,6 @@ void vertical_text(ImDrawList* dl, ImVec2 pos, ImU32 col, const char* text);
 void bar(float f, float w, ImU32 col, const char* overlay = nullptr, ImU32 bg = 0);
 void hatch_rect(ImDrawList* dl, ImVec2 a, ImVec2 b);
 ImU32 cmap_u32(int cmap, float t);
-void view_caption(App& app, int view);
+void view_caption(App& app, const char* view_id);
 
 }  // namespace dsgui

@@ -155,9 +155,7 @@ Options parse_options(int argc, char** argv) {
     } else
       die("unknown option '" + a + "' (try --help)");
   }
-  bool known = false;
-  for (const char* v : kViewIds) known |= o.view == v;
-  if (!known) die("unknown view '" + o.view + "': use attention, heads, cross, residual, next, lens or branches");
+  if (view_index(o.view) < 0) die("unknown view '" + o.view + "': use " + view_id_list());
   if (o.bench && o.model.empty()) o.model = "random:gpt2-small";
   if (o.bench && !o.has_steps) o.steps = 50;
   if (o.steps < 0 || o.steps > 100000) die("--steps out of range");

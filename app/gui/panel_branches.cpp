@@ -37,7 +37,7 @@ void token_flow(const std::vector<TokenInfo>& toks, int fork_pos, int diff_pos, 
 }  // namespace
 
 void panel_branches(App& app) {
-  view_caption(app, kBranches);
+  view_caption(app, "branches");
   const float font = ImGui::GetFontSize();
   ImGui::BeginDisabled(app.replay || !app.model || app.cursor < 0 || app.worker.busy());
   char fb[64];

@@ -11,8 +11,27 @@ namespace dsgui {
 void layer_head_controls(App& app, int& layer, int& head, const char* id);
 void colour_controls(App& app, bool allow_log);
 
+// What the cross-attention view shows.
+struct CrossState {
+  int layer = 0, head = -1;  // head -1: mean of the layer's heads
+  bool encoder = false;      // the encoder's self-attention instead
+};
+
+void cross_select(App& app, int layer, int head) {
+  CrossState& st = app.state<CrossState>();
+  st.layer = layer;
+  st.head = head;
+}
+
+void cross_clamp(App& app, int n_layers, int n_heads) {
+  CrossState& st = app.state<CrossState>();
+  st.layer = std::min(st.layer, n_layers - 1);
+  st.head = std::min(st.head, n_heads - 1);
+}
+
 void panel_cross(App& app) {
-  view_caption(app, kCross);
+  view_caption(app, "cross");
+  CrossState& st = app.state<CrossState>();
   const ds::Trace& t = app.trace;
   if (!t.config.encoder_decoder) {
     ImGui::TextDisabled("This model is decoder-only: it has no source and no cross-attention.");
@@ -24,28 +43,28 @@ void panel_cross(App& app) {
     return;
   }
   const float font = ImGui::GetFontSize();
-  layer_head_controls(app, app.cross_layer, app.cross_head, "cross");
+  layer_head_controls(app, st.layer, st.head, "cross");
   flow(font * 12);
-  ImGui::Checkbox("encoder self-attention", &app.cross_encoder);
+  ImGui::Checkbox("encoder self-attention", &st.encoder);
   tooltip(app, "Show how the encoder's source tokens read each other instead (they may look both ways).");
   colour_controls(app, true);
   flow(font * 5);
   if (ImGui::Button("Save PNG")) app.heatmap_png_request = "cross.png";
 
-  const int L = app.cross_encoder ? t.config.n_enc_layers : t.config.n_layers;
-  const int layer = std::clamp(app.cross_layer, 0, std::max(0, L - 1));
+  const int L = st.encoder ? t.config.n_enc_layers : t.config.n_layers;
+  const int layer = std::clamp(st.layer, 0, std::max(0, L - 1));
   // The encoder's matrix stays the same for a whole run; cross-attention gains a row
   // with every step.
   const Matrix* mp = nullptr;
   uint64_t lineage = 0;
-  if (app.cross_encoder) {
+  if (st.encoder) {
     char key[96];
-    std::snprintf(key, sizeof key, "%llu/%d/%d", (unsigned long long)app.trace_epoch, layer, app.cross_head);
-    const App::CachedMatrix& c = app.cached("encoder", key, [&] { return encoder_matrix(t, layer, app.cross_head); });
+    std::snprintf(key, sizeof key, "%llu/%d/%d", (unsigned long long)app.trace_epoch, layer, st.head);
+    const App::CachedMatrix& c = app.cached("encoder", key, [&] { return encoder_matrix(t, layer, st.head); });
     mp = &c.m;
     lineage = c.lineage;
   } else {
-    const App::GrowingMatrix& g = app.attention_view("cross", layer, app.cross_head, true, false);
+    const App::GrowingMatrix& g = app.attention_view("cross", layer, st.head, true, false);
     mp = &g.m;
     lineage = g.lineage;
   }
@@ -59,16 +78,16 @@ void panel_cross(App& app) {
   HeatmapArgs a;
   a.m = &m;
   a.lineage = lineage;
-  a.row_labels = app.cross_encoder ? &src : &tgt;
+  a.row_labels = st.encoder ? &src : &tgt;
   a.col_labels = &src;
-  a.row_title = app.cross_encoder ? "source token reading" : "output token reading";
+  a.row_title = st.encoder ? "source token reading" : "output token reading";
   a.col_title = "source token being read";
   a.style.cmap = app.cmap;
   a.style.log = app.log_scale;
   a.style.vmin = a.style.log ? 1e-3f : 0.0f;
   a.style.vmax = 1.0f;
   const int sel = app.selected_position();
-  if (!app.cross_encoder) {
+  if (!st.encoder) {
     const ds::TraceStep& st = t.steps[app.cursor];
     for (size_t i = 0; i < st.input.size(); ++i) a.current_rows.push_back(st.pos0 + int(i));
     a.selected_row = sel;
@@ -76,10 +95,10 @@ void panel_cross(App& app) {
   ImVec2 avail = ImGui::GetContentRegionAvail();
   a.size = ImVec2(avail.x - font * 9, avail.y - font * 5.5f);
   a.max_cell = 44;
-  HeatmapHit hit = heatmap_widget(app, app.cross_encoder ? "encoder" : "cross", a);
+  HeatmapHit hit = heatmap_widget(app, st.encoder ? "encoder" : "cross", a);
   if (hit.hovered) {
     ImGui::BeginTooltip();
-    ImGui::Text("%s %d \"%s\" reading source %d \"%s\"", app.cross_encoder ? "source" : "output", hit.row,
+    ImGui::Text("%s %d \"%s\" reading source %d \"%s\"", st.encoder ? "source" : "output", hit.row,
                 (*a.row_labels)[hit.row].c_str(), hit.col, src[hit.col].c_str());
     if (!m.allowed(hit.row, hit.col))
       ImGui::TextUnformatted("masked: padding, never read");
@@ -87,17 +106,17 @@ void panel_cross(App& app) {
       ImGui::Text("weight: %.6f", m.at(hit.row, hit.col));
     ImGui::EndTooltip();
   }
-  if (hit.clicked && !app.cross_encoder) app.sel_pos = hit.row;
+  if (hit.clicked && !st.encoder) app.sel_pos = hit.row;
   ImGui::SameLine();
   legend_vertical(a.style, "weight", false, std::min(avail.y * 0.4f, font * 10));
 
   // The source, tinted by how much the selected output token reads each source token.
-  if (app.cross_encoder || sel < 0 || sel >= m.rows) return;
+  if (st.encoder || sel < 0 || sel >= m.rows) return;
   ImGui::Separator();
   auto toks = app.tokens();
   std::string who = sel < int(toks.size()) ? visible(toks[sel].text) : "?";
   ImGui::Text("What output token %d \"%s\" reads in the source (layer %d, %s):", sel, who.c_str(), layer,
-              app.cross_head < 0 ? "mean of heads" : ("head " + std::to_string(app.cross_head)).c_str());
+              st.head < 0 ? "mean of heads" : ("head " + std::to_string(st.head)).c_str());
   tooltip(app, "The brighter the background, the more this output token looks at that source token.");
   float mx = 1e-6f;
   for (int j = 0; j < m.cols; ++j) mx = std::max(mx, m.at(sel, j));

@@ -100,7 +100,7 @@ bool update_grid(App& app, int L, int H) {
 }  // namespace
 
 void panel_heads(App& app) {
-  view_caption(app, kHeads);
+  view_caption(app, "heads");
   const ds::Trace& t = app.trace;
   if (t.steps.empty() || app.cursor < 0) {
     ImGui::TextDisabled("No step yet: press Step (Right arrow) to run the prompt through the model.");
@@ -239,7 +239,7 @@ void panel_heads(App& app) {
       if (ImGui::IsMouseClicked(0)) {
         app.layer = l;
         app.head = h;
-        app.view = kAttention;
+        app.view = view_index("attention");
         app.view_request = true;
       }
       if (ImGui::IsMouseClicked(1)) toggle_off(app, l, h);

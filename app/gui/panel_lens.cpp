@@ -37,8 +37,27 @@ bool recorded(const ds::Trace& t, int step, int pos, LensResult& out) {
 
 }  // namespace
 
+// The lens the worker computed last (for traces recorded without it) and what was asked.
+struct LensState {
+  LensResult lens;
+  uint64_t key = 0;      // what the last request asked for
+  bool pending = false;  // a request is with the worker
+};
+
+bool lens_waiting(App& app) { return app.state<LensState>().pending; }
+
+void lens_answer(App& app, LensResult&& lens) {
+  LensState& st = app.state<LensState>();
+  if (lens.version != st.key) return;  // an answer to an older request
+  st.lens = std::move(lens);
+  st.pending = false;
+}
+
+void lens_failed(App& app) { app.state<LensState>().pending = false; }
+
 void panel_lens(App& app) {
-  view_caption(app, kLens);
+  LensState& st = app.state<LensState>();
+  view_caption(app, "lens");
   const ds::Trace& t = app.trace;
   if (t.steps.empty() || app.cursor < 0) {
     ImGui::TextDisabled("No step yet: press Step (Right arrow).");
@@ -60,8 +79,8 @@ void panel_lens(App& app) {
   } else {
     // Ask the worker when the position or the trace changed.
     const uint64_t key = (app.version * 1315423911ull) ^ (uint64_t(app.cursor) << 20) ^ uint64_t(pos + 1);
-    if (app.lens_key != key) {
-      app.lens_key = key;
+    if (st.key != key) {
+      st.key = key;
       dsgui::Command c;
       c.kind = dsgui::Command::Lens;
       c.step = app.cursor;
@@ -69,22 +88,22 @@ void panel_lens(App& app) {
       c.version = key;
       lens_inputs(t, app.cursor, pos, c.resid, c.labels);
       if (c.resid.empty()) {
-        app.lens = LensResult{};
-        app.lens.version = key;
-        app.lens_pending = false;
+        st.lens = LensResult{};
+        st.lens.version = key;
+        st.pending = false;
       } else {
         // In place of an older request still waiting: while steps stream in, one
         // request a step would queue up behind them and keep the engine busy long
         // after the last step.
         app.worker.post_latest(std::move(c));
-        app.lens_pending = true;
+        st.pending = true;
       }
     }
-    if (app.lens_pending && app.lens.version != key) {
+    if (st.pending && st.lens.version != key) {
       ImGui::TextDisabled("computing...");
       return;
     }
-    shown = &app.lens;
+    shown = &st.lens;
   }
   auto toks = app.tokens();
   std::string who = pos >= 0 && pos < int(toks.size()) ? visible(toks[pos].text) : "?";

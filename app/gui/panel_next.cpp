@@ -170,7 +170,7 @@ void compare_draws(App& app, const ds::SampleRecord& before, const ds::SampleRec
 }
 
 void panel_next(App& app) {
-  view_caption(app, kNext);
+  view_caption(app, "next");
   const ds::Trace& t = app.trace;
   const float font = ImGui::GetFontSize();
 

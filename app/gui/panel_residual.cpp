@@ -8,8 +8,14 @@
 
 namespace dsgui {
 
+// What the residual view shows.
+struct ResidualState {
+  int kind = 2;  // which point of each layer the map shows (0 .. 2)
+};
+
 void panel_residual(App& app) {
-  view_caption(app, kResidual);
+  ResidualState& st = app.state<ResidualState>();
+  view_caption(app, "residual");
   const ds::Trace& t = app.trace;
   if (t.steps.empty() || app.cursor < 0) {
     ImGui::TextDisabled("No step yet: press Step (Right arrow).");
@@ -96,14 +102,14 @@ void panel_residual(App& app) {
   ImGui::SameLine(0, font * 2);
   ImGui::BeginGroup();
   ImGui::SetNextItemWidth(font * 16);
-  ImGui::Combo("##kind", &app.resid_kind, kinds, 3);
+  ImGui::Combo("##kind", &st.kind, kinds, 3);
   tooltip(app, "Which point of each layer the map shows.");
   ImGui::SameLine();
   ImGui::SetNextItemWidth(font * 6);
   ImGui::Combo("##cmap", &app.cmap, kColormapNames, 3);
   char key[96];
-  std::snprintf(key, sizeof key, "%llu/%d/%d", (unsigned long long)app.version, app.cursor, app.resid_kind);
-  const App::CachedMatrix& cm = app.cached("resid", key, [&] { return resid_norm_map(t, app.cursor, app.resid_kind); });
+  std::snprintf(key, sizeof key, "%llu/%d/%d", (unsigned long long)app.version, app.cursor, st.kind);
+  const App::CachedMatrix& cm = app.cached("resid", key, [&] { return resid_norm_map(t, app.cursor, st.kind); });
   const Matrix& m = cm.m;
   if (!m.ok()) {
     ImGui::TextDisabled("%s", m.error.c_str());

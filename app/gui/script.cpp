@@ -22,12 +22,10 @@ void ScriptedRun::step(int n) {
 void ScriptedRun::settle_settings() {
   const ds::Config& c = app_.trace.config;
   app_.layer = std::clamp(o_.layer, 0, std::max(0, c.n_layers - 1));
-  app_.cross_layer = app_.layer;
   app_.head = std::clamp(o_.head, -1, c.n_heads - 1);
-  app_.cross_head = app_.head;
+  cross_select(app_, app_.layer, app_.head);
   if (o_.select >= 0) app_.sel_pos = o_.select;
-  for (int v = 0; v < kViewCount; ++v)
-    if (o_.view == kViewIds[v]) app_.view = v;
+  app_.view = view_index(o_.view);
   app_.view_request = true;
 }
 
@@ -70,7 +68,7 @@ bool ScriptedRun::advance(double t, double prev_frame) {
   switch (phase_) {
     case kLoad:
       if (!app_.started || !idle) break;
-      settle_settings();                          // the view asked for is on screen while the steps run
+      settle_settings();                           // the view asked for is on screen while the steps run
       if (bench_ && o_.steps > 0) step(o_.steps);  // the engine at full speed
       if (bench_) bench_->steps_t0 = t;
       phase_ = kStep;
@@ -107,7 +105,7 @@ bool ScriptedRun::advance(double t, double prev_frame) {
         if (!o_.save_trace.empty()) app_.save_trace(o_.save_trace);
       }
       if (bench_ && phase_frames_ > 4) bench_->idle_frame((t - prev_frame) * 1000.0);
-      if (++phase_frames_ >= (bench_ ? 64 : 4) && idle && !app_.lens_pending) phase_ = kShoot;
+      if (++phase_frames_ >= (bench_ ? 64 : 4) && idle && !lens_waiting(app_)) phase_ = kShoot;
       break;
     case kShoot:
     case kEnd:
@@ -146,9 +144,8 @@ void write_sidecar(const std::string& path, const App& app, const Options& o, in
   std::ofstream f(path);
   f << "{\n  \"width\": " << w << ", \"height\": " << h << ", \"view\": \"" << o.view
     << "\", \"gl_errors\": " << gl_errors << ",\n";
-  f << "  \"mask_colors\": [[" << int(kMaskA[0]) << ", " << int(kMaskA[1]) << ", "
-    << int(kMaskA[2]) << "], [" << int(kMaskB[0]) << ", " << int(kMaskB[1]) << ", "
-    << int(kMaskB[2]) << "]],\n";
+  f << "  \"mask_colors\": [[" << int(kMaskA[0]) << ", " << int(kMaskA[1]) << ", " << int(kMaskA[2]) << "], ["
+    << int(kMaskB[0]) << ", " << int(kMaskB[1]) << ", " << int(kMaskB[2]) << "]],\n";
   f << "  \"uploads\": {\"whole\": " << app.uploads.whole << ", \"appends\": " << app.uploads.appends
     << ", \"bytes\": " << app.uploads.bytes << "},\n";
   f << "  \"precision\": \"" << (app.model ? ds::precision_name(app.model->precision) : "") << "\",\n";

@@ -55,10 +55,12 @@ void tooltip(App& app, const char* text) {
   ImGui::EndTooltip();
 }
 
-void view_caption(App& app, int view) {
+void view_caption(App& app, const char* view_id) {
   if (!app.captions) return;
+  const int v = view_index(view_id);
+  if (v < 0) return;
   ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
-  ImGui::TextWrapped("%s", kViewHelp[view]);
+  ImGui::TextWrapped("%s", all_views()[v].help);
   ImGui::PopStyleColor();
   (void)app;
 }

@@ -1,0 +1,68 @@
+#include "views.h"
+
+#include <string>
+
+namespace dsgui {
+
+// The draw functions, one file each (panel_NAME.cpp).
+void panel_attention(App& app);
+void panel_heads(App& app);
+void panel_cross(App& app);
+void panel_residual(App& app);
+void panel_next(App& app);
+void panel_lens(App& app);
+void panel_branches(App& app);
+
+namespace {
+
+// The views in the order of their tabs: id (--view ID), title, one sentence of help
+// (the tab's tooltip and the caption above the view), draw function.
+const ViewInfo kViews[] = {
+    {"attention", "Attention",
+     "Each row is a token reading earlier tokens: the brighter a cell, the more that token looks at the one in "
+     "its column. Hatched cells are masked: a token may not look at tokens that come after it.",
+     panel_attention},
+    {"heads", "All heads",
+     "Every attention head of every layer at once, as small maps: click one to open it, right-click to switch it "
+     "off and see how the next-token probabilities change.",
+     panel_heads},
+    {"cross", "Cross-attention",
+     "In an encoder-decoder model each output token reads the source text through cross-attention: rows are output "
+     "tokens, columns are source tokens, and the source below is tinted by how much the selected token reads it.",
+     panel_cross},
+    {"residual", "Residual stream",
+     "The residual stream is the running sum each layer adds to: these are its lengths (norms) before attention, "
+     "after attention and after the feed-forward layer, per layer and position.",
+     panel_residual},
+    {"next", "Next token",
+     "The model's probabilities for the next token, before and after temperature, top-k and top-p, and the random "
+     "number that picked the token that came out.",
+     panel_next},
+    {"lens", "Logit lens",
+     "What the model would predict if it stopped after each layer: each layer's residual stream read through the "
+     "final norm and the output head.",
+     panel_lens},
+    {"branches", "Branches",
+     "Fork the generation at a step and try other settings, another seed or a head switched off, then compare the "
+     "two continuations side by side.",
+     panel_branches},
+};
+
+}  // namespace
+
+std::span<const ViewInfo> all_views() { return kViews; }
+
+int view_index(std::string_view id) {
+  for (size_t v = 0; v < std::size(kViews); ++v)
+    if (id == kViews[v].id) return int(v);
+  return -1;
+}
+
+std::string view_id_list() {
+  std::string s;
+  for (size_t v = 0; v < std::size(kViews); ++v)
+    s += std::string(v == 0 ? "" : v + 1 == std::size(kViews) ? " or " : ", ") + kViews[v].id;
+  return s;
+}
+
+}  // namespace dsgui

@@ -1,0 +1,36 @@
+#pragma once
+// The window's views, one table (views.cpp). A view is a draw function in a file of its
+// own (panel_NAME.cpp), with the state only it needs in a struct beside it, reached
+// through App::state<S>(). Adding a view is adding that file and one row of the table.
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace dsgui {
+
+class App;
+struct LensResult;
+
+struct ViewInfo {
+  const char* id;     // --view ID
+  const char* title;  // the tab's label
+  const char* help;   // one sentence: the tab's tooltip and the view's caption
+  void (*draw)(App& app);
+};
+
+std::span<const ViewInfo> all_views();
+// The row of the view with this id, or -1.
+int view_index(std::string_view id);
+// "attention, heads, ... or branches", for messages.
+std::string view_id_list();
+
+// What views offer the rest of the window.
+// Cross-attention (panel_cross.cpp): the layer and head it shows, kept within the model.
+void cross_select(App& app, int layer, int head);
+void cross_clamp(App& app, int n_layers, int n_heads);
+// Logit lens (panel_lens.cpp): whether it waits for the worker; the worker's answer.
+bool lens_waiting(App& app);
+void lens_answer(App& app, LensResult&& lens);
+void lens_failed(App& app);
+
+}  // namespace dsgui

@@ -96,8 +96,8 @@ void App::load_model(const std::string& spec, const std::string& tokenizer) {
   playing = false;
   Command c;
   c.kind = Command::Load;
-  c.a = spec;
-  c.b = tokenizer;
+  c.spec = spec;
+  c.tokenizer = tokenizer;
   c.precision = precision;
   worker.post(c);
   send_sampler();
@@ -119,8 +119,8 @@ void App::start() {
   send_heads();
   Command c;
   c.kind = Command::Start;
-  c.a = prompt;
-  c.b = source;
+  c.prompt = prompt;
+  c.source = source;
   c.threads = engine_threads;
   worker.post(c);
   error.clear();
@@ -135,7 +135,7 @@ void App::step_forward() {
   if (replay || !model || done || worker.busy()) return;
   Command c;
   c.kind = Command::Step;
-  c.n = 1;
+  c.count = 1;
   worker.post(c);
   steps_wanted = 1;
 }
@@ -152,7 +152,7 @@ void App::run_to_end() {
   if (replay || !model || done) return;
   Command c;
   c.kind = Command::Step;
-  c.n = -1;
+  c.count = -1;
   worker.post(c);
   steps_wanted = -1;
 }
@@ -177,7 +177,7 @@ void App::rewind_engine(int keep) {
   worker.cancel();
   Command c;
   c.kind = Command::Rewind;
-  c.n = keep;
+  c.keep = keep;
   worker.post(c);
   cursor = std::min(cursor, keep - 1);
   sel_pos = -1;
@@ -192,7 +192,7 @@ void App::redraw_step(int s) {
   rewind_engine(s);
   Command c;
   c.kind = Command::Step;
-  c.n = 1;
+  c.count = 1;
   worker.post(c);
   steps_wanted = 1;
 }
@@ -206,7 +206,7 @@ void App::rerun_with_heads(int s) {
   rewind_engine(s);
   Command c;
   c.kind = Command::Step;
-  c.n = 1;
+  c.count = 1;
   worker.post(c);
   steps_wanted = 1;
 }
@@ -280,7 +280,7 @@ bool App::save_trace(const std::string& path) {
   if (model && t->model_name.empty()) t->model_name = model->name;
   Command c;
   c.kind = Command::SaveTrace;
-  c.a = path;
+  c.path = path;
   c.trace = std::move(t);
   worker.post(std::move(c));
   return true;
@@ -340,8 +340,8 @@ void App::handle_events() {
         started = true;
         break;
       case Event::Step: {
-        if (e.index < int(trace.steps.size())) {  // a step taken again
-          trace.steps.resize(e.index);
+        if (e.step_index < int(trace.steps.size())) {  // a step taken again
+          trace.steps.resize(e.step_index);
           ++trace_epoch;
         }
         bool follow = cursor >= int(trace.steps.size()) - 1;
@@ -357,7 +357,7 @@ void App::handle_events() {
         break;
       }
       case Event::Truncate:
-        if (e.index < int(trace.steps.size())) trace.steps.resize(e.index);
+        if (e.kept < int(trace.steps.size())) trace.steps.resize(e.kept);
         ++version;
         ++trace_epoch;
         cursor = std::min(cursor, int(trace.steps.size()) - 1);

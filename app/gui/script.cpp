@@ -15,7 +15,7 @@ ScriptedRun::ScriptedRun(const Options& o, App& app, double t_start, FrameBench*
 void ScriptedRun::step(int n) {
   Command c;
   c.kind = Command::Step;
-  c.n = n;
+  c.count = n;
   app_.worker.post(c);
 }
 

@@ -155,20 +155,20 @@ LensRow Worker::lens_row(const std::vector<float>& x, const std::string& label) 
 }
 
 void Worker::load(const Command& c) {
-  set_activity("loading " + c.a);
+  set_activity("loading " + c.spec);
   Event ev;
   ev.kind = Event::Loading;
-  ev.msg = c.a;
+  ev.msg = c.spec;
   emit(std::move(ev));
   auto t0 = Clock::now();
   session_.reset();
   head_handles_.clear();
   lm_ = ds::LoadedModel{};
-  ds::LoadedModel m = open_model(c.a, c.b, c.precision);
+  ds::LoadedModel m = open_model(c.spec, c.tokenizer, c.precision);
   lm_ = std::move(m);
   auto info = std::make_shared<ModelInfo>();
-  info->spec = c.a;
-  info->tokenizer = c.b;
+  info->spec = c.spec;
+  info->tokenizer = c.tokenizer;
   info->name = lm_.name;
   info->kind = lm_.kind;
   info->cfg = lm_.model->cfg;
@@ -203,12 +203,12 @@ void Worker::start(const Command& c) {
     if (cfg.encoder_decoder) {
       // The target starts with BOS, then the prefix typed (if any).
       if (cfg.bos_id >= 0) prompt.push_back(cfg.bos_id);
-      for (int id : lm_.tokenizer->encode(c.a, false)) prompt.push_back(id);
-      src = lm_.tokenizer->encode(c.b, false);
+      for (int id : lm_.tokenizer->encode(c.prompt, false)) prompt.push_back(id);
+      src = lm_.tokenizer->encode(c.source, false);
     } else if (lm_.kind == "random") {
-      prompt = lm_.tokenizer->encode(c.a, lm_.bos_prompt);
+      prompt = lm_.tokenizer->encode(c.prompt, lm_.bos_prompt);
     } else {
-      prompt = ds::encode_prompt(lm_, c.a);
+      prompt = ds::encode_prompt(lm_, c.prompt);
     }
   }
   if (prompt.empty()) {
@@ -243,7 +243,7 @@ void Worker::handle(Command& c) {
       return;
     case Command::Step: {
       if (!session_) throw ds::Error("press Start first: there is no prompt yet");
-      for (int i = 0; c.n < 0 || i < c.n; ++i) {
+      for (int i = 0; c.count < 0 || i < c.count; ++i) {
         if (cancel_ || session_->done()) break;
         set_activity("computing step " + std::to_string(session_->steps_done() + 1));
         auto t0 = Clock::now();
@@ -251,7 +251,7 @@ void Worker::handle(Command& c) {
         Event ev;
         ev.kind = Event::Step;
         ev.seconds = since(t0);
-        ev.index = session_->steps_done() - 1;
+        ev.step_index = session_->steps_done() - 1;
         ev.done = session_->done();
         ev.step = std::make_shared<const ds::TraceStep>(session_->trace().steps.back());
         emit(std::move(ev));
@@ -260,7 +260,7 @@ void Worker::handle(Command& c) {
     }
     case Command::Rewind: {
       if (!session_) return;
-      int k = std::clamp(c.n, 0, session_->steps_done());
+      int k = std::clamp(c.keep, 0, session_->steps_done());
       // The steps from k on are drawn again with the current settings. With the seed
       // step k was drawn with, the random numbers repeat exactly (the same draw for the
       // same settings); with another seed, they start afresh from that seed.
@@ -272,7 +272,7 @@ void Worker::handle(Command& c) {
       if (sampler_.seed != used) session_->sampler().reseed(sampler_.seed);
       Event ev;
       ev.kind = Event::Truncate;
-      ev.index = k;
+      ev.kept = k;
       emit(std::move(ev));
       return;
     }
@@ -301,11 +301,11 @@ void Worker::handle(Command& c) {
       return;
     }
     case Command::SaveTrace: {
-      set_activity("saving " + c.a);
-      c.trace->save(c.a);  // the logit lens is in the trace when the window recorded it
+      set_activity("saving " + c.path);
+      c.trace->save(c.path);  // the logit lens is in the trace when the window recorded it
       Event ev;
       ev.kind = Event::Saved;
-      ev.msg = c.a;
+      ev.msg = c.path;
       emit(std::move(ev));
       return;
     }

@@ -51,8 +51,9 @@ struct Event {
   Kind kind = Idle;
   std::string msg;
   std::shared_ptr<const ModelInfo> info;
-  int index = 0;      // Step: index of the step; Truncate: steps kept
-  bool done = false;  // Step: the session can take no more steps
+  int step_index = 0;  // Step: the index of the step
+  int kept = 0;        // Truncate: the steps kept
+  bool done = false;   // Step: the session can take no more steps
   std::shared_ptr<const ds::TraceStep> step;
   std::vector<int> source;
   std::vector<std::string> source_text;
@@ -64,18 +65,27 @@ struct Event {
 struct Command {
   enum Kind { Load, Start, Step, Rewind, Sampler, Heads, Lens, SaveTrace };
   Kind kind = Step;
-  std::string a, b;                              // Load: spec, tokenizer file; Start: prompt (target prefix), source
-  int n = 1;                                     // Step: how many (-1: to the end); Rewind: steps kept
-  ds::Precision precision = ds::Precision::F32;  // Load: how the weights are kept in memory
-  int threads = 1;                               // Start: threads the engine computes a step with
-  ds::SamplerConfig sampler;
+  // Load: the model (as --model names it), its tokenizer file ("": none), and how the
+  // weights are kept in memory.
+  std::string spec, tokenizer;
+  ds::Precision precision = ds::Precision::F32;
+  // Start: the prompt (an encoder-decoder's target prefix), the source, and the threads
+  // the engine computes a step with.
+  std::string prompt, source;
+  int threads = 1;
+  int count = 1;                           // Step: how many steps (-1: to the end)
+  int keep = 0;                            // Rewind: the steps kept
+  ds::SamplerConfig sampler;               // Sampler
   std::vector<std::pair<int, int>> heads;  // Heads: (layer, head) switched off
-  // Lens: the residual vectors to read ([rows][d_model]) and their labels.
+  // Lens: the residual vectors to read ([rows][d_model]), their labels, and the step,
+  // position and request they answer.
   std::vector<std::vector<float>> resid;
   std::vector<std::string> labels;
   int step = -1, pos = -1;
   uint64_t version = 0;
-  std::shared_ptr<const ds::Trace> trace;  // SaveTrace: what to write to file a
+  // SaveTrace: the file and what to write to it.
+  std::string path;
+  std::shared_ptr<const ds::Trace> trace;
 };
 
 // The hook patterns the window records, kept to those the model has.

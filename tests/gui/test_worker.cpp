@@ -38,12 +38,15 @@ std::vector<int> drawn(const std::vector<Event>& evs) {
   return out;
 }
 
+// n: Step's count or Rewind's steps kept; a, b: Load's model and tokenizer, or Start's
+// prompt and source.
 void post(dsgui::Worker& w, Command::Kind k, int n = 1, const std::string& a = "", const std::string& b = "") {
   Command c;
   c.kind = k;
-  c.n = n;
-  c.a = a;
-  c.b = b;
+  c.count = n;
+  c.keep = n;
+  if (k == Command::Load) c.spec = a, c.tokenizer = b;
+  if (k == Command::Start) c.prompt = a, c.source = b;
   w.post(std::move(c));
 }
 
@@ -80,7 +83,7 @@ TEST(GuiWorker, StepsStreamAndRewindReproduces) {
   auto evs2 = drain(w);
   ASSERT_FALSE(evs2.empty());
   EXPECT_EQ(evs2.front().kind, Event::Truncate);
-  EXPECT_EQ(evs2.front().index, 3);
+  EXPECT_EQ(evs2.front().kept, 3);
   auto again = drawn(evs2);
   ASSERT_EQ(again.size(), 5u);
   EXPECT_TRUE(std::equal(again.begin(), again.end(), first.begin() + 3));
@@ -148,7 +151,7 @@ TEST(GuiWorker, StepsAndSavedTracesCarryTheLogitLens) {
   const std::string path = (std::filesystem::temp_directory_path() / "ds_gui_worker_trace.json").string();
   Command c;
   c.kind = Command::SaveTrace;
-  c.a = path;
+  c.path = path;
   c.trace = t;
   w.post(std::move(c));
   bool saved = false;
@@ -179,7 +182,7 @@ TEST(GuiWorker, LoadsTheWeightsInTheChosenPrecision) {
     dsgui::Worker w;
     Command c;
     c.kind = Command::Load;
-    c.a = "random:decoder";
+    c.spec = "random:decoder";
     c.precision = p;
     w.post(std::move(c));
     post(w, Command::Start, 1, "hi");

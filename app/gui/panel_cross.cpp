@@ -29,6 +29,36 @@ void cross_clamp(App& app, int n_layers, int n_heads) {
   st.head = std::min(st.head, n_heads - 1);
 }
 
+namespace {
+
+// The layer and head pickers, encoder or cross, colours, saving.
+void cross_controls(App& app, CrossState& st) {
+  const float font = ImGui::GetFontSize();
+  layer_head_controls(app, st.layer, st.head, "cross");
+  flow(font * 12);
+  ImGui::Checkbox("encoder self-attention", &st.encoder);
+  tooltip(app, "Show how the encoder's source tokens read each other instead (they may look both ways).");
+  colour_controls(app, true);
+  flow(font * 5);
+  if (ImGui::Button("Save PNG")) app.heatmap_png_request = "cross.png";
+}
+
+// The matrix shown and its lineage. The encoder's matrix stays the same for a whole
+// run; cross-attention gains a row with every step.
+std::pair<const Matrix*, uint64_t> cross_matrix(App& app, const CrossState& st, int layer) {
+  const ds::Trace& t = app.trace;
+  if (st.encoder) {
+    char key[96];
+    std::snprintf(key, sizeof key, "%llu/%d/%d", (unsigned long long)app.trace_epoch, layer, st.head);
+    const App::CachedMatrix& c = app.cached("encoder", key, [&] { return encoder_matrix(t, layer, st.head); });
+    return {&c.m, c.lineage};
+  }
+  const App::GrowingMatrix& g = app.attention_view("cross", layer, st.head, true, false);
+  return {&g.m, g.lineage};
+}
+
+}  // namespace
+
 void panel_cross(App& app) {
   view_caption(app, "cross");
   CrossState& st = app.state<CrossState>();
@@ -43,31 +73,11 @@ void panel_cross(App& app) {
     return;
   }
   const float font = ImGui::GetFontSize();
-  layer_head_controls(app, st.layer, st.head, "cross");
-  flow(font * 12);
-  ImGui::Checkbox("encoder self-attention", &st.encoder);
-  tooltip(app, "Show how the encoder's source tokens read each other instead (they may look both ways).");
-  colour_controls(app, true);
-  flow(font * 5);
-  if (ImGui::Button("Save PNG")) app.heatmap_png_request = "cross.png";
+  cross_controls(app, st);
 
   const int L = st.encoder ? t.config.n_enc_layers : t.config.n_layers;
   const int layer = std::clamp(st.layer, 0, std::max(0, L - 1));
-  // The encoder's matrix stays the same for a whole run; cross-attention gains a row
-  // with every step.
-  const Matrix* mp = nullptr;
-  uint64_t lineage = 0;
-  if (st.encoder) {
-    char key[96];
-    std::snprintf(key, sizeof key, "%llu/%d/%d", (unsigned long long)app.trace_epoch, layer, st.head);
-    const App::CachedMatrix& c = app.cached("encoder", key, [&] { return encoder_matrix(t, layer, st.head); });
-    mp = &c.m;
-    lineage = c.lineage;
-  } else {
-    const App::GrowingMatrix& g = app.attention_view("cross", layer, st.head, true, false);
-    mp = &g.m;
-    lineage = g.lineage;
-  }
+  const auto [mp, lineage] = cross_matrix(app, st, layer);
   const Matrix& m = *mp;
   if (!m.ok()) {
     ImGui::TextDisabled("%s", m.error.c_str());

@@ -99,19 +99,19 @@ bool update_grid(App& app, int L, int H) {
 
 }  // namespace
 
-void panel_heads(App& app) {
-  view_caption(app, "heads");
-  const ds::Trace& t = app.trace;
-  if (t.steps.empty() || app.cursor < 0) {
-    ImGui::TextDisabled("No step yet: press Step (Right arrow) to run the prompt through the model.");
-    return;
-  }
-  const ds::Config& cfg = t.config;
-  const int L = cfg.n_layers, H = cfg.n_heads;
-  const float font = ImGui::GetFontSize();
-  const ImGuiStyle& style = ImGui::GetStyle();
+namespace {
 
-  // Controls.
+// What the grid is drawn from and where: L layers x H heads of tile x tile maps, gap
+// pixels apart, below the head labels and right of the layer labels.
+struct GridLayout {
+  int L = 0, H = 0;
+  float tile = 0, gap = 0, lab_w = 0, lab_h = 0;
+  int gw = 0, gh = 0;  // the grid's size in pixels
+};
+
+// The weights/scores switch, the colour map and the re-run buttons.
+void heads_controls(App& app) {
+  const float font = ImGui::GetFontSize();
   int what = app.show_scores ? 1 : 0;
   ImGui::RadioButton("weights", &what, 0);
   tooltip(app, "After softmax: how much each token reads each earlier token.");
@@ -138,21 +138,13 @@ void panel_heads(App& app) {
   ImGui::EndDisabled();
   ImGui::EndDisabled();
   ImGui::TextDisabled("click a map to open it; right-click to switch that head off or on");
+}
 
-  // Layout: the grid on the left, the comparison on the right.
-  ImVec2 avail = ImGui::GetContentRegionAvail();
-  const bool compare = app.before && app.before_step == app.cursor && t.steps[app.cursor].sample;
-  const float side = compare ? std::min(avail.x * 0.38f, font * 24) : 0.0f;
-  const float lab_w = font * 3.2f, lab_h = font * 1.4f;
-  const float gap = std::max(2.0f, std::floor(font * 0.25f));
-  float tile = std::floor(std::min((avail.x - side - lab_w) / H - gap, (avail.y - lab_h) / L - gap));
-  tile = std::clamp(tile, 16.0f, 160.0f);
-  const int Q = t.positions(app.cursor);
-  const int S = Q;
-  const float tw = tile, th = tile;
-  const int gw = int(H * (tw + gap)), gh = int(L * (th + gap));
-
-  // Render the whole grid into one target, only when something changed.
+// Renders the whole grid into one target, only when something changed.
+RenderTarget& render_grid(App& app, const GridLayout& g) {
+  const ds::Trace& t = app.trace;
+  const int L = g.L, H = g.H, gw = g.gw, gh = g.gh;
+  const float tw = g.tile, th = g.tile, gap = g.gap;
   const bool kept = update_grid(app, L, H);
   char key[160];
   std::snprintf(key, sizeof key, "%llu/%llu/%d/%d/%d/%d/%d/%d", (unsigned long long)(kept ? app.grid.serial : 0),
@@ -188,29 +180,15 @@ void panel_heads(App& app) {
       }
     RenderTarget::unbind(app.fb_w, app.fb_h);
   }
-  (void)S;
+  return rt;
+}
 
-  ImGui::BeginGroup();
+// Switched-off heads, the open head and the hovered head over the grid at org; a click
+// opens a head, a right-click switches it off or on.
+void grid_overlays(App& app, const GridLayout& g, ImVec2 org, bool hovered) {
   ImDrawList* dl = ImGui::GetWindowDrawList();
-  const ImVec2 p0 = ImGui::GetCursorScreenPos();
-  const ImVec2 org(std::floor(p0.x + lab_w), std::floor(p0.y + lab_h));
-  const ImU32 tc = ImGui::GetColorU32(ImGuiCol_Text);
-  for (int h = 0; h < H; ++h) {
-    char b[16];
-    std::snprintf(b, sizeof b, H > 16 && tile < font * 2 ? "%d" : "head %d", h);
-    if (tile < ImGui::CalcTextSize(b).x) std::snprintf(b, sizeof b, "%d", h);
-    ImVec2 ts = ImGui::CalcTextSize(b);
-    dl->AddText(ImVec2(org.x + h * (tw + gap) + (tw - ts.x) * 0.5f, p0.y), tc, b);
-  }
-  for (int l = 0; l < L; ++l) {
-    char b[16];
-    std::snprintf(b, sizeof b, "L%d", l);
-    dl->AddText(ImVec2(p0.x, org.y + l * (th + gap) + (th - font) * 0.5f), tc, b);
-  }
-  ImGui::SetCursorScreenPos(org);
-  ImGui::Image((ImTextureID)(intptr_t)rt.texture(), ImVec2(float(gw), float(gh)), ImVec2(0, 1), ImVec2(1, 0));
-  const bool hovered = ImGui::IsItemHovered();
-  // Overlays: switched-off heads, the open head, the hovered head.
+  const int L = g.L, H = g.H;
+  const float tw = g.tile, th = g.tile, gap = g.gap, tile = g.tile;
   for (int l = 0; l < L; ++l)
     for (int h = 0; h < H; ++h) {
       ImVec2 a(org.x + h * (tw + gap), org.y + l * (th + gap)), b(a.x + tw, a.y + th);
@@ -245,6 +223,58 @@ void panel_heads(App& app) {
       if (ImGui::IsMouseClicked(1)) toggle_off(app, l, h);
     }
   }
+}
+
+}  // namespace
+
+void panel_heads(App& app) {
+  view_caption(app, "heads");
+  const ds::Trace& t = app.trace;
+  if (t.steps.empty() || app.cursor < 0) {
+    ImGui::TextDisabled("No step yet: press Step (Right arrow) to run the prompt through the model.");
+    return;
+  }
+  const ds::Config& cfg = t.config;
+  const int L = cfg.n_layers, H = cfg.n_heads;
+  const float font = ImGui::GetFontSize();
+  const ImGuiStyle& style = ImGui::GetStyle();
+
+  heads_controls(app);
+
+  // Layout: the grid on the left, the comparison on the right.
+  ImVec2 avail = ImGui::GetContentRegionAvail();
+  const bool compare = app.before && app.before_step == app.cursor && t.steps[app.cursor].sample;
+  const float side = compare ? std::min(avail.x * 0.38f, font * 24) : 0.0f;
+  const float lab_w = font * 3.2f, lab_h = font * 1.4f;
+  const float gap = std::max(2.0f, std::floor(font * 0.25f));
+  float tile = std::floor(std::min((avail.x - side - lab_w) / H - gap, (avail.y - lab_h) / L - gap));
+  tile = std::clamp(tile, 16.0f, 160.0f);
+  const float tw = tile, th = tile;
+  const int gw = int(H * (tw + gap)), gh = int(L * (th + gap));
+
+  RenderTarget& rt = render_grid(app, GridLayout{L, H, tile, gap, lab_w, lab_h, gw, gh});
+
+  ImGui::BeginGroup();
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const ImVec2 p0 = ImGui::GetCursorScreenPos();
+  const ImVec2 org(std::floor(p0.x + lab_w), std::floor(p0.y + lab_h));
+  const ImU32 tc = ImGui::GetColorU32(ImGuiCol_Text);
+  for (int h = 0; h < H; ++h) {
+    char b[16];
+    std::snprintf(b, sizeof b, H > 16 && tile < font * 2 ? "%d" : "head %d", h);
+    if (tile < ImGui::CalcTextSize(b).x) std::snprintf(b, sizeof b, "%d", h);
+    ImVec2 ts = ImGui::CalcTextSize(b);
+    dl->AddText(ImVec2(org.x + h * (tw + gap) + (tw - ts.x) * 0.5f, p0.y), tc, b);
+  }
+  for (int l = 0; l < L; ++l) {
+    char b[16];
+    std::snprintf(b, sizeof b, "L%d", l);
+    dl->AddText(ImVec2(p0.x, org.y + l * (th + gap) + (th - font) * 0.5f), tc, b);
+  }
+  ImGui::SetCursorScreenPos(org);
+  ImGui::Image((ImTextureID)(intptr_t)rt.texture(), ImVec2(float(gw), float(gh)), ImVec2(0, 1), ImVec2(1, 0));
+  const bool hovered = ImGui::IsItemHovered();
+  grid_overlays(app, GridLayout{L, H, tile, gap, lab_w, lab_h, gw, gh}, org, hovered);
   HeatmapPlacement pl;
   pl.name = "heads";
   pl.x = org.x;

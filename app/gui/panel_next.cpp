@@ -169,12 +169,53 @@ void compare_draws(App& app, const ds::SampleRecord& before, const ds::SampleRec
   (void)app;
 }
 
-void panel_next(App& app) {
-  view_caption(app, "next");
+namespace {
+
+// One row of the candidate table: rank, token, its probability at every stage (bars
+// relative to pmax, bwk wide) and whether it was drawn or cut.
+void candidate_row(const ds::SampleRecord& r, const ds::Candidate& c, int rank, float pmax, float bwk, bool show_topk) {
+  const bool is_drawn = c.id == r.token;
+  ImGui::TableNextRow();
+  if (is_drawn) ImGui::TableSetBgColor(ImGuiTableBgTarget_RowBg0, IM_COL32(200, 120, 20, 110));
+  const bool removed = c.removed != 0;
+  if (removed) ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+  ImGui::TableNextColumn();
+  ImGui::Text("%d", is_drawn ? r.rank + 1 : rank);
+  ImGui::TableNextColumn();
+  std::string vs = visible(c.text);
+  ImGui::TextUnformatted(vs.c_str());
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("token id %d", c.id);
+  char b[32];
+  ImGui::TableNextColumn();
+  std::snprintf(b, sizeof b, "%.4f", c.p_raw);
+  bar(c.p_raw / pmax, bwk, removed ? IM_COL32(90, 90, 90, 255) : IM_COL32(140, 140, 160, 255), b);
+  ImGui::TableNextColumn();
+  std::snprintf(b, sizeof b, "%.4f", c.p_temp);
+  bar(c.p_temp / pmax, bwk, removed ? IM_COL32(90, 90, 90, 255) : IM_COL32(90, 150, 220, 255), b);
+  if (show_topk) {
+    ImGui::TableNextColumn();
+    std::snprintf(b, sizeof b, c.removed == ds::kRemovedTopK ? "0 (cut)" : "%.4f", c.p_topk);
+    bar(c.p_topk / pmax, bwk, removed ? IM_COL32(90, 90, 90, 255) : IM_COL32(150, 120, 220, 255), b);
+  }
+  ImGui::TableNextColumn();
+  std::snprintf(b, sizeof b, removed ? "0 (cut)" : "%.4f", c.p_final);
+  bar(c.p_final / pmax, bwk, is_drawn ? IM_COL32(240, 150, 40, 255) : IM_COL32(70, 170, 100, 255), b);
+  ImGui::TableNextColumn();
+  if (removed) ImGui::PopStyleColor();
+  if (is_drawn)
+    ImGui::TextColored(ImVec4(1, 0.7f, 0.2f, 1), "DRAWN");
+  else if (c.removed == ds::kRemovedTopK)
+    ImGui::TextColored(ImVec4(0.9f, 0.45f, 0.4f, 1), "cut by top-k");
+  else if (c.removed == ds::kRemovedTopP)
+    ImGui::TextColored(ImVec4(0.9f, 0.45f, 0.4f, 1), "cut by top-p");
+}
+
+// Left: the settings for the steps to come, and re-drawing a step with them. Returns
+// the step the view explains (the one sampled at the selected position, else the
+// cursor's).
+int sampling_settings(App& app) {
   const ds::Trace& t = app.trace;
   const float font = ImGui::GetFontSize();
-
-  // Left: the settings for the steps to come.
   ImGui::BeginGroup();
   const float lw = font * 15;
   ImGui::PushItemWidth(lw * 0.55f);
@@ -215,25 +256,12 @@ void panel_next(App& app) {
   ImGui::EndDisabled();
   ImGui::EndGroup();
 
-  if (s < 0 || s >= int(t.steps.size()) || !t.steps[s].sample) {
-    ImGui::SameLine(0, font * 2);
-    ImGui::TextDisabled("No token drawn yet: press Step (Right arrow).");
-    return;
-  }
-  const ds::SampleRecord& r = *t.steps[s].sample;
-  ImGui::SameLine(0, font * 1.5f);
-  ImGui::BeginGroup();
-  const float rw = ImGui::GetContentRegionAvail().x;
-  auto toks = app.tokens();
-  int last = t.positions(s) - 1;
-  std::string after = last >= 0 && last < int(toks.size()) ? visible(toks[last].text) : "?";
-  const ds::Candidate* drawn = find_cand(r, r.token);
-  std::string dt = visible(drawn ? drawn->text : "#" + std::to_string(r.token));
-  ImGui::Text("Step %d: after \"%s\" (position %d) the model drew \"%s\"", s + 1, after.c_str(), last, dt.c_str());
-  ImGui::TextDisabled("%s; %d token%s kept after the filters", settings_text(r.config, r.greedy).c_str(), r.n_kept,
-                      r.n_kept == 1 ? "" : "s");
+  return s;
+}
 
-  // The candidate table.
+// The candidate table of step s's draw; returns the largest probability it shows.
+float candidate_table(const ds::SampleRecord& r, float rw) {
+  const float font = ImGui::GetFontSize();
   const float row_h = ImGui::GetFrameHeight();
   const float table_h = std::min(ImGui::GetContentRegionAvail().y - font * 10.0f, row_h * (r.candidates.size() + 1.5f));
   // Bars are drawn relative to the largest probability in the table, so small ones show.
@@ -258,46 +286,39 @@ void panel_next(App& app) {
     std::vector<const ds::Candidate*> rows;
     for (auto& c : r.candidates) rows.push_back(&c);
     std::stable_sort(rows.begin(), rows.end(), [](auto* a, auto* b) { return a->p_temp > b->p_temp; });
-    int rank = 0;
-    for (auto* c : rows) {
-      ++rank;
-      const bool is_drawn = c->id == r.token;
-      ImGui::TableNextRow();
-      if (is_drawn) ImGui::TableSetBgColor(ImGuiTableBgTarget_RowBg0, IM_COL32(200, 120, 20, 110));
-      const bool removed = c->removed != 0;
-      if (removed) ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
-      ImGui::TableNextColumn();
-      ImGui::Text("%d", is_drawn ? r.rank + 1 : rank);
-      ImGui::TableNextColumn();
-      std::string vs = visible(c->text);
-      ImGui::TextUnformatted(vs.c_str());
-      if (ImGui::IsItemHovered()) ImGui::SetTooltip("token id %d", c->id);
-      char b[32];
-      ImGui::TableNextColumn();
-      std::snprintf(b, sizeof b, "%.4f", c->p_raw);
-      bar(c->p_raw / pmax, bwk, removed ? IM_COL32(90, 90, 90, 255) : IM_COL32(140, 140, 160, 255), b);
-      ImGui::TableNextColumn();
-      std::snprintf(b, sizeof b, "%.4f", c->p_temp);
-      bar(c->p_temp / pmax, bwk, removed ? IM_COL32(90, 90, 90, 255) : IM_COL32(90, 150, 220, 255), b);
-      if (show_topk) {
-        ImGui::TableNextColumn();
-        std::snprintf(b, sizeof b, c->removed == ds::kRemovedTopK ? "0 (cut)" : "%.4f", c->p_topk);
-        bar(c->p_topk / pmax, bwk, removed ? IM_COL32(90, 90, 90, 255) : IM_COL32(150, 120, 220, 255), b);
-      }
-      ImGui::TableNextColumn();
-      std::snprintf(b, sizeof b, removed ? "0 (cut)" : "%.4f", c->p_final);
-      bar(c->p_final / pmax, bwk, is_drawn ? IM_COL32(240, 150, 40, 255) : IM_COL32(70, 170, 100, 255), b);
-      ImGui::TableNextColumn();
-      if (removed) ImGui::PopStyleColor();
-      if (is_drawn)
-        ImGui::TextColored(ImVec4(1, 0.7f, 0.2f, 1), "DRAWN");
-      else if (c->removed == ds::kRemovedTopK)
-        ImGui::TextColored(ImVec4(0.9f, 0.45f, 0.4f, 1), "cut by top-k");
-      else if (c->removed == ds::kRemovedTopP)
-        ImGui::TextColored(ImVec4(0.9f, 0.45f, 0.4f, 1), "cut by top-p");
-    }
+    for (size_t i = 0; i < rows.size(); ++i) candidate_row(r, *rows[i], int(i) + 1, pmax, bwk, show_topk);
     ImGui::EndTable();
   }
+  return pmax;
+}
+
+}  // namespace
+
+void panel_next(App& app) {
+  view_caption(app, "next");
+  const ds::Trace& t = app.trace;
+  const float font = ImGui::GetFontSize();
+
+  const int s = sampling_settings(app);
+  if (s < 0 || s >= int(t.steps.size()) || !t.steps[s].sample) {
+    ImGui::SameLine(0, font * 2);
+    ImGui::TextDisabled("No token drawn yet: press Step (Right arrow).");
+    return;
+  }
+  const ds::SampleRecord& r = *t.steps[s].sample;
+  ImGui::SameLine(0, font * 1.5f);
+  ImGui::BeginGroup();
+  const float rw = ImGui::GetContentRegionAvail().x;
+  auto toks = app.tokens();
+  int last = t.positions(s) - 1;
+  std::string after = last >= 0 && last < int(toks.size()) ? visible(toks[last].text) : "?";
+  const ds::Candidate* drawn = find_cand(r, r.token);
+  std::string dt = visible(drawn ? drawn->text : "#" + std::to_string(r.token));
+  ImGui::Text("Step %d: after \"%s\" (position %d) the model drew \"%s\"", s + 1, after.c_str(), last, dt.c_str());
+  ImGui::TextDisabled("%s; %d token%s kept after the filters", settings_text(r.config, r.greedy).c_str(), r.n_kept,
+                      r.n_kept == 1 ? "" : "s");
+
+  const float pmax = candidate_table(r, rw);
   ImGui::TextDisabled("bars: the longest is %.3f; grey rows were cut by a filter", pmax);
   draw_strip(app, r, rw - font);
   if (app.before && app.before_step == s) {

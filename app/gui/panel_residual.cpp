@@ -13,23 +13,16 @@ struct ResidualState {
   int kind = 2;  // which point of each layer the map shows (0 .. 2)
 };
 
-void panel_residual(App& app) {
-  ResidualState& st = app.state<ResidualState>();
-  view_caption(app, "residual");
+namespace {
+
+const char* kinds[] = {"before attention (resid_pre)", "after attention (resid_mid)", "after the MLP (resid_post)"};
+const ImU32 colours[] = {IM_COL32(110, 160, 230, 255), IM_COL32(240, 160, 60, 255), IM_COL32(100, 200, 120, 255)};
+
+// Left: grouped bars per layer at the selected position.
+void norm_bars(App& app, int pos) {
   const ds::Trace& t = app.trace;
-  if (t.steps.empty() || app.cursor < 0) {
-    ImGui::TextDisabled("No step yet: press Step (Right arrow).");
-    return;
-  }
   const float font = ImGui::GetFontSize();
   const int L = t.config.n_layers;
-  const int pos = app.selected_position();
-  static const char* kinds[] = {"before attention (resid_pre)", "after attention (resid_mid)",
-                                "after the MLP (resid_post)"};
-  static const ImU32 colours[] = {IM_COL32(110, 160, 230, 255), IM_COL32(240, 160, 60, 255),
-                                  IM_COL32(100, 200, 120, 255)};
-
-  // Left: grouped bars per layer at the selected position.
   std::vector<std::array<float, 3>> norms(L, {0, 0, 0});
   float mx = 1e-6f;
   bool any = false;
@@ -97,9 +90,13 @@ void panel_residual(App& app) {
     }
   }
   ImGui::EndGroup();
+}
 
-  // Right: layer x position map.
-  ImGui::SameLine(0, font * 2);
+// Right: the layer x position map of one point of each layer.
+void norm_map(App& app) {
+  ResidualState& st = app.state<ResidualState>();
+  const ds::Trace& t = app.trace;
+  const float font = ImGui::GetFontSize();
   ImGui::BeginGroup();
   ImGui::SetNextItemWidth(font * 16);
   ImGui::Combo("##kind", &st.kind, kinds, 3);
@@ -144,6 +141,23 @@ void panel_residual(App& app) {
     legend(a.style, "norm", false);
   }
   ImGui::EndGroup();
+}
+
+}  // namespace
+
+void panel_residual(App& app) {
+  view_caption(app, "residual");
+  const ds::Trace& t = app.trace;
+  if (t.steps.empty() || app.cursor < 0) {
+    ImGui::TextDisabled("No step yet: press Step (Right arrow).");
+    return;
+  }
+  const float font = ImGui::GetFontSize();
+  const int pos = app.selected_position();
+
+  norm_bars(app, pos);
+  ImGui::SameLine(0, font * 2);
+  norm_map(app);
 }
 
 }  // namespace dsgui

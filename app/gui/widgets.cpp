@@ -171,6 +171,49 @@ void legend_vertical(const HeatStyle& st, const char* value_name, bool show_mask
   ImGui::EndGroup();
 }
 
+// The row and column labels (every k-th when cells are smaller than the text, and the
+// selected row) and the axis titles of a heatmap whose cells start at org; returns the
+// width the column title takes from p0.
+float heatmap_labels(const HeatmapArgs& a, const Matrix& m, ImVec2 p0, ImVec2 org, float cell, float lw, float lh) {
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const float font = ImGui::GetFontSize();
+  const float W = cell * m.cols, H = cell * m.rows;
+  const ImU32 tc = ImGui::GetColorU32(ImGuiCol_Text);
+  const ImU32 hl = IM_COL32(255, 170, 40, 255);
+  const int k = std::max(1, int(std::ceil(font * 1.05f / cell)));
+  const ImVec4 clip_all(-1e6f, -1e6f, 1e6f, 1e6f);
+  for (int r = 0; r < m.rows; ++r) {
+    bool sel = r == a.selected_row;
+    if (r % k != 0 && !sel) continue;
+    const std::string& s = a.row_labels && r < int(a.row_labels->size()) ? (*a.row_labels)[r] : std::to_string(r);
+    ImVec2 ts = ImGui::CalcTextSize(s.c_str());
+    ImVec2 pos(org.x - font * 0.3f - std::min(ts.x, lw), org.y + r * cell + (cell - ts.y) * 0.5f);
+    dl->AddText(ImGui::GetFont(), font, pos, sel ? hl : tc, s.c_str(), nullptr, 0, &clip_all);
+  }
+  for (int c = 0; c < m.cols; ++c) {
+    if (c % k != 0) continue;
+    const std::string& s = a.col_labels && c < int(a.col_labels->size()) ? (*a.col_labels)[c] : std::to_string(c);
+    ImVec2 ts = ImGui::CalcTextSize(s.c_str());
+    if (ts.x <= cell - 2)  // fits across: keep it upright
+      dl->AddText(ImVec2(org.x + c * cell + (cell - ts.x) * 0.5f, org.y - ts.y - font * 0.2f), tc, s.c_str());
+    else
+      vertical_text(dl, ImVec2(org.x + c * cell + (cell - font) * 0.5f, org.y - font * 0.3f), tc, s.c_str());
+  }
+  // Axis titles.
+  float title_w = 0;
+  if (a.col_title && *a.col_title) {
+    ImVec2 ts = ImGui::CalcTextSize(a.col_title);
+    float x = std::max(p0.x, org.x + W * 0.5f - ts.x * 0.5f);
+    dl->AddText(ImVec2(x, p0.y), tc, a.col_title);
+    title_w = x + ts.x - p0.x;
+  }
+  if (a.row_title && *a.row_title && ImGui::CalcTextSize(a.row_title).x <= H + lh * 0.5f) {
+    ImVec2 ts = ImGui::CalcTextSize(a.row_title);
+    vertical_text(dl, ImVec2(p0.x, std::min(org.y + H, org.y + H * 0.5f + ts.x * 0.5f)), tc, a.row_title);
+  }
+  return title_w;
+}
+
 HeatmapHit heatmap_widget(App& app, const char* name, const HeatmapArgs& a) {
   HeatmapHit hit;
   const Matrix& m = *a.m;
@@ -239,41 +282,9 @@ HeatmapHit heatmap_widget(App& app, const char* name, const HeatmapArgs& a) {
   pl.mask = m.mask;
   app.placements.push_back(std::move(pl));
 
-  // Labels: every k-th when cells are smaller than the text.
-  const ImU32 tc = ImGui::GetColorU32(ImGuiCol_Text);
-  const ImU32 hl = IM_COL32(255, 170, 40, 255);
-  const int k = std::max(1, int(std::ceil(font * 1.05f / cell)));
-  const ImVec4 clip_all(-1e6f, -1e6f, 1e6f, 1e6f);
-  for (int r = 0; r < m.rows; ++r) {
-    bool sel = r == a.selected_row;
-    if (r % k != 0 && !sel) continue;
-    const std::string& s = a.row_labels && r < int(a.row_labels->size()) ? (*a.row_labels)[r] : std::to_string(r);
-    ImVec2 ts = ImGui::CalcTextSize(s.c_str());
-    ImVec2 pos(org.x - font * 0.3f - std::min(ts.x, lw), org.y + r * cell + (cell - ts.y) * 0.5f);
-    dl->AddText(ImGui::GetFont(), font, pos, sel ? hl : tc, s.c_str(), nullptr, 0, &clip_all);
-  }
-  for (int c = 0; c < m.cols; ++c) {
-    if (c % k != 0) continue;
-    const std::string& s = a.col_labels && c < int(a.col_labels->size()) ? (*a.col_labels)[c] : std::to_string(c);
-    ImVec2 ts = ImGui::CalcTextSize(s.c_str());
-    if (ts.x <= cell - 2)  // fits across: keep it upright
-      dl->AddText(ImVec2(org.x + c * cell + (cell - ts.x) * 0.5f, org.y - ts.y - font * 0.2f), tc, s.c_str());
-    else
-      vertical_text(dl, ImVec2(org.x + c * cell + (cell - font) * 0.5f, org.y - font * 0.3f), tc, s.c_str());
-  }
-  // Axis titles.
-  float title_w = 0;
-  if (a.col_title && *a.col_title) {
-    ImVec2 ts = ImGui::CalcTextSize(a.col_title);
-    float x = std::max(p0.x, org.x + W * 0.5f - ts.x * 0.5f);
-    dl->AddText(ImVec2(x, p0.y), tc, a.col_title);
-    title_w = x + ts.x - p0.x;
-  }
-  if (a.row_title && *a.row_title && ImGui::CalcTextSize(a.row_title).x <= H + lh * 0.5f) {
-    ImVec2 ts = ImGui::CalcTextSize(a.row_title);
-    vertical_text(dl, ImVec2(p0.x, std::min(org.y + H, org.y + H * 0.5f + ts.x * 0.5f)), tc, a.row_title);
-  }
+  const float title_w = heatmap_labels(a, m, p0, org, cell, lw, lh);
   // The current step's rows, the selected row, the hovered cell.
+  const ImU32 hl = IM_COL32(255, 170, 40, 255);
   if (!a.current_rows.empty()) {
     int r0 = *std::min_element(a.current_rows.begin(), a.current_rows.end());
     int r1 = *std::max_element(a.current_rows.begin(), a.current_rows.end());

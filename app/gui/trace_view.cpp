@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "model/mask.h"
 #include "util/error.h"
 
 namespace dsgui {
@@ -57,42 +58,23 @@ Matrix attention_step_rows(const ds::Trace& t, int layer, int head, int step, bo
     return m;
   }
   const ds::TraceStep& st = t.steps[step];
-  const int T = int(st.input.size());
-  const int S = cross ? int(t.source.size()) : t.positions(step);
   const std::string base = "blocks." + std::to_string(layer) + (cross ? ".cross_attn." : ".attn.");
-  const std::string name = base + (scores ? "scores" : "pattern");
-  const ds::Tensor* sc = find(st, base + "scores");
-  const ds::Tensor* src = find(st, name);
-  // A compact trace keeps no pattern: it is the softmax of the scores, row by row,
-  // computed as ds::Trace::attention computes it.
-  const bool derive = !src && !scores && sc;
-  if (derive) src = sc;
-  if (!src) {
-    m.error = "the trace did not record " + name;
+  ds::MatRM rows;
+  try {
+    rows = t.step_attention(layer, head, step, cross, scores);
+  } catch (const ds::Error& e) {
+    m.error = e.what();
     return m;
   }
-  const int H = head >= 0 ? 1 : cfg.n_heads;
-  const int h0 = std::max(head, 0);
-  if (src->shape.size() != 3 || !src->has_values() || H < 1 || h0 + H > src->shape[0]) {
-    m.error = "trace tensor " + (derive ? base + "scores" : name) + " has the wrong shape";
+  if (rows.rows() == 0) {
+    m.error = "the trace did not record " + base + (scores ? "scores" : "pattern");
     return m;
   }
-  const float ninf = -std::numeric_limits<float>::infinity();
+  const int T = int(rows.rows()), S = int(rows.cols());
   m.rows = T;
   m.cols = S;
-  // Cells the step did not publish: weight 0, score -inf (made 0 below, masked).
-  m.v.assign(size_t(T) * S, scores ? ninf : 0.0f);
-  const int Tt = src->shape[1], St = src->shape[2];
-  std::vector<float> row(size_t(std::max(St, 0)));
-  for (int h = h0; h < h0 + H; ++h)
-    for (int r = 0; r < T && r < Tt; ++r) {
-      src->values((int64_t(h) * Tt + r) * St, St, row.data());
-      if (derive) ds::pattern_from_scores(row.data(), St);
-      float* out = m.v.data() + size_t(r) * S;
-      for (int j = 0; j < St && j < S; ++j) out[j] = h == h0 ? row[size_t(j)] : out[j] + row[size_t(j)];
-    }
-  if (head < 0)  // the mean of the heads, summed in head order then divided
-    for (float& v : m.v) v /= float(H);
+  m.v.assign(rows.data(), rows.data() + rows.size());
+  const ds::Tensor* sc = find(st, base + "scores");
   // The mask: recorded (attn.mask), else where the scores are -inf, else the rule.
   // Cells the step did not publish stay masked.
   m.mask.assign(size_t(T) * S, 0);
@@ -106,12 +88,10 @@ Matrix attention_step_rows(const ds::Trace& t, int layer, int head, int step, bo
     for (int r = 0; r < Ts && r < T; ++r)
       for (int j = 0; j < Ss && j < S; ++j) m.mask[size_t(r) * S + j] = std::isfinite(sc->at(int64_t(r) * Ss + j));
   } else {
+    const ds::AttnKind kind = cross ? ds::AttnKind::Cross : ds::AttnKind::Causal;
     for (int r = 0; r < T; ++r)
-      for (int j = 0; j < S; ++j) {
-        bool ok =
-            cross ? !(cfg.pad_id >= 0 && j < int(t.source.size()) && t.source[j] == cfg.pad_id) : j <= st.pos0 + r;
-        m.mask[size_t(r) * S + j] = ok;
-      }
+      for (int j = 0; j < S; ++j)
+        m.mask[size_t(r) * S + j] = ds::may_attend(kind, st.pos0 + r, j, t.source, cfg.pad_id);
   }
   if (scores)  // masked scores are -inf; keep the texture finite
     for (float& v : m.v)

@@ -112,42 +112,49 @@ int Trace::step_of(int pos) const {
   return -1;
 }
 
+MatRM Trace::step_attention(int layer, int head, int step, bool cross, bool scores) const {
+  if (step < 0 || step >= int(steps.size()))
+    throw Error("trace has no step " + std::to_string(step) + " (it has " + std::to_string(steps.size()) + ")");
+  const TraceStep& st = steps[size_t(step)];
+  const std::string base = "blocks." + std::to_string(layer) + (cross ? ".cross_attn." : ".attn.");
+  auto it = st.tensors.find(base + (scores ? "scores" : "pattern"));
+  const bool derive = it == st.tensors.end() && !scores;  // a compact trace: softmax of the scores
+  if (derive) it = st.tensors.find(base + "scores");
+  if (it == st.tensors.end()) return MatRM();
+  const Tensor& t = it->second;
+  const int H = head >= 0 ? 1 : config.n_heads, h0 = std::max(head, 0);
+  if (t.shape.size() != 3 || !t.has_values() || H < 1 || h0 + H > t.shape[0])
+    throw Error("trace tensor " + it->first + " has the wrong shape");
+  const int T = int(st.input.size()), Tt = int(t.shape[1]), St = int(t.shape[2]);
+  const int S = cross ? int(source.size()) : positions(step);
+  MatRM m = MatRM::Constant(T, S, scores ? -std::numeric_limits<float>::infinity() : 0.0f);
+  std::vector<float> row(size_t(std::max(St, 0)));
+  for (int h = h0; h < h0 + H; ++h)
+    for (int r = 0; r < T && r < Tt; ++r) {
+      t.values((int64_t(h) * Tt + r) * St, St, row.data());
+      if (derive) pattern_from_scores(row.data(), St);
+      for (int j = 0; j < St && j < S; ++j) m(r, j) = h == h0 ? row[size_t(j)] : m(r, j) + row[size_t(j)];
+    }
+  if (H > 1) m /= float(H);
+  return m;
+}
+
 MatRM Trace::attention(int layer, int head, int step, bool cross, bool scores) const {
   if (step < 0 || step >= int(steps.size()))
     throw Error("trace has no step " + std::to_string(step) + " (it has " + std::to_string(steps.size()) + ")");
-  const std::string base = "blocks." + std::to_string(layer) + (cross ? ".cross_attn." : ".attn.");
-  const std::string name = base + (scores ? "scores" : "pattern");
-  const std::string scores_name = base + "scores";
-  const int Q = positions(step);
-  const int S = cross ? int(source.size()) : Q;
-  const float ninf = -std::numeric_limits<float>::infinity();
-  const float fill = scores ? ninf : 0.0f;
-  MatRM m = MatRM::Constant(Q, S, fill);
+  const int Q = positions(step), S = cross ? int(source.size()) : Q;
+  MatRM m = MatRM::Constant(Q, S, scores ? -std::numeric_limits<float>::infinity() : 0.0f);
   bool found = false;
-  std::vector<float> row;
   for (int i = 0; i <= step; ++i) {
-    auto it = steps[i].tensors.find(name);
-    bool derive = false;  // a compact trace: the pattern is the softmax of the scores
-    if (it == steps[i].tensors.end() && !scores) {
-      it = steps[i].tensors.find(scores_name);
-      derive = true;
-    }
-    if (it == steps[i].tensors.end()) continue;
-    const Tensor& t = it->second;
-    if (t.shape.size() != 3 || head < 0 || head >= t.shape[0] || !t.has_values())
-      throw Error("trace tensor " + it->first + " has the wrong shape");
-    const int T = t.shape[1], St = t.shape[2];
-    row.resize(size_t(St));
-    for (int r = 0; r < T; ++r) {
-      int q = steps[i].pos0 + r;
-      if (q >= Q) break;
-      t.values((int64_t(head) * T + r) * St, St, row.data());
-      if (derive) pattern_from_scores(row.data(), St);
-      for (int j = 0; j < St && j < S; ++j) m(q, j) = row[size_t(j)];
-    }
+    const MatRM rows = step_attention(layer, head, i, cross, scores);
+    if (rows.rows() == 0) continue;
+    for (int r = 0; r < rows.rows() && steps[size_t(i)].pos0 + r < Q; ++r)
+      for (int j = 0; j < rows.cols() && j < S; ++j) m(steps[size_t(i)].pos0 + r, j) = rows(r, j);
     found = true;
   }
-  if (!found) throw Error("the trace did not record " + name);
+  if (!found)
+    throw Error("the trace did not record blocks." + std::to_string(layer) + (cross ? ".cross_attn." : ".attn.") +
+                (scores ? "scores" : "pattern"));
   return m;
 }
 

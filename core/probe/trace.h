@@ -88,8 +88,16 @@ struct Trace {
   // The [Q, S] attention matrix of one layer and head as of step `step` (inclusive):
   // row i is query position i (self: S = Q; cross: S = source length). Reads
   // blocks.{l}.attn.pattern (or .scores, or cross_attn.*); cells never published are 0
-  // (pattern) or -inf (scores). Throws ds::Error if the trace did not record it.
+  // (pattern) or -inf (scores); head -1: the mean of the heads. Throws ds::Error if the
+  // trace did not record it.
   MatRM attention(int layer, int head, int step, bool cross = false, bool scores = false) const;
+  // The rows step `step` added to that matrix: [T, S] for the step's T query rows, S =
+  // the keys as of the step (self: positions(step); cross: the source length). head -1:
+  // the mean of the heads (summed in head order, then divided). Cells the step did not
+  // publish are 0 (pattern) or -inf (scores). A compact trace's pattern is the softmax
+  // of its scores. No rows (rows() == 0) when the step did not record the matrix;
+  // throws ds::Error when the recorded tensor has the wrong shape.
+  MatRM step_attention(int layer, int head, int step, bool cross = false, bool scores = false) const;
   // Encoder self-attention [S, S] of one layer and head.
   MatRM encoder_attention(int layer, int head, bool scores = false) const;
 

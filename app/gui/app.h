@@ -257,5 +257,8 @@ void bar(float f, float w, ImU32 col, const char* overlay = nullptr, ImU32 bg = 
 void hatch_rect(ImDrawList* dl, ImVec2 a, ImVec2 b);
 ImU32 cmap_u32(int cmap, float t);
 void view_caption(App& app, const char* view_id);
+// Whether the trace has a step to show; if not, says so (with what to do) and the view
+// draws nothing more.
+bool has_step(const App& app, const char* message = "No step yet: press Step (Right arrow).");
 
 }  // namespace dsgui

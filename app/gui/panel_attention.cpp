@@ -60,10 +60,7 @@ void colour_controls(App& app, bool allow_log) {
 void panel_attention(App& app) {
   view_caption(app, "attention");
   const ds::Trace& t = app.trace;
-  if (t.steps.empty() || app.cursor < 0) {
-    ImGui::TextDisabled("No step yet: press Step (Right arrow) to run the prompt through the model.");
-    return;
-  }
+  if (!has_step(app, "No step yet: press Step (Right arrow) to run the prompt through the model.")) return;
   const float font = ImGui::GetFontSize();
   layer_head_controls(app, app.layer, app.head, "attn");
   flow(font * 6);

@@ -68,10 +68,7 @@ void panel_cross(App& app) {
     ImGui::TextDisabled("Pick \"random encoder-decoder\" in the Model box to see one.");
     return;
   }
-  if (t.steps.empty() || app.cursor < 0) {
-    ImGui::TextDisabled("No step yet: press Step (Right arrow).");
-    return;
-  }
+  if (!has_step(app)) return;
   const float font = ImGui::GetFontSize();
   cross_controls(app, st);
 

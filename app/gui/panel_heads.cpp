@@ -230,10 +230,7 @@ void grid_overlays(App& app, const GridLayout& g, ImVec2 org, bool hovered) {
 void panel_heads(App& app) {
   view_caption(app, "heads");
   const ds::Trace& t = app.trace;
-  if (t.steps.empty() || app.cursor < 0) {
-    ImGui::TextDisabled("No step yet: press Step (Right arrow) to run the prompt through the model.");
-    return;
-  }
+  if (!has_step(app, "No step yet: press Step (Right arrow) to run the prompt through the model.")) return;
   const ds::Config& cfg = t.config;
   const int L = cfg.n_layers, H = cfg.n_heads;
   const float font = ImGui::GetFontSize();

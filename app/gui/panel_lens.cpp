@@ -59,10 +59,7 @@ void panel_lens(App& app) {
   LensState& st = app.state<LensState>();
   view_caption(app, "lens");
   const ds::Trace& t = app.trace;
-  if (t.steps.empty() || app.cursor < 0) {
-    ImGui::TextDisabled("No step yet: press Step (Right arrow).");
-    return;
-  }
+  if (!has_step(app)) return;
   const float font = ImGui::GetFontSize();
   const int pos = app.selected_position();
   const bool live =

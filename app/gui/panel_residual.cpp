@@ -147,11 +147,7 @@ void norm_map(App& app) {
 
 void panel_residual(App& app) {
   view_caption(app, "residual");
-  const ds::Trace& t = app.trace;
-  if (t.steps.empty() || app.cursor < 0) {
-    ImGui::TextDisabled("No step yet: press Step (Right arrow).");
-    return;
-  }
+  if (!has_step(app)) return;
   const float font = ImGui::GetFontSize();
   const int pos = app.selected_position();
 

@@ -55,6 +55,12 @@ void tooltip(App& app, const char* text) {
   ImGui::EndTooltip();
 }
 
+bool has_step(const App& app, const char* message) {
+  if (!app.trace.steps.empty() && app.cursor >= 0) return true;
+  ImGui::TextDisabled("%s", message);
+  return false;
+}
+
 void view_caption(App& app, const char* view_id) {
   if (!app.captions) return;
   const int v = view_index(view_id);

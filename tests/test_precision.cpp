@@ -3,6 +3,8 @@
 // models kept as bfloat16/float16 against the same models in float32.
 #include <gtest/gtest.h>
 
+#include "util.h"
+
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -274,14 +276,10 @@ Config gpt2_like() {
   Config c = gpt2_config(64, 3, 4, 48, 97);
   return c;
 }
+// The shared llama-like config, wider (products over 64 columns) and longer.
 Config llama_like() {
-  Config c;
-  c.d_model = 64, c.n_layers = 3, c.n_heads = 4, c.n_kv_heads = 2, c.d_head = 16, c.d_ff = 160;
-  c.vocab_size = 97, c.max_seq = 48;
-  c.norm = NormKind::RMSNorm, c.pos = PosKind::Rotary, c.ffn = FFNKind::SwiGLU;
-  c.attn_bias = c.ffn_bias = c.norm_bias = false;
-  c.tied_head = false;
-  c.bos_id = 1;
+  Config c = ds::test::small_config(ds::test::Arch::Llama, 97);
+  c.d_model = 64, c.n_layers = 3, c.d_head = 16, c.d_ff = 160, c.max_seq = 48;
   return c;
 }
 

@@ -46,22 +46,12 @@ struct Variant {
   bool separate_enc_embed;
 };
 
+// The shared small configs, narrower (gradient checks are cheap at d_model 16) and
+// with the tasks' special ids.
 ds::Config tiny(bool enc_dec, int vocab) {
-  ds::Config c;
-  c.d_model = 16;
-  c.n_heads = 2;
-  c.n_kv_heads = 2;
-  c.d_head = 8;
-  c.d_ff = 24;
-  c.n_layers = 2;
-  c.n_enc_layers = enc_dec ? 2 : 0;
-  c.encoder_decoder = enc_dec;
-  c.vocab_size = vocab;
-  c.max_seq = 16;
-  c.max_src = 40;
-  c.bos_id = Task::kBos;
-  c.eos_id = Task::kEos;
-  c.pad_id = Task::kPad;
+  ds::Config c = ds::test::small_config(enc_dec ? ds::test::Arch::EncDec : ds::test::Arch::GPT2, vocab);
+  c.d_model = 16, c.n_heads = c.n_kv_heads = 2, c.d_ff = 24, c.max_seq = 16, c.max_src = 40;
+  c.bos_id = Task::kBos, c.eos_id = Task::kEos, c.pad_id = Task::kPad;
   return c;
 }
 

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -146,6 +147,139 @@ inline Config tiny_encdec_config() {
   c.encoder_decoder = true, c.final_norm = false, c.enc_final_norm = false, c.scale_embed = true;
   c.bos_id = 1, c.eos_id = 2, c.pad_id = 0;
   return c;
+}
+
+struct Variant {
+  std::string name;
+  Config cfg;
+  uint64_t seed;
+};
+
+// gtest prints a parameter on failure: print the variant's name, not its bytes.
+inline void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
+
+inline Config base_config() {
+  Config c;
+  c.d_model = 32;
+  c.n_layers = 2;
+  c.n_enc_layers = 0;
+  c.n_heads = 4;
+  c.n_kv_heads = 4;
+  c.d_head = 8;
+  c.d_ff = 64;
+  c.vocab_size = 40;
+  c.max_seq = 80;
+  c.max_src = 32;
+  return c;
+}
+
+// Every variant of the engine the Config describes, each with a seed for its random
+// weights: the engine's tests run on all of them.
+inline std::vector<Variant> variants() {
+  std::vector<Variant> v;
+  {  // GPT-2: pre-LayerNorm, learned positions, GELU-tanh, tied head, biases.
+    Config c = base_config();
+    c.norm = NormKind::LayerNorm;
+    c.norm_place = NormPlace::Pre;
+    c.pos = PosKind::Learned;
+    c.ffn = FFNKind::GELUTanh;
+    c.tied_head = true;
+    v.push_back({"gpt2", c, 11});
+  }
+  {  // llama2.c: RMSNorm, rotary, SwiGLU, GQA, separate head, no biases.
+    Config c = base_config();
+    c.norm = NormKind::RMSNorm;
+    c.pos = PosKind::Rotary;
+    c.ffn = FFNKind::SwiGLU;
+    c.n_kv_heads = 2;
+    c.tied_head = false;
+    c.attn_bias = false;
+    c.ffn_bias = false;
+    c.norm_bias = false;
+    v.push_back({"llama", c, 12});
+  }
+  {  // Post-norm, sinusoidal, ReLU, scaled embeddings, no final norm, 3 heads.
+    Config c = base_config();
+    c.d_model = 24;
+    c.n_heads = 3;
+    c.n_kv_heads = 3;
+    c.d_head = 8;
+    c.d_ff = 48;
+    c.norm_place = NormPlace::Post;
+    c.final_norm = false;
+    c.pos = PosKind::Sinusoidal;
+    c.ffn = FFNKind::ReLU;
+    c.scale_embed = true;
+    v.push_back({"post_sin_relu", c, 13});
+  }
+  {  // No positions, exact GELU, multi-query attention, bias-free LayerNorm and FFN,
+     // separate head, q_dim != d_model.
+    Config c = base_config();
+    c.pos = PosKind::None;
+    c.ffn = FFNKind::GELU;
+    c.n_kv_heads = 1;
+    c.d_head = 6;
+    c.norm_bias = false;
+    c.ffn_bias = false;
+    c.attn_bias = true;
+    c.tied_head = false;
+    v.push_back({"nopos_gelu_mqa", c, 14});
+  }
+  {  // Post-RMSNorm with rotary (non-default theta), GELU-tanh, biases, GQA.
+    Config c = base_config();
+    c.norm = NormKind::RMSNorm;
+    c.norm_place = NormPlace::Post;
+    c.final_norm = false;
+    c.pos = PosKind::Rotary;
+    c.rope_theta = 500.0f;
+    c.ffn = FFNKind::GELUTanh;
+    c.n_kv_heads = 2;
+    c.norm_bias = false;
+    v.push_back({"post_rms_rotary", c, 15});
+  }
+  {  // The original transformer: post-norm encoder-decoder, sinusoidal, ReLU.
+    Config c = base_config();
+    c.encoder_decoder = true;
+    c.n_enc_layers = 2;
+    c.norm_place = NormPlace::Post;
+    c.final_norm = false;
+    c.enc_final_norm = false;
+    c.pos = PosKind::Sinusoidal;
+    c.ffn = FFNKind::ReLU;
+    c.scale_embed = true;
+    c.tied_head = true;
+    c.pad_id = 0;
+    c.bos_id = 1;
+    c.eos_id = 2;
+    v.push_back({"encdec_original", c, 16});
+  }
+  {  // Pre-norm encoder-decoder with RMSNorm, rotary, SwiGLU, GQA, no biases.
+    Config c = base_config();
+    c.encoder_decoder = true;
+    c.n_enc_layers = 1;
+    c.norm = NormKind::RMSNorm;
+    c.pos = PosKind::Rotary;
+    c.ffn = FFNKind::SwiGLU;
+    c.n_kv_heads = 2;
+    c.tied_head = false;
+    c.attn_bias = false;
+    c.ffn_bias = false;
+    c.norm_bias = false;
+    c.pad_id = 0;
+    v.push_back({"encdec_rotary_swiglu", c, 17});
+  }
+  {  // Pre-LayerNorm encoder-decoder, learned positions, exact GELU, more encoder
+     // layers than decoder layers, pad id in the middle of the vocabulary.
+    Config c = base_config();
+    c.encoder_decoder = true;
+    c.n_enc_layers = 3;
+    c.pos = PosKind::Learned;
+    c.ffn = FFNKind::GELU;
+    c.scale_embed = true;
+    c.pad_id = 5;
+    v.push_back({"encdec_learned_gelu", c, 18});
+  }
+  return v;
 }
 
 // A model of cfg with random weights (normal, standard deviation scale).

@@ -193,6 +193,43 @@ void Engine::ensure_scratch(int T, int S) {
   grow(s.zpart, size_t(std::max(1, threads_)) * c.q_dim());
 }
 
+KvCache Engine::make_cache() const {
+  const Config& c = model_->cfg;
+  const size_t per = size_t(c.max_seq) * size_t(c.kv_dim());
+  const size_t bytes = 2 * size_t(c.n_layers) * per * sizeof(float);
+  KvCache kv;
+  // Small caches (many beams of a small model) are plain allocations; large ones get
+  // huge pages as the engine's own.
+  kv.block = bytes >= (size_t(2) << 20) ? allocate_weight_block(bytes) : allocate_aligned(bytes);
+  float* base = static_cast<float*>(kv.block.get());
+  for (int l = 0; l < c.n_layers; ++l) {
+    kv.k.push_back(base + 2 * size_t(l) * per);
+    kv.v.push_back(base + (2 * size_t(l) + 1) * per);
+  }
+  return kv;
+}
+
+void Engine::swap_cache(KvCache& c) {
+  if (c.k.size() != k_cache_.size() || c.v.size() != v_cache_.size())
+    throw Error("swap_cache: the cache was made for another model");
+  std::swap(kv_block_, c.block);
+  std::swap(k_cache_, c.k);
+  std::swap(v_cache_, c.v);
+  std::swap(pos_, c.pos);
+}
+
+void Engine::copy_cache(const KvCache& from, KvCache& to) const {
+  const Config& c = model_->cfg;
+  if (from.k.size() != size_t(c.n_layers) || to.k.size() != size_t(c.n_layers) || from.pos < 0 || from.pos > c.max_seq)
+    throw Error("copy_cache: the caches were made for another model");
+  const size_t n = size_t(from.pos) * size_t(c.kv_dim());
+  for (int l = 0; l < c.n_layers; ++l) {
+    std::copy_n(from.k[l], n, to.k[l]);
+    std::copy_n(from.v[l], n, to.v[l]);
+  }
+  to.pos = from.pos;
+}
+
 void Engine::truncate(int p) {
   if (p < 0 || p > pos_) throw Error("cannot truncate the cache to position " + std::to_string(p));
   pos_ = p;

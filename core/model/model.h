@@ -17,6 +17,16 @@
 
 namespace ds {
 
+// A decoder KV cache apart from an engine: every decoder layer's keys and values of
+// positions [0, pos). Engine::swap_cache exchanges it with the engine's own, so one
+// engine can carry several continuations of the same prefix (beam search) without
+// recomputing the prefix or copying it at every step.
+struct KvCache {
+  std::shared_ptr<void> block;
+  std::vector<float*> k, v;  // per decoder layer [max_seq, kv_dim]
+  int pos = 0;
+};
+
 struct Model {
   Config cfg;
   Weights w;
@@ -56,6 +66,15 @@ class Engine {
   // Forgets cached positions >= p (step back, fork); p <= pos().
   void truncate(int p);
   void reset() { truncate(0); }
+
+  // An empty cache of this model's shape ([max_seq, kv_dim] keys and values a layer).
+  KvCache make_cache() const;
+  // Exchanges the engine's cache (and its position) with c; the encoder's output and
+  // the cross-attention keys and values stay (they depend on the source only).
+  void swap_cache(KvCache& c);
+  // Copies the rows [0, from.pos) of every layer, and the position, into `to` (both
+  // made by make_cache of an engine of this model).
+  void copy_cache(const KvCache& from, KvCache& to) const;
 
  private:
   struct Scratch;

@@ -34,6 +34,7 @@ usage:
   decoderscope-cli generate --model PATH [--tokenizer FILE] [--steps N]
                             [--prompt TEXT | --prompt-ids "1 2 3"] [--source TEXT | --source-ids "..."]
                             [--temperature T] [--top-k K] [--top-p P] [--seed S]
+                            [--repetition-penalty R] [--penalty-alpha A --top-k K]
                             [--ids] [--trace FILE.json [--hooks PATTERNS]] [--threads N] [--precision P]
   decoderscope-cli hooks    --model PATH
   decoderscope-cli lens     --model PATH [--tokenizer FILE] [--prompt TEXT | --prompt-ids "..."]
@@ -53,6 +54,11 @@ generate: --steps counts positions in all, prompt included (llama2.c's -n; defau
   maximum: the model's context). Prints the text (or with --ids the generated ids).
   A llama2.c model with no prompt starts from BOS (id 1). Defaults: temperature 1,
   top-p 0.9, top-k off, seed 0; temperature 0 is greedy.
+  --repetition-penalty R (default 1 = off): the logit of every token already in the sequence
+  is divided by R when positive, multiplied by R when negative, before temperature.
+  --penalty-alpha A --top-k K: contrastive search (Hugging Face's penalty_alpha): of the K
+  most probable tokens, the one with the best (1-A)*p - A*(largest cosine similarity of its
+  hidden state with those of the text so far); it ignores --temperature and --top-p.
 --trace FILE.json records every hook point of the run; --hooks keeps only the points
   matching a comma-separated list of patterns ('*' one name segment, '**' anything), in
   decoderscope's or TransformerLens's spelling: "blocks.*.attn.pattern,logits" or
@@ -213,6 +219,13 @@ ds::SamplerConfig sampler_of(const Args& a) {
   s.top_k = int(a.integer("top-k", 0, 0, 1 << 30));
   s.top_p = float(a.number("top-p", 0.9));
   s.seed = uint64_t(a.integer("seed", 0, 0, (1LL << 62)));
+  s.repetition_penalty = float(a.number("repetition-penalty", 1.0));
+  if (a.has("penalty-alpha")) {
+    if (!a.has("top-k"))
+      throw Error("--penalty-alpha (contrastive search) needs --top-k K, the number of candidates it compares");
+    s.contrastive = true;
+    s.penalty_alpha = float(a.number("penalty-alpha", 0.0));
+  }
   ds::validate(s);
   return s;
 }
@@ -245,7 +258,7 @@ int cmd_hooks(const Args& a) {
 
 int cmd_generate(const Args& a) {
   only(a, {"model", "tokenizer", "steps", "prompt", "prompt-ids", "source", "source-ids", "temperature", "top-k",
-           "top-p", "seed", "ids", "trace", "hooks", "threads"});
+           "top-p", "seed", "ids", "trace", "hooks", "threads", "repetition-penalty", "penalty-alpha"});
   auto m = open_model(a);
   ds::SessionOptions o;
   o.sampler = sampler_of(a);

@@ -332,6 +332,7 @@ LensRecorder::~LensRecorder() {
 }
 
 void LensRecorder::on_row(const HookEvent& ev, size_t source) {
+  if (paused_) return;
   const int d = model_->cfg.d_model;
   if (ev.t.rank != 2 || ev.t.shape[1] != d) return;
   const int T = ev.t.shape[0];

@@ -90,8 +90,11 @@ class LensRecorder {
   ~LensRecorder();
   LensRecorder(const LensRecorder&) = delete;
   LensRecorder& operator=(const LensRecorder&) = delete;
+  // While paused, forward calls are not recorded.
+  void set_paused(bool paused) { paused_ = paused; }
 
  private:
+  bool paused_ = false;
   void on_row(const HookEvent& ev, size_t source);
   void store(int T);
 

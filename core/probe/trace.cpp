@@ -253,6 +253,65 @@ std::map<int, std::string> json_token_text(const json& j) {
   return m;
 }
 
+json candidate_json(const Candidate& c) {
+  json o{{"id", c.id},
+         {"text", c.text},
+         {"p_raw", c.p_raw},
+         {"p_rep", c.p_rep},
+         {"repeated", c.repeated},
+         {"p_temp", c.p_temp},
+         {"p_topk", c.p_topk},
+         {"p_final", c.p_final},
+         {"removed", c.removed == 0 ? "" : c.removed == 1 ? "top_k" : "top_p"}};
+  if (c.lookahead) {
+    o["confidence"] = c.confidence;
+    o["degeneration_penalty"] = c.degeneration;
+    o["score"] = c.score;
+  }
+  return o;
+}
+
+// Fields added after version 1's first traces (repetition penalty, contrastive
+// search) are optional: older traces read with them off.
+Candidate json_candidate(const json& c) {
+  Candidate cd;
+  cd.id = c.at("id").get<int>();
+  cd.text = c.value("text", "");
+  cd.p_raw = c.at("p_raw").get<float>();
+  cd.p_rep = c.contains("p_rep") ? c.at("p_rep").get<float>() : cd.p_raw;
+  cd.repeated = c.value("repeated", false);
+  cd.p_temp = c.at("p_temp").get<float>();
+  cd.p_topk = c.at("p_topk").get<float>();
+  cd.p_final = c.at("p_final").get<float>();
+  std::string rm = c.value("removed", "");
+  cd.removed = rm.empty() ? 0 : rm == "top_k" ? 1 : 2;
+  if (c.contains("score")) {
+    cd.lookahead = true;
+    cd.confidence = c.at("confidence").get<float>();
+    cd.degeneration = c.at("degeneration_penalty").get<float>();
+    cd.score = c.at("score").get<float>();
+  }
+  return cd;
+}
+
+SampleRecord json_sample(const json& r) {
+  SampleRecord rec;
+  rec.config.temperature = r.at("temperature").get<float>();
+  rec.config.top_k = r.at("top_k").get<int>();
+  rec.config.top_p = r.at("top_p").get<float>();
+  rec.config.seed = r.at("seed").get<uint64_t>();
+  rec.config.repetition_penalty = r.value("repetition_penalty", 1.0f);
+  rec.config.contrastive = r.value("contrastive", false);
+  rec.config.penalty_alpha = r.value("penalty_alpha", 0.0f);
+  rec.greedy = r.at("greedy").get<bool>();
+  rec.u = r.at("u").get<double>();
+  rec.token = r.at("token").get<int>();
+  rec.rank = r.at("rank").get<int>();
+  rec.n_kept = r.at("n_kept").get<int>();
+  for (auto& c : r.at("candidates")) rec.candidates.push_back(json_candidate(c));
+  return rec;
+}
+
 }  // namespace
 
 void Trace::write_json(std::ostream& os) const {
@@ -270,20 +329,14 @@ void Trace::write_json(std::ostream& os) const {
     if (s.sample) {
       const SampleRecord& r = *s.sample;
       json cands = json::array();
-      for (auto& c : r.candidates)
-        cands.push_back({{"id", c.id},
-                         {"text", c.text},
-                         {"p_raw", c.p_raw},
-                         {"p_temp", c.p_temp},
-                         {"p_topk", c.p_topk},
-                         {"p_final", c.p_final},
-                         {"removed", c.removed == 0   ? ""
-                                     : c.removed == 1 ? "top_k"
-                                                      : "top_p"}});
+      for (auto& c : r.candidates) cands.push_back(candidate_json(c));
       o["sample"] = {{"temperature", r.config.temperature},
                      {"top_k", r.config.top_k},
                      {"top_p", r.config.top_p},
                      {"seed", r.config.seed},
+                     {"repetition_penalty", r.config.repetition_penalty},
+                     {"contrastive", r.config.contrastive},
+                     {"penalty_alpha", r.config.penalty_alpha},
                      {"greedy", r.greedy},
                      {"u", r.u},
                      {"token", r.token},
@@ -327,32 +380,7 @@ Trace Trace::read_json(std::istream& is) {
       s.input_text = o.value("input_text", std::vector<std::string>{});
       s.tensors = json_tensors(o.at("tensors"));
       if (o.contains("token_text")) s.token_text = json_token_text(o.at("token_text"));
-      if (o.contains("sample")) {
-        const json& r = o.at("sample");
-        SampleRecord rec;
-        rec.config.temperature = r.at("temperature").get<float>();
-        rec.config.top_k = r.at("top_k").get<int>();
-        rec.config.top_p = r.at("top_p").get<float>();
-        rec.config.seed = r.at("seed").get<uint64_t>();
-        rec.greedy = r.at("greedy").get<bool>();
-        rec.u = r.at("u").get<double>();
-        rec.token = r.at("token").get<int>();
-        rec.rank = r.at("rank").get<int>();
-        rec.n_kept = r.at("n_kept").get<int>();
-        for (auto& c : r.at("candidates")) {
-          Candidate cd;
-          cd.id = c.at("id").get<int>();
-          cd.text = c.value("text", "");
-          cd.p_raw = c.at("p_raw").get<float>();
-          cd.p_temp = c.at("p_temp").get<float>();
-          cd.p_topk = c.at("p_topk").get<float>();
-          cd.p_final = c.at("p_final").get<float>();
-          std::string rm = c.value("removed", "");
-          cd.removed = rm.empty() ? 0 : rm == "top_k" ? 1 : 2;
-          rec.candidates.push_back(std::move(cd));
-        }
-        s.sample = std::move(rec);
-      }
+      if (o.contains("sample")) s.sample = json_sample(o.at("sample"));
       t.steps.push_back(std::move(s));
     }
     return t;
@@ -462,6 +490,7 @@ TraceRecorder::TraceRecorder(Hooks& hooks, const Config& cfg, Trace& trace, cons
         names_[(size_t(s) * (n_layers_ + 1) + (l + 1)) * int(Point::Count) + p] = Hooks::name(Stack(s), l, Point(p));
   for (auto& pat : patterns) {
     handles_.push_back(hooks_.subscribe(pat, [this](HookEvent& ev) {
+      if (paused_) return;
       auto name_of = [&](Point p) -> const std::string& {
         return names_[(size_t(ev.stack) * (n_layers_ + 1) + (ev.layer + 1)) * int(Point::Count) + int(p)];
       };
@@ -500,6 +529,11 @@ TraceRecorder::TraceRecorder(Hooks& hooks, const Config& cfg, Trace& trace, cons
         store_f16(t, ev.t);
     }));
   }
+}
+
+void TraceRecorder::set_paused(bool paused) {
+  paused_ = paused;
+  if (lens_) lens_->set_paused(paused);
 }
 
 TraceRecorder::~TraceRecorder() {

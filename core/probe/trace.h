@@ -45,7 +45,14 @@ struct Candidate {
   int id = 0;
   std::string text;
   float p_raw = 0, p_temp = 0, p_topk = 0, p_final = 0;
-  uint8_t removed = 0;  // 0 kept, 1 removed by top-k, 2 removed by top-p
+  float p_rep = 0;        // after the repetition penalty (== p_raw when it is off)
+  bool repeated = false;  // already in the sequence: the repetition penalty changed its logit
+  uint8_t removed = 0;    // 0 kept, 1 removed by top-k, 2 removed by top-p
+  // Contrastive search: set on the top_k candidates the step looked one token ahead for.
+  bool lookahead = false;
+  float confidence = 0;    // p(v): the model's probability (after the repetition penalty)
+  float degeneration = 0;  // max over the context of cos(h_v, h_j), h = the final hidden state
+  float score = 0;         // (1 - alpha) * confidence - alpha * degeneration
 };
 
 struct SampleRecord {
@@ -56,6 +63,7 @@ struct SampleRecord {
   int rank = 0;                       // rank of the token by p_temp (0 = most probable)
   int n_kept = 0;                     // tokens left after the filters
   std::vector<Candidate> candidates;  // the most probable by p_temp, plus the drawn token
+                                      // (and, for contrastive search, every candidate)
 };
 
 struct TraceStep {
@@ -161,7 +169,12 @@ class TraceRecorder {
   TraceRecorder(const TraceRecorder&) = delete;
   TraceRecorder& operator=(const TraceRecorder&) = delete;
 
+  // While paused, nothing the hooks publish is recorded (contrastive search's
+  // look-ahead forwards stay out of the trace).
+  void set_paused(bool paused);
+
  private:
+  bool paused_ = false;
   Hooks& hooks_;
   Trace& trace_;
   std::vector<int> handles_;

@@ -63,6 +63,36 @@ void validate(const SamplerConfig& c) {
   if (c.top_k < 0) throw Error("sampler: top_k must be >= 0, 0 = off (got " + str(c.top_k) + ")");
   if (!(c.top_p > 0.0f && c.top_p <= 1.0f))  // also rejects NaN
     throw Error("sampler: top_p must be in (0, 1], 1 = off (got " + str(c.top_p) + ")");
+  if (!(c.repetition_penalty > 0.0f) || !std::isfinite(c.repetition_penalty))
+    throw Error("sampler: repetition_penalty must be a number > 0, 1 = off (got " + str(c.repetition_penalty) + ")");
+  if (!(c.penalty_alpha >= 0.0f && c.penalty_alpha <= 1.0f))  // also rejects NaN
+    throw Error("sampler: penalty_alpha must be in [0, 1] (got " + str(c.penalty_alpha) + ")");
+}
+
+namespace {
+
+// The repetition penalty in place; mark[0..vocab) is zero on entry and on return.
+void penalise_row(float* x, int vocab, std::span<const int> seen, float r, uint8_t* mark) {
+  for (const int id : seen)
+    if (id < 0 || id >= vocab)
+      throw Error("repetition penalty: token id " + std::to_string(id) + " is outside the vocabulary (size " +
+                  std::to_string(vocab) + ")");
+  for (const int id : seen) {
+    if (mark[id]) continue;
+    mark[id] = 1;
+    x[id] = x[id] > 0.0f ? x[id] / r : x[id] * r;
+  }
+  for (const int id : seen) mark[id] = 0;
+}
+
+}  // namespace
+
+void apply_repetition_penalty(float* logits, int vocab, std::span<const int> seen, float r) {
+  if (!(r > 0.0f) || !std::isfinite(r))
+    throw Error("repetition penalty must be a number > 0, 1 = off (got " + str(r) + ")");
+  if (r == 1.0f) return;
+  std::vector<uint8_t> mark(static_cast<size_t>(std::max(vocab, 0)), 0);
+  penalise_row(logits, vocab, seen, r, mark.data());
 }
 
 int argmax(const float* x, int n) {
@@ -230,32 +260,65 @@ int Sampler::draw(SampleResult& out) {
   return tok;
 }
 
-int Sampler::sample(const float* logits, int vocab, SampleResult& out) {
+// The repetition penalty: logits' into pen_, p_rep = softmax(logits'), and w_ left
+// holding its weights at temperature 1. Returns logits'.
+const float* Sampler::penalise(const float* logits, int vocab, std::span<const int> seen, SampleResult& out) {
+  size_to(pen_, vocab);
+  std::copy_n(logits, vocab, pen_.data());
+  if (seen_.size() < static_cast<size_t>(vocab)) seen_.assign(static_cast<size_t>(vocab), 0);
+  penalise_row(pen_.data(), vocab, seen, cfg_.repetition_penalty, seen_.data());
+  size_to(out.p_rep, vocab);
+  bool nan = false;
+  const float xmax = max_and_nan(pen_.data(), vocab, &nan);
+  double* w = w_.data();
+  normalise(w, vocab, weights(pen_.data(), vocab, xmax, 1.0, w), out.p_rep.data());
+  return pen_.data();
+}
+
+int Sampler::sample(const float* logits, int vocab, SampleResult& out, std::span<const int> seen) {
+  return filter(logits, vocab, out, seen, true);
+}
+
+void Sampler::shape(const float* logits, int vocab, SampleResult& out, std::span<const int> seen) {
+  filter(logits, vocab, out, seen, false);
+}
+
+// The whole pipeline (header); draws u only when draw_token.
+int Sampler::filter(const float* logits, int vocab, SampleResult& out, std::span<const int> seen, bool draw_token) {
   if (logits == nullptr || vocab <= 0) throw Error("sampler: empty logits (vocab = " + str(vocab) + ")");
   bool nan = false;
-  const float xmax = max_and_nan(logits, vocab, &nan);  // maximum and NaN check in one pass
+  float xmax = max_and_nan(logits, vocab, &nan);  // maximum and NaN check in one pass
   if (nan) throw Error("logits contain NaN");
   prepare(vocab, out);
   double* w = w_.data();
   normalise(w, vocab, weights(logits, vocab, xmax, 1.0, w), out.p_raw.data());  // p_raw
-  if (cfg_.temperature == 0.0f) return greedy(logits, vocab, xmax, out);
+  if (cfg_.repetition_penalty != 1.0f) {
+    logits = penalise(logits, vocab, seen, out);
+    xmax = max_and_nan(logits, vocab, &nan);
+  } else {
+    out.p_rep.clear();
+  }
+  const bool contrastive = cfg_.contrastive;
+  if (!contrastive && cfg_.temperature == 0.0f) return greedy(logits, vocab, xmax, out);
 
-  // p_temp (w keeps the temperature weights from here on).
-  const double T = cfg_.temperature;
+  // p_temp (w keeps the temperature weights from here on). Contrastive search uses no
+  // temperature.
+  const double T = contrastive ? 1.0 : cfg_.temperature;
   if (T == 1.0) {
-    out.p_temp = out.p_raw;
+    out.p_temp = out.p_rep.empty() ? out.p_raw : out.p_rep;
   } else {
     normalise(w, vocab, weights(logits, vocab, xmax, T, w), out.p_temp.data());
   }
-  const bool use_k = cfg_.top_k > 0 && cfg_.top_k < vocab;
+  const int k = contrastive ? std::max(1, cfg_.top_k) : cfg_.top_k;
+  const bool use_k = k > 0 && k < vocab;
   const int* cand = use_k ? idx_.data() : nullptr;  // the candidates of top-p; nullptr = every id
-  const int n_cand = use_k ? cfg_.top_k : vocab;
+  const int n_cand = use_k ? k : vocab;
   if (use_k) {
-    top_k(vocab, cfg_.top_k, out);
+    top_k(vocab, k, out);
   } else {
     out.p_topk = out.p_temp;
   }
-  if (cfg_.top_p < 1.0f) {
+  if (cfg_.top_p < 1.0f && !contrastive) {
     top_p(cand, n_cand, vocab, out);
   } else {
     out.p_final = out.p_topk;
@@ -268,6 +331,14 @@ int Sampler::sample(const float* logits, int vocab, SampleResult& out) {
     rank(out.order.data(), static_cast<int>(out.order.size()), out.p_final.data());
   }
   out.n_kept = static_cast<int>(out.order.size());
+  if (contrastive || !draw_token) {
+    // No draw: contrastive search's alpha-0 choice (the first maximum of logits', as
+    // greedy takes it), or the most probable kept token when only shaping.
+    out.token = contrastive ? static_cast<int>(first_equal(logits, vocab, xmax)) : out.order.front();
+    out.greedy = false;
+    out.u = -1.0;
+    return out.token;
+  }
   return draw(out);
 }
 

@@ -5,15 +5,26 @@
 //
 // Pipeline of one step (vocab V):
 //   p_raw   = softmax(logits)
-//   p_temp  = softmax(logits / T)                    (T == 0: one-hot on argmax, greedy)
+//   logits' = the repetition penalty applied to logits (every id already in the
+//             sequence: x / r if x > 0, else x * r; Hugging Face's
+//             RepetitionPenaltyLogitsProcessor); logits' = logits when r == 1
+//   p_rep   = softmax(logits')                       (kept only when r != 1)
+//   p_temp  = softmax(logits' / T)                   (T == 0: one-hot on argmax, greedy)
 //   p_topk  = p_temp restricted to the k most probable tokens, renormalised
 //   p_final = p_topk restricted to the smallest most-probable prefix whose mass
 //             reaches top_p, renormalised
 //   order   = the kept tokens sorted by p_final descending (ties: lower id first)
 //   token   = the first token in order whose cumulative p_final exceeds u = uniform()
 // Ties in top-k and top-p are broken by lower id first, so the result is a pure
-// function of (logits, config, RNG state).
+// function of (logits, sequence, config, RNG state).
+//
+// Contrastive search (config.contrastive) ranks here and chooses in the session
+// (session/contrastive.h): the sampler applies the repetition penalty, ignores
+// temperature and top-p (as Hugging Face's contrastive search does), keeps the top_k
+// most probable as the candidates (p_topk), draws no random number, and leaves
+// token = the first maximum of logits' (what alpha 0 chooses).
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "sample/rng.h"
@@ -25,11 +36,20 @@ struct SamplerConfig {
   int top_k = 0;             // >= 0; 0 (or >= vocab) = off
   float top_p = 1.0f;        // in (0, 1]; 1 = off
   uint64_t seed = 0;
+  float repetition_penalty = 1.0f;  // > 0; 1 = off; > 1 makes tokens already in the sequence less likely
+  bool contrastive = false;         // contrastive search over the top_k candidates (top_k <= 1: greedy)
+  float penalty_alpha = 0.0f;       // in [0, 1]: contrastive search's weight of the degeneration penalty
 };
+
+// Hugging Face's RepetitionPenaltyLogitsProcessor on one row: for every distinct id in
+// seen, logits[id] / r if it is > 0, else logits[id] * r. r == 1 changes nothing.
+// Throws ds::Error for an id outside [0, vocab) or r <= 0 or not finite.
+void apply_repetition_penalty(float* logits, int vocab, std::span<const int> seen, float r);
 
 // The candidate table of one step; every vector has vocab entries.
 struct SampleResult {
   std::vector<float> p_raw;      // softmax(logits)
+  std::vector<float> p_rep;      // softmax(logits after the repetition penalty); empty when it is off
   std::vector<float> p_temp;     // softmax(logits / T); for T == 0: one-hot on the argmax
   std::vector<float> p_topk;     // after top-k, renormalised (== p_temp when off)
   std::vector<float> p_final;    // after top-p on p_topk, renormalised: the distribution drawn from
@@ -47,7 +67,8 @@ inline constexpr uint8_t kRemovedTopK = 1;
 inline constexpr uint8_t kRemovedTopP = 2;
 
 // Throws ds::Error naming the option if c is invalid (temperature < 0 or NaN, top_k < 0,
-// top_p outside (0, 1]).
+// top_p outside (0, 1], repetition_penalty <= 0 or not finite, penalty_alpha outside
+// [0, 1]).
 void validate(const SamplerConfig& c);
 
 class Sampler {
@@ -67,13 +88,21 @@ class Sampler {
   // The draw walks order accumulating p_final; if rounding leaves the sum below u,
   // the last kept token with nonzero p_final is taken.
   // +inf logits share the mass equally; -inf logits get probability 0.
-  int sample(const float* logits, int vocab, SampleResult& out);
+  // seen: the sequence so far (prompt and generated), which the repetition penalty
+  // reads; ids outside the vocabulary throw ds::Error when the penalty is on.
+  int sample(const float* logits, int vocab, SampleResult& out, std::span<const int> seen = {});
+  // The same distribution without drawing: out as sample() fills it, with the RNG left
+  // as it was (token: the most probable kept token). For showing what settings would
+  // do to a step before drawing with them.
+  void shape(const float* logits, int vocab, SampleResult& out, std::span<const int> seen = {});
 
   Rng& rng() { return rng_; }
   const Rng& rng() const { return rng_; }
 
  private:
   void prepare(int vocab, SampleResult& out);
+  const float* penalise(const float* logits, int vocab, std::span<const int> seen, SampleResult& out);
+  int filter(const float* logits, int vocab, SampleResult& out, std::span<const int> seen, bool draw_token);
   int greedy(const float* logits, int vocab, float xmax, SampleResult& out);
   void top_k(int vocab, int k, SampleResult& out);
   int top_p_prefix(const int* cand, int n_cand, SampleResult& out);
@@ -90,6 +119,8 @@ class Sampler {
   std::vector<int> idx_;                // ids kept by top-k
   std::vector<int> sel_;                // top-p candidates, ranked
   std::vector<uint64_t> keys_, keys2_;  // packed sort keys (selection, radix sort)
+  std::vector<float> pen_;              // logits after the repetition penalty
+  std::vector<uint8_t> seen_;           // scratch: ids already penalised
 };
 
 // First index of the maximum of x[0..n) (llama2.c's run.c rule: strictly greater

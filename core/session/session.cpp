@@ -17,9 +17,24 @@ Session::Session(std::shared_ptr<const Model> model, std::shared_ptr<const Token
   to.threads = engine_.threads();
   if (!opt_.record.empty() || to.lens_top_k != 0)
     recorder_ = std::make_unique<TraceRecorder>(engine_.hooks(), c, trace_, opt_.record, to, engine_.model_ptr());
+  // The final hidden states, for contrastive search: ln_final, or the last layer's
+  // output in a model with no final norm.
+  const std::string last = c.final_norm ? "ln_final" : "blocks." + std::to_string(c.n_layers - 1) + ".resid_post";
+  hidden_handle_ = engine_.hooks().subscribe(last, [this](HookEvent& ev) { on_hidden(ev); });
 }
 
-Session::~Session() = default;
+Session::~Session() { engine_.hooks().unsubscribe(hidden_handle_); }
+
+void Session::on_hidden(const HookEvent& ev) {
+  if (ev.stack != Stack::Decoder || ev.t.rank != 2) return;
+  const int T = ev.t.shape[0], d = ev.t.shape[1];
+  if (looking_ahead_) {
+    ahead_.assign(ev.t.data + size_t(T - 1) * d, ev.t.data + size_t(T) * d);
+    return;
+  }
+  hidden_.resize(size_t(ev.pos0 + T) * d);
+  std::copy_n(ev.t.data, size_t(T) * d, hidden_.data() + size_t(ev.pos0) * d);
+}
 
 std::string Session::text_of(int id) const {
   if (!tok_) return "";
@@ -53,6 +68,9 @@ void Session::start(const std::vector<int>& prompt, const std::vector<int>& sour
   prompt_ = prompt;
   generated_.clear();
   rng_before_.clear();
+  hidden_.clear();
+  kept_logits_.clear();
+  first_kept_ = 0;
   started_ = true;
   stopped_ = false;
 }
@@ -67,6 +85,9 @@ void Session::rewind(int k) {
     throw Error("cannot rewind to step " + std::to_string(k) + " of " + std::to_string(generated_.size()));
   if (k == int(generated_.size())) return;
   engine_.truncate(trace_.steps[k].pos0);
+  hidden_.resize(std::min(hidden_.size(), size_t(trace_.steps[k].pos0) * engine_.config().d_model));
+  if (kept_logits_.size() > size_t(k)) kept_logits_.resize(size_t(k));
+  first_kept_ = std::min(first_kept_, kept_logits_.size());
   trace_.steps.resize(k);
   generated_.resize(k);
   sampler_.rng() = rng_before_[k];
@@ -74,8 +95,10 @@ void Session::rewind(int k) {
   stopped_ = false;
 }
 
-int Session::step() {
+int Session::step(int forced) {
   if (done()) return -1;
+  if (forced >= engine_.config().vocab_size)
+    throw Error("token id " + std::to_string(forced) + " is outside the vocabulary");
   std::vector<int> feed;
   if (engine_.pos() == 0)
     feed = prompt_;
@@ -86,57 +109,156 @@ int Session::step() {
   ts.input = feed;
   for (int id : feed) ts.input_text.push_back(text_of(id));
 
-  auto logits = engine_.forward(feed);
+  const int V = engine_.config().vocab_size;
+  {
+    auto logits = engine_.forward(feed);
+    logits_.assign(logits.data(), logits.data() + V);  // look-ahead forwards reuse the engine's buffer
+  }
   if (opt_.trace_options.lens_top_k > 0)
     for (int id : lens_token_ids(ts))
       if (std::string text = text_of(id); !text.empty()) ts.token_text[id] = std::move(text);
-  const int V = engine_.config().vocab_size;
+  seq_ = prompt_;
+  seq_.insert(seq_.end(), generated_.begin(), generated_.end());
   rng_before_.push_back(sampler_.rng());
-  int token = sampler_.sample(logits.data(), V, last_);
+  int token = sampler_.sample(logits_.data(), V, last_, seq_);
+  scores_.clear();
+  if (sampler_.config().contrastive) token = contrastive(scores_);
+  if (forced >= 0) token = forced;
   generated_.push_back(token);
+  trace_.steps.back().sample = record(last_, sampler_.config(), token, seq_, scores_, by_p_);
+  keep_logits(logits_.data());
 
-  // The candidate table: the most probable after temperature, plus the drawn token.
+  if (std::find(opt_.stop_ids.begin(), opt_.stop_ids.end(), token) != opt_.stop_ids.end()) stopped_ = true;
+  return token;
+}
+
+int Session::contrastive(std::vector<ContrastiveScore>& scores) {
+  const SamplerConfig& c = sampler_.config();
+  const int pos = engine_.pos(), d = engine_.config().d_model;
+  // With the context full there is no position to look ahead into: alpha 0's choice.
+  if (pos >= engine_.config().max_seq || hidden_.size() != size_t(pos) * d) return last_.token;
+  for (int id : last_.order) {
+    ContrastiveScore sc;
+    sc.id = id;
+    sc.confidence = last_.p_temp[size_t(id)];  // contrastive search: p_temp is p(v), no temperature
+    scores.push_back(sc);
+  }
+  if (recorder_) recorder_->set_paused(true);
+  looking_ahead_ = true;
+  auto resume = [&] {
+    engine_.truncate(pos);
+    looking_ahead_ = false;
+    if (recorder_) recorder_->set_paused(false);
+  };
+  try {
+    for (ContrastiveScore& sc : scores) {
+      const int v = sc.id;
+      ahead_.clear();
+      engine_.forward(std::span<const int>(&v, 1));
+      engine_.truncate(pos);
+      if (ahead_.size() != size_t(d)) throw Error("contrastive search: the look-ahead published no hidden state");
+      sc.degeneration = degeneration_penalty(ahead_.data(), hidden_.data(), pos, d);
+    }
+  } catch (...) {
+    resume();
+    throw;
+  }
+  resume();
+  const int best = contrastive_choice(scores, c.penalty_alpha);
+  // Alpha 0 and a single candidate are greedy: the first maximum of the logits, as the
+  // sampler already chose it.
+  if (c.penalty_alpha == 0.0f || scores.size() <= 1 || best < 0) return last_.token;
+  return scores[size_t(best)].id;
+}
+
+// The candidate table: the most probable after temperature, plus the drawn token and,
+// for contrastive search, every candidate with its scores.
+SampleRecord Session::record(const SampleResult& r, const SamplerConfig& c, int token, std::span<const int> seq,
+                             const std::vector<ContrastiveScore>& scores, std::vector<int>& by_p) const {
+  const int V = engine_.config().vocab_size;
   SampleRecord rec;
-  rec.config = sampler_.config();
-  rec.greedy = last_.greedy;
-  rec.u = last_.u;
+  rec.config = c;
+  rec.greedy = r.greedy;
+  rec.u = r.u;
   rec.token = token;
-  rec.n_kept = last_.n_kept;
+  rec.n_kept = r.n_kept;
+  rec.rank = 0;
   const int n = std::min(V, std::max(1, opt_.candidates));
   std::vector<int> rows;
-  if (last_.greedy) {
+  if (r.greedy) {
     // p_temp is one-hot on the token, so the ranking is the sampler's order: the
     // token, then every other id ascending.
-    rec.rank = 0;
-    rows.assign(last_.order.begin(), last_.order.begin() + n);
+    rows.assign(r.order.begin(), r.order.begin() + n);
   } else {
-    auto by_p = [&](int a, int b) {
-      return last_.p_temp[a] != last_.p_temp[b] ? last_.p_temp[a] > last_.p_temp[b] : a < b;
-    };
-    by_p_.resize(size_t(V));
-    for (int i = 0; i < V; ++i) by_p_[size_t(i)] = i;
-    std::partial_sort(by_p_.begin(), by_p_.begin() + n, by_p_.end(), by_p);
-    rec.rank = 0;
-    for (int i = 0; i < V; ++i)
-      if (by_p(i, token)) ++rec.rank;
-    rows.assign(by_p_.begin(), by_p_.begin() + n);
+    auto by_prob = [&](int a, int b) { return r.p_temp[a] != r.p_temp[b] ? r.p_temp[a] > r.p_temp[b] : a < b; };
+    by_p.resize(size_t(V));
+    for (int i = 0; i < V; ++i) by_p[size_t(i)] = i;
+    std::partial_sort(by_p.begin(), by_p.begin() + n, by_p.end(), by_prob);
+    if (token >= 0)
+      for (int i = 0; i < V; ++i)
+        if (by_prob(i, token)) ++rec.rank;
+    rows.assign(by_p.begin(), by_p.begin() + n);
   }
-  if (std::find(rows.begin(), rows.end(), token) == rows.end()) rows.push_back(token);
+  auto add = [&](int id) {
+    if (id >= 0 && std::find(rows.begin(), rows.end(), id) == rows.end()) rows.push_back(id);
+  };
+  add(token);
+  for (const ContrastiveScore& sc : scores) add(sc.id);
+  const bool penalised = c.repetition_penalty != 1.0f && !r.p_rep.empty();
   for (int id : rows) {
     Candidate cd;
     cd.id = id;
     cd.text = text_of(id);
-    cd.p_raw = last_.p_raw[id];
-    cd.p_temp = last_.p_temp[id];
-    cd.p_topk = last_.p_topk[id];
-    cd.p_final = last_.p_final[id];
-    cd.removed = last_.removed[id];
+    cd.p_raw = r.p_raw[id];
+    cd.p_rep = penalised ? r.p_rep[id] : cd.p_raw;
+    cd.repeated = penalised && std::find(seq.begin(), seq.end(), id) != seq.end();
+    cd.p_temp = r.p_temp[id];
+    cd.p_topk = r.p_topk[id];
+    cd.p_final = r.p_final[id];
+    cd.removed = r.removed[id];
+    for (const ContrastiveScore& sc : scores)
+      if (sc.id == id) {
+        cd.lookahead = true;
+        cd.confidence = float(sc.confidence);
+        cd.degeneration = float(sc.degeneration);
+        cd.score = float(sc.score);
+      }
     rec.candidates.push_back(std::move(cd));
   }
-  ts.sample = std::move(rec);
+  return rec;
+}
 
-  if (std::find(opt_.stop_ids.begin(), opt_.stop_ids.end(), token) != opt_.stop_ids.end()) stopped_ = true;
-  return token;
+void Session::keep_logits(const float* logits) {
+  const size_t V = size_t(engine_.config().vocab_size);
+  const size_t row = V * sizeof(float);
+  const size_t max_rows = opt_.keep_logits_bytes / row;
+  if (max_rows == 0) return;
+  kept_logits_.emplace_back(logits, logits + V);
+  while (kept_logits_.size() - first_kept_ > max_rows) std::vector<float>().swap(kept_logits_[first_kept_++]);
+}
+
+bool Session::has_logits(int k) const {
+  return k >= 0 && size_t(k) < kept_logits_.size() && !kept_logits_[size_t(k)].empty();
+}
+
+std::vector<int> Session::sequence_at(int k) const {
+  std::vector<int> seq;
+  for (int i = 0; i <= k && i < int(trace_.steps.size()); ++i)
+    seq.insert(seq.end(), trace_.steps[size_t(i)].input.begin(), trace_.steps[size_t(i)].input.end());
+  return seq;
+}
+
+SampleRecord Session::shape(int k, const SamplerConfig& c) const {
+  if (!has_logits(k))
+    throw Error("the logits of step " + std::to_string(k + 1) +
+                " are no longer kept: draw it again to see other settings on it");
+  Sampler s(c);
+  SampleResult r;
+  const std::vector<int> seq = sequence_at(k);
+  const std::vector<float>& logits = kept_logits_[size_t(k)];
+  s.shape(logits.data(), int(logits.size()), r, seq);
+  std::vector<int> scratch;
+  return record(r, c, -1, seq, {}, scratch);
 }
 
 }  // namespace ds

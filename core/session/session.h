@@ -9,6 +9,7 @@
 #include "model/model.h"
 #include "probe/trace.h"
 #include "sample/sampler.h"
+#include "session/contrastive.h"
 #include "text/tokenizer.h"
 
 namespace ds {
@@ -25,6 +26,9 @@ struct SessionOptions {
   TraceOptions trace_options;  // compact storage for long generations; the logit lens (its threads: the engine's)
   int candidates = 20;         // rows of the candidate table kept per step
   int threads = 1;
+  // Bytes of raw logits rows the session keeps, the latest steps' first, for shape()
+  // (a row is vocab floats); 0 keeps none.
+  size_t keep_logits_bytes = 0;
 };
 
 class Session {
@@ -37,8 +41,13 @@ class Session {
   // outside the vocabulary.
   void start(const std::vector<int>& prompt, const std::vector<int>& source = {});
   // Runs one step: the whole prompt the first time, then the last drawn token, and
-  // draws the next token. Returns it, or -1 when the session is done.
-  int step();
+  // draws the next token. Returns it, or -1 when the session is done. With contrastive
+  // search (SamplerConfig::contrastive, session/contrastive.h) the step also runs each
+  // candidate one token ahead through the KV cache and takes it back; the trace does
+  // not record those forwards, and the cache is left as a sampled step leaves it.
+  // forced >= 0: the step takes that token instead of the one drawn (a beam search's
+  // hypothesis replayed); the candidate table still shows the distribution it came from.
+  int step(int forced = -1);
   bool done() const;
   // Forgets steps >= k (their tokens, trace and cached keys) and restores the
   // sampler's random state to what it was before step k, so the next step() redoes
@@ -47,6 +56,15 @@ class Session {
   // Sampling settings for the steps to come (the RNG restarts only if the seed changes).
   void set_sampler(const SamplerConfig& c) { sampler_.set_config(c); }
   int steps_done() const { return int(generated_.size()); }
+  // The candidate table step k's logits give with settings c, without drawing: the
+  // trace and the random state are untouched (token -1: nothing drawn). Contrastive
+  // settings give the candidates and their probabilities with no look-ahead. Throws
+  // ds::Error when step k's logits are not kept (SessionOptions::keep_logits_bytes).
+  SampleRecord shape(int k, const SamplerConfig& c) const;
+  bool has_logits(int k) const;
+  // The final hidden state of every position run so far, [positions, d_model]
+  // (contrastive search's context).
+  const std::vector<float>& hidden_states() const { return hidden_; }
 
   const std::vector<int>& prompt() const { return prompt_; }
   const std::vector<int>& generated() const { return generated_; }
@@ -59,6 +77,13 @@ class Session {
 
  private:
   std::string text_of(int id) const;
+  void on_hidden(const HookEvent& ev);
+  // Contrastive search: looks each candidate one token ahead and returns the token.
+  int contrastive(std::vector<ContrastiveScore>& scores);
+  SampleRecord record(const SampleResult& r, const SamplerConfig& c, int token, std::span<const int> seq,
+                      const std::vector<ContrastiveScore>& scores, std::vector<int>& scratch) const;
+  void keep_logits(const float* logits);
+  std::vector<int> sequence_at(int k) const;  // every token fed up to step k
 
   std::shared_ptr<const Tokenizer> tok_;
   SessionOptions opt_;
@@ -67,7 +92,16 @@ class Session {
   Trace trace_;
   std::unique_ptr<TraceRecorder> recorder_;
   SampleResult last_;
-  std::vector<int> by_p_;  // scratch: ids ranked for the candidate table
+  std::vector<int> by_p_;                        // scratch: ids ranked for the candidate table
+  std::vector<float> logits_;                    // the current step's logits [vocab]
+  std::vector<std::vector<float>> kept_logits_;  // by step; empty rows were let go
+  size_t first_kept_ = 0;                        // rows before it are empty
+  std::vector<float> hidden_;                    // [positions, d_model]
+  std::vector<float> ahead_;                     // a look-ahead's final hidden state [d_model]
+  bool looking_ahead_ = false;
+  int hidden_handle_ = 0;
+  std::vector<int> seq_;  // the tokens fed so far (what the repetition penalty reads)
+  std::vector<ContrastiveScore> scores_;
   std::vector<int> prompt_, generated_;
   std::vector<Rng> rng_before_;  // the sampler's state before each step
   int steps_ = 0;

@@ -19,6 +19,7 @@
 #include "io/loader.h"
 #include "io/model_folder.h"
 #include "probe/lens.h"
+#include "session/beam.h"
 #include "session/session.h"
 #include "text/gpt2_tokenizer.h"
 #include "train_cmds.h"
@@ -36,6 +37,8 @@ usage:
                             [--temperature T] [--top-k K] [--top-p P] [--seed S]
                             [--repetition-penalty R] [--penalty-alpha A --top-k K]
                             [--ids] [--trace FILE.json [--hooks PATTERNS]] [--threads N] [--precision P]
+  decoderscope-cli generate --beam W [--length-penalty A] [--all-beams] (model, prompt, source, --steps,
+                            --ids, --threads as above)
   decoderscope-cli hooks    --model PATH
   decoderscope-cli lens     --model PATH [--tokenizer FILE] [--prompt TEXT | --prompt-ids "..."]
                             [--source TEXT | --source-ids "..."] [--top-k K] [--position P] [--steps N]
@@ -59,6 +62,9 @@ generate: --steps counts positions in all, prompt included (llama2.c's -n; defau
   --penalty-alpha A --top-k K: contrastive search (Hugging Face's penalty_alpha): of the K
   most probable tokens, the one with the best (1-A)*p - A*(largest cosine similarity of its
   hidden state with those of the text so far); it ignores --temperature and --top-p.
+generate --beam W: beam search with W hypotheses, as Hugging Face's generate(num_beams=W,
+  length_penalty=A, early_stopping=False) defines it (README); prints the best hypothesis;
+  --all-beams prints the finished ones with their scores. --length-penalty defaults to 1.
 --trace FILE.json records every hook point of the run; --hooks keeps only the points
   matching a comma-separated list of patterns ('*' one name segment, '**' anything), in
   decoderscope's or TransformerLens's spelling: "blocks.*.attn.pattern,logits" or
@@ -122,7 +128,7 @@ struct Args {
   }
 };
 
-const char* kFlags[] = {"ids", "help", "jsonl", "json"};
+const char* kFlags[] = {"ids", "help", "jsonl", "json", "all-beams"};
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -256,7 +262,62 @@ int cmd_hooks(const Args& a) {
   return 0;
 }
 
+// The text of generated ids (after the prompt's last token), as generate prints it.
+std::string text_after(const ds::LoadedModel& m, int prev, const std::vector<int>& ids) {
+  std::string out;
+  for (int t : ids) {
+    out += m.tokenizer->decode(prev, t);
+    prev = t;
+  }
+  return out;
+}
+
+// generate --beam W: beam search (session/beam.h). Prints the best hypothesis as
+// generate prints a sampled one (the end-of-sequence token itself is not printed);
+// --all-beams: every finished hypothesis, best first, with its score, sum of
+// log-probabilities and length.
+int generate_beam(const Args& a) {
+  only(a, {"model", "tokenizer", "steps", "prompt", "prompt-ids", "source", "source-ids", "ids", "threads", "precision",
+           "beam", "length-penalty", "all-beams"});
+  auto m = open_model(a);
+  ds::BeamOptions o;
+  o.width = int(a.integer("beam", 1, 1, 1 << 16));
+  o.length_penalty = float(a.number("length-penalty", 1.0));
+  o.steps = int(a.integer("steps", 0, 0, 1 << 24));
+  o.eos_ids = m.stop_ids;
+  o.threads = int(a.integer("threads", 1, 1, 256));
+  const std::vector<int> prompt = prompt_of(a, m);
+  const ds::BeamResult r = ds::beam_search(m.model, prompt, source_of(a, m), o);
+  const bool print_ids = a.has("ids") || !m.tokenizer;
+  if (!a.has("ids") && !m.tokenizer)
+    std::fprintf(stderr, "note: no tokenizer found (--tokenizer FILE); printing token ids\n");
+  auto body = [&](const ds::BeamFinished& f) {
+    std::vector<int> ids = f.tokens;
+    if (f.eos && !ids.empty()) ids.pop_back();  // as generate: the stop token is not printed
+    std::string s;
+    if (print_ids) {
+      for (size_t i = 0; i < ids.size(); ++i) s += (i ? " " : "") + std::to_string(ids[i]);
+      return s;
+    }
+    for (size_t i = 1; i < prompt.size(); ++i) s += m.tokenizer->decode(prompt[i - 1], prompt[i]);
+    return s + text_after(m, prompt.back(), ids);
+  };
+  if (!a.has("all-beams")) {
+    std::printf("%s\n", body(r.finished.at(0)).c_str());
+    return 0;
+  }
+  for (size_t i = 0; i < r.finished.size(); ++i) {
+    const ds::BeamFinished& f = r.finished[i];
+    std::printf("beam %zu: score %.6f, sum of log-probabilities %.6f, %zu tokens%s: %s\n", i, f.score, f.sum,
+                f.tokens.size(), f.eos ? " (ended)" : "", body(f).c_str());
+  }
+  return 0;
+}
+
 int cmd_generate(const Args& a) {
+  if (a.has("beam")) return generate_beam(a);
+  if (a.has("length-penalty") || a.has("all-beams"))
+    throw Error("--length-penalty and --all-beams are options of beam search: give --beam W");
   only(a, {"model", "tokenizer", "steps", "prompt", "prompt-ids", "source", "source-ids", "temperature", "top-k",
            "top-p", "seed", "ids", "trace", "hooks", "threads", "repetition-penalty", "penalty-alpha"});
   auto m = open_model(a);

@@ -127,6 +127,7 @@ void App::start() {
 }
 
 void App::step_forward() {
+  if (beams_step(*this, +1)) return;
   if (cursor + 1 < int(trace.steps.size())) {
     ++cursor;
     sel_pos = -1;
@@ -141,6 +142,7 @@ void App::step_forward() {
 }
 
 void App::step_back() {
+  if (beams_step(*this, -1)) return;
   if (cursor > 0) {
     --cursor;
     sel_pos = -1;
@@ -374,10 +376,14 @@ void App::handle_events() {
         steps_wanted = 0;
         playing = false;
         lens_failed(*this);
+        beams_failed(*this);
         fail(e.msg);
         break;
       case Event::Idle:
         steps_wanted = 0;
+        break;
+      case Event::Beam:
+        beams_answer(*this, std::move(e.beam));
         break;
     }
   }

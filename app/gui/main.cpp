@@ -77,6 +77,7 @@ void close_window(GLFWwindow* win) {
 bool configure(App& app, const Options& o, bool scripted) {
   app.scripted = scripted;
   app.ui_scale = o.scale;
+  beams_set(app, o.beam_width, o.length_penalty);
   app.light = o.light;
   app.precision = o.precision;
   app.engine_threads = o.threads;

@@ -15,11 +15,11 @@ const char* kUsage = R"(decoderscope: watch a transformer decoder write text one
 
 usage: decoderscope [--model M] [--tokenizer F] [--precision f32|bf16|f16] [--threads N]
                     [--prompt T | --source T] [--trace FILE.json]
-                    [--steps N] [--view attention|heads|cross|residual|next|lens|branches]
+                    [--steps N] [--view attention|heads|cross|residual|next|lens|branches|beams]
                     [--layer L] [--head H|mean] [--select POS] [--scores] [--mask-only] [--log]
                     [--colormap viridis|magma|greys] [--light] [--scale S]
                     [--temperature T] [--top-k K] [--top-p P] [--seed S] [--head-off L:H ...]
-                    [--step-back K] [--fork-at STEP [--fork-seed S]]
+                    [--step-back K] [--fork-at STEP [--fork-seed S]] [--beam W] [--length-penalty A]
                     [--screenshot out.png] [--save-heatmap cells.png] [--save-trace out.json]
                     [--bench] [--size WxH]
 
@@ -40,6 +40,7 @@ Scripted runs: --screenshot sets up, runs --steps steps (default 8), waits for t
   --head-off L:H (repeatable) re-runs the last step with those heads switched off.
   --fork-at STEP keeps the run as a branch, forks at STEP (1-based) with seed
   --fork-seed and generates again to --steps (for the Branches view).
+  --beam W and --length-penalty A: the Beam search view's width and length penalty.
 --bench: runs 50 steps of a GPT-2-small-sized random model (or --model) while the window
   keeps drawing, and prints the longest frame time and the 99th percentile.
 Keys: Right step, Left step back, Space play/pause, Ctrl +/- bigger/smaller.
@@ -113,6 +114,11 @@ Options parse_options(int argc, char** argv) {
       o.fork_at = int(to_int(val(), a));
     else if (a == "--fork-seed")
       o.fork_seed = to_int(val(), a);
+    else if (a == "--beam") {
+      o.beam_width = int(to_int(val(), a));
+      if (o.beam_width < 1 || o.beam_width > 8) die("--beam must be between 1 and 8");
+    } else if (a == "--length-penalty")
+      o.length_penalty = to_float(val(), a);
     else if (a == "--screenshot")
       o.screenshot = val();
     else if (a == "--save-trace")

@@ -22,6 +22,8 @@ struct Options {
   bool has_sampler = false;
   ds::SamplerConfig sampler{1.0f, 0, 0.9f, 0};
   std::vector<std::pair<int, int>> heads_off;
+  int beam_width = 0;  // --beam W (the Beam search view's width; 0: its default)
+  float length_penalty = 1.0f;
 };
 
 // Parses the command line; prints the usage and exits 0 for --help, or exits 2 with a

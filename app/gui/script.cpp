@@ -105,7 +105,7 @@ bool ScriptedRun::advance(double t, double prev_frame) {
         if (!o_.save_trace.empty()) app_.save_trace(o_.save_trace);
       }
       if (bench_ && phase_frames_ > 4) bench_->idle_frame((t - prev_frame) * 1000.0);
-      if (++phase_frames_ >= (bench_ ? 64 : 4) && idle && !lens_waiting(app_)) phase_ = kShoot;
+      if (++phase_frames_ >= (bench_ ? 64 : 4) && idle && !lens_waiting(app_) && !beams_waiting(app_)) phase_ = kShoot;
       break;
     case kShoot:
     case kEnd:

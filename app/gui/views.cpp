@@ -12,6 +12,7 @@ void panel_residual(App& app);
 void panel_next(App& app);
 void panel_lens(App& app);
 void panel_branches(App& app);
+void panel_beams(App& app);
 
 namespace {
 
@@ -46,6 +47,11 @@ const ViewInfo kViews[] = {
      "Fork the generation at a step and try other settings, another seed or a head switched off, then compare the "
      "two continuations side by side.",
      panel_branches},
+    {"beams", "Beam search",
+     "Beam search keeps the W most probable continuations at every step instead of one: each column is a step, "
+     "each box a token with its log-probability; blue boxes were kept, grey ones pruned, green ones ended a "
+     "hypothesis, and the gold path is the winner. Click a box to show that hypothesis in every other view.",
+     panel_beams},
 };
 
 }  // namespace

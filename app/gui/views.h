@@ -2,6 +2,7 @@
 // The window's views, one table (views.cpp). A view is a draw function in a file of its
 // own (panel_NAME.cpp), with the state only it needs in a struct beside it, reached
 // through App::state<S>(). Adding a view is adding that file and one row of the table.
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -10,6 +11,7 @@ namespace dsgui {
 
 class App;
 struct LensResult;
+struct BeamAnswer;
 
 struct ViewInfo {
   const char* id;     // --view ID
@@ -32,5 +34,13 @@ void cross_clamp(App& app, int n_layers, int n_heads);
 bool lens_waiting(App& app);
 void lens_answer(App& app, LensResult&& lens);
 void lens_failed(App& app);
+// Beam search (panel_beams.cpp): whether a search is running; the worker's answer; a
+// failed search; the width and length penalty asked for on the command line; Right and
+// Left while the view is on screen (true when it took the key).
+bool beams_waiting(App& app);
+void beams_answer(App& app, std::shared_ptr<const BeamAnswer> ans);
+void beams_failed(App& app);
+void beams_set(App& app, int width, float length_penalty);
+bool beams_step(App& app, int dir);
 
 }  // namespace dsgui

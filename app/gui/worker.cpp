@@ -186,19 +186,8 @@ void Worker::load(const Command& c) {
   emit(std::move(done));
 }
 
-void Worker::start(const Command& c) {
-  if (!lm_.model) throw ds::Error("no model is loaded");
-  set_activity("encoding the prompt");
+void Worker::inputs(const Command& c, std::vector<int>& prompt, std::vector<int>& src) const {
   const ds::Config& cfg = lm_.model->cfg;
-  ds::SessionOptions o;
-  o.sampler = sampler_;
-  o.stop_ids = lm_.stop_ids;
-  o.record = record_patterns(cfg);
-  o.trace_options.compact = true;
-  o.trace_options.lens_top_k = ds::kWindowLensTopK;  // the panel reads the lens from the trace
-  o.candidates = 20;
-  o.threads = std::max(1, c.threads);
-  std::vector<int> prompt, src;
   if (lm_.tokenizer) {
     if (cfg.encoder_decoder) {
       // The target starts with BOS, then the prefix typed (if any).
@@ -220,16 +209,71 @@ void Worker::start(const Command& c) {
       throw ds::Error("the prompt is empty: type some text");
   }
   if (cfg.encoder_decoder && src.empty()) throw ds::Error("the source is empty: type a source text");
+}
+
+void Worker::start(const Command& c) {
+  if (!lm_.model) throw ds::Error("no model is loaded");
+  set_activity("encoding the prompt");
+  const ds::Config& cfg = lm_.model->cfg;
+  ds::SessionOptions o;
+  o.sampler = sampler_;
+  o.stop_ids = lm_.stop_ids;
+  o.record = record_patterns(cfg);
+  o.trace_options.compact = true;
+  o.trace_options.lens_top_k = ds::kWindowLensTopK;  // the panel reads the lens from the trace
+  o.candidates = 20;
+  o.threads = std::max(1, c.threads);
+  std::vector<int> prompt, src;
+  inputs(c, prompt, src);
   session_.reset();
   head_handles_.clear();
+  forced_.clear();
   session_ = std::make_unique<ds::Session>(lm_.model, lm_.tokenizer, o);
   apply_heads();
   session_->start(prompt, src);
+  forced_ = c.forced;
   Event ev;
   ev.kind = Event::Started;
   ev.source = session_->trace().source;
   ev.source_text = session_->trace().source_text;
   ev.encoder = session_->trace().encoder;
+  emit(std::move(ev));
+}
+
+void Worker::beam(const Command& c) {
+  if (!lm_.model) throw ds::Error("no model is loaded");
+  set_activity("beam search");
+  auto t0 = Clock::now();
+  auto a = std::make_shared<BeamAnswer>();
+  std::vector<int> prompt, src;
+  inputs(c, prompt, src);
+  ds::BeamOptions o;
+  o.width = c.width;
+  o.length_penalty = c.length_penalty;
+  o.eos_ids = lm_.stop_ids;
+  o.threads = std::max(1, c.threads);
+  a->result = ds::beam_search(lm_.model, prompt, src, o);
+  auto name = [&](int id) {
+    if (a->text.count(id)) return;
+    std::string s;
+    if (lm_.tokenizer) try {
+        s = lm_.tokenizer->piece(id);
+      } catch (const ds::Error&) {
+      }
+    a->text[id] = s.empty() ? "#" + std::to_string(id) : s;
+  };
+  for (int id : prompt) name(id);
+  for (auto& st : a->result.steps)
+    for (auto& h : st.hyps)
+      for (auto& cd : h.candidates) name(cd.token);
+  a->prompt = c.prompt;
+  a->source = c.source;
+  a->width = c.width;
+  a->length_penalty = c.length_penalty;
+  a->seconds = since(t0);
+  Event ev;
+  ev.kind = Event::Beam;
+  ev.beam = std::move(a);
   emit(std::move(ev));
 }
 
@@ -241,13 +285,17 @@ void Worker::handle(Command& c) {
     case Command::Start:
       start(c);
       return;
+    case Command::Beam:
+      beam(c);
+      return;
     case Command::Step: {
       if (!session_) throw ds::Error("press Start first: there is no prompt yet");
       for (int i = 0; c.count < 0 || i < c.count; ++i) {
         if (cancel_ || session_->done()) break;
         set_activity("computing step " + std::to_string(session_->steps_done() + 1));
         auto t0 = Clock::now();
-        session_->step();
+        const size_t k = size_t(session_->steps_done());
+        session_->step(k < forced_.size() ? forced_[k] : -1);
         Event ev;
         ev.kind = Event::Step;
         ev.seconds = since(t0);
@@ -268,6 +316,7 @@ void Worker::handle(Command& c) {
       const auto& steps = session_->trace().steps;
       if (k < int(steps.size()) && steps[k].sample) used = steps[k].sample->config.seed;
       session_->rewind(k);
+      forced_.resize(std::min(forced_.size(), size_t(k)));  // steps taken again draw
       session_->set_sampler(sampler_);
       if (sampler_.seed != used) session_->sampler().reseed(sampler_.seed);
       Event ev;

@@ -17,6 +17,7 @@
 #include "io/loader.h"
 #include "probe/trace.h"
 #include "sample/sampler.h"
+#include "session/beam.h"
 #include "session/session.h"
 
 namespace dsgui {
@@ -46,8 +47,18 @@ struct LensResult {
   std::vector<LensRow> rows;
 };
 
+// A finished beam search (Command::Beam), with the text of every token its tree names.
+struct BeamAnswer {
+  ds::BeamResult result;
+  std::map<int, std::string> text;  // token id -> its piece
+  std::string prompt, source;       // the text it was run on
+  int width = 0;
+  float length_penalty = 1;
+  double seconds = 0;
+};
+
 struct Event {
-  enum Kind { Loading, Loaded, Started, Step, Truncate, Lens, Saved, Error, Idle };
+  enum Kind { Loading, Loaded, Started, Step, Truncate, Lens, Saved, Error, Idle, Beam };
   Kind kind = Idle;
   std::string msg;
   std::shared_ptr<const ModelInfo> info;
@@ -60,10 +71,11 @@ struct Event {
   std::map<std::string, ds::Tensor> encoder;
   LensResult lens;
   double seconds = 0;  // Step: compute time of the step
+  std::shared_ptr<const BeamAnswer> beam;
 };
 
 struct Command {
-  enum Kind { Load, Start, Step, Rewind, Sampler, Heads, Lens, SaveTrace };
+  enum Kind { Load, Start, Step, Rewind, Sampler, Heads, Lens, SaveTrace, Beam };
   Kind kind = Step;
   // Load: the model (as --model names it), its tokenizer file ("": none), and how the
   // weights are kept in memory.
@@ -73,6 +85,12 @@ struct Command {
   // the engine computes a step with.
   std::string prompt, source;
   int threads = 1;
+  // Start: tokens the first steps take instead of drawing one (a beam search's
+  // hypothesis replayed, so every view shows it); the steps after them draw as usual.
+  std::vector<int> forced;
+  // Beam: a beam search on prompt and source, with this width and length penalty.
+  int width = 3;
+  float length_penalty = 1;
   int count = 1;                           // Step: how many steps (-1: to the end)
   int keep = 0;                            // Rewind: the steps kept
   ds::SamplerConfig sampler;               // Sampler
@@ -117,6 +135,9 @@ class Worker {
   void handle(Command& c);
   void load(const Command& c);
   void start(const Command& c);
+  void beam(const Command& c);
+  // The prompt and source ids of a Start or Beam command, as the window's boxes say.
+  void inputs(const Command& c, std::vector<int>& prompt, std::vector<int>& src) const;
   void emit(Event e);
   void apply_heads();
   void set_activity(std::string s);
@@ -137,6 +158,7 @@ class Worker {
   ds::SamplerConfig sampler_;
   std::vector<std::pair<int, int>> heads_off_;
   std::vector<int> head_handles_;
+  std::vector<int> forced_;  // the tokens of the session's first steps (Command::forced)
 
   std::thread thread_;
 };

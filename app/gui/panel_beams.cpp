@@ -244,8 +244,7 @@ void draw_node(ImDrawList* dl, const App& app, const BeamsState& st, const Node&
   ImU32 fill = fate_colour(ds::BeamFate::Kept, app.light);
   bool pruned = false;
   if (n.t < 0) {
-    label = text_of(a, a.result.prompt.back());
-    value = "prompt";
+    label = text_of(a, a.result.prompt.back());  // the column says "prompt"
   } else {
     const ds::BeamCandidate& c = *cand_of(a.result, n.t, n.h, n.j);
     label = text_of(a, c.token);
@@ -267,15 +266,22 @@ void draw_node(ImDrawList* dl, const App& app, const BeamsState& st, const Node&
   const float pad = font * 0.3f, mid = n.a.y + (n.b.y - n.a.y - font) * 0.5f;
   dl->PushClipRect(n.a, n.b, true);
   dl->AddText(ImVec2(n.a.x + pad, mid), ink, label.c_str());
+  // The number when both fit (it is always in the box's tooltip).
   const ImVec2 vs = ImGui::CalcTextSize(value.c_str());
-  dl->AddText(ImVec2(n.b.x - pad - vs.x, mid), ink, value.c_str());
+  if (ImGui::CalcTextSize(label.c_str()).x + vs.x + pad * 3 <= n.b.x - n.a.x)
+    dl->AddText(ImVec2(n.b.x - pad - vs.x, mid), ink, value.c_str());
   dl->PopClipRect();
 }
 
 void draw_tree(App& app, BeamsState& st) {
   const ds::BeamResult& r = st.ans->result;
   const float font = ImGui::GetFontSize();
-  const float nodew = font * 6.5f, colw = font * 8.5f, rowh = font * 1.7f;
+  // Columns as wide as fit the view (the whole tree on screen when it can be), between
+  // a box that still holds a token and "-12.34" and a comfortable width.
+  const int cols = std::min(st.reveal, int(r.steps.size())) + 1;
+  const float avail = ImGui::GetContentRegionAvail().x - ImGui::GetStyle().ScrollbarSize - font;
+  const float colw = std::clamp(avail / float(cols), font * 6.0f, font * 8.5f);
+  const float nodew = colw - font * 1.6f, rowh = font * 1.7f;
   ImGui::BeginChild("beamtree", ImVec2(0, 0), true, ImGuiWindowFlags_HorizontalScrollbar);
   ImDrawList* dl = ImGui::GetWindowDrawList();
   ImVec2 origin = ImGui::GetCursorScreenPos();
@@ -452,7 +458,7 @@ bool beams_step(App& app, int dir) {
   const int next = std::clamp(st.reveal + dir, 1, n);
   if (next == st.reveal) return true;
   st.reveal = next;
-  st.scroll_to = ImGui::GetFontSize() * 8.5f * float(next + 1);
+  st.scroll_to = ImGui::GetFontSize() * 8.5f * float(next + 1);  // at most: a column is at most 8.5 fonts
   // Follow the winner's path: show its node of the newest step in the other views.
   if (!r.finished.empty()) {
     const ds::BeamFinished& w = r.finished[0];

@@ -161,6 +161,24 @@ if [ -f "$(dirname "$0")/../../assets/models/dates/model.safetensors" ]; then
     check blank "$OUT/dates.png"
     check heatmap "$OUT/dates.png" cross nomask
   fi
+  # The beam search tree; the window replays the winner, whose tokens are the ones
+  # decoderscope-cli's beam search prints (between <s> and </s>).
+  if run beams --model builtin:dates --source "Sunday, 22 November 2026" --steps 3 --view beams --beam 3; then
+    check blank "$OUT/beams.png"
+    want="1 $("$(dirname "$APP")/decoderscope-cli" generate --model builtin:dates \
+      --source "Sunday, 22 November 2026" --beam 3 --ids) 2"
+    got=$(grep -o '"tokens": \[[^]]*\]' "$OUT/beams.png.json" | tr -d '",[]a-z:' | xargs)
+    if [ "$got" = "$want" ]; then
+      passed=$((passed + 1))
+    else
+      echo "FAIL beams: the window shows tokens '$got', the CLI's beam search gives '$want'"
+      failed=$((failed + 1))
+    fi
+  fi
+  if run beams_light --model builtin:dates --source "the 3rd of March 2021" --steps 3 --view beams --beam 4 \
+      --light; then
+    check blank "$OUT/beams_light.png"
+  fi
 fi
 
 echo "gui: $passed passed, $failed failed"

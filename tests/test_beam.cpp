@@ -281,6 +281,17 @@ TEST(Beam, RejectsBadOptions) {
   EXPECT_THROW(beam_search(m.model, {1, 4}, {3}, o), Error);  // decoder-only: no source
   o.steps = 1;
   EXPECT_THROW(beam_search(m.model, {1, 4}, {}, o), Error);  // more prompt than positions
+  // A width whose KV caches would not fit in memory is refused, naming the limit.
+  Config big = small_config(Arch::GPT2, 40);
+  big.max_seq = 1024;
+  BeamOptions wide;
+  wide.width = 1 << 16;
+  try {
+    beam_search(random_model(big, 1), {1}, {}, wide);
+    ADD_FAILURE() << "a width of 65536 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("at most"), std::string::npos) << e.what();
+  }
 }
 
 TEST(BeamCli, WidthOneMatchesGreedyAndAllBeamsListsThem) {

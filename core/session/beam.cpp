@@ -86,6 +86,15 @@ void check_inputs(const Config& c, const std::vector<int>& prompt, const std::ve
                   const BeamOptions& opt, int limit) {
   if (opt.width < 1) throw Error("beam search: the width must be at least 1 (got " + std::to_string(opt.width) + ")");
   if (!std::isfinite(opt.length_penalty)) throw Error("beam search: the length penalty must be a finite number");
+  // Each hypothesis keeps a whole KV cache: refuse widths whose caches would not fit.
+  const double cache = 2.0 * c.n_layers * double(c.max_seq) * c.kv_dim() * sizeof(float);
+  const double limit_bytes = 4.0 * (1u << 30);
+  if (cache * opt.width > limit_bytes)
+    throw Error("beam search with width " + std::to_string(opt.width) + " would keep " +
+                std::to_string(int(cache * opt.width / (1 << 20))) + " MB of KV caches (" +
+                std::to_string(int(cache / (1 << 20) + 0.5)) +
+                " MB a hypothesis); the limit is 4096 MB: use a width of at most " +
+                std::to_string(std::max(1, int(limit_bytes / cache))));
   if (prompt.empty()) throw Error("the prompt is empty: give at least one token");
   for (int id : prompt)
     if (id < 0 || id >= c.vocab_size)

@@ -90,7 +90,7 @@ struct BeamResult {
 
 // Runs beam search on a model from a prompt (and a source for encoder-decoder models).
 // Throws ds::Error on an empty prompt, ids outside the vocabulary, a prompt longer than
-// the positions allowed, a width below 1 or a length penalty that is not a
+// the positions allowed, a width below 1 or whose caches would take more than 4 GB or a length penalty that is not a
 // finite number.
 BeamResult beam_search(std::shared_ptr<const Model> model, const std::vector<int>& prompt,
                        const std::vector<int>& source, const BeamOptions& opt);

@@ -290,6 +290,41 @@ bool App::save_trace(const std::string& path) {
 
 // ---- events
 
+namespace {
+
+// A model arrived: a fresh trace for it, settings that fit it, and a session started.
+void on_loaded(App& app, const Event& e) {
+  app.loading = false;
+  app.model = e.info;
+  app.replay = false;
+  app.trace = ds::Trace{};
+  app.trace.config = app.model->cfg;
+  app.trace.model_name = app.model->name;
+  ++app.version;
+  ++app.trace_epoch;
+  app.cursor = -1;
+  app.sel_pos = -1;
+  app.done = false;
+  app.heads_off.clear();
+  app.branches.clear();
+  app.started = false;
+  app.before.reset();
+  app.layer = std::min(app.layer, app.model->cfg.n_layers - 1);
+  app.head = std::min(app.head, app.model->cfg.n_heads - 1);
+  cross_clamp(app, app.model->cfg.n_layers, app.model->cfg.n_heads);
+  if (!app.keep_text) {
+    app.prompt = app.model->prompt;
+    app.source = app.model->source;
+  }
+  app.keep_text = false;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, ", %.1f s", app.model->load_seconds);
+  app.say("loaded " + app.model->name + " in " + ds::precision_name(app.model->precision) + (app.scripted ? "" : buf));
+  app.start();
+}
+
+}  // namespace
+
 void App::handle_events() {
   for (Event& e : worker.poll()) {
     switch (e.kind) {
@@ -297,36 +332,9 @@ void App::handle_events() {
         loading = true;
         loading_what = e.msg;
         break;
-      case Event::Loaded: {
-        loading = false;
-        model = e.info;
-        replay = false;
-        trace = ds::Trace{};
-        trace.config = model->cfg;
-        trace.model_name = model->name;
-        ++version;
-        ++trace_epoch;
-        cursor = -1;
-        sel_pos = -1;
-        done = false;
-        heads_off.clear();
-        branches.clear();
-        started = false;
-        before.reset();
-        layer = std::min(layer, model->cfg.n_layers - 1);
-        head = std::min(head, model->cfg.n_heads - 1);
-        cross_clamp(*this, model->cfg.n_layers, model->cfg.n_heads);
-        if (!keep_text) {
-          prompt = model->prompt;
-          source = model->source;
-        }
-        keep_text = false;
-        char buf[64];
-        std::snprintf(buf, sizeof buf, ", %.1f s", model->load_seconds);
-        say("loaded " + model->name + " in " + ds::precision_name(model->precision) + (scripted ? "" : buf));
-        start();
+      case Event::Loaded:
+        on_loaded(*this, e);
         break;
-      }
       case Event::Started:
         trace = ds::Trace{};
         trace.config = model ? model->cfg : trace.config;
@@ -367,6 +375,9 @@ void App::handle_events() {
         break;
       case Event::Lens:
         lens_answer(*this, std::move(e.lens));
+        break;
+      case Event::Shape:
+        next_shape_answer(*this, std::move(e.shape));
         break;
       case Event::Saved:
         say("saved the trace to " + e.msg);

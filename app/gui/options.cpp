@@ -19,6 +19,7 @@ usage: decoderscope [--model M] [--tokenizer F] [--precision f32|bf16|f16] [--th
                     [--layer L] [--head H|mean] [--select POS] [--scores] [--mask-only] [--log]
                     [--colormap viridis|magma|greys] [--light] [--scale S]
                     [--temperature T] [--top-k K] [--top-p P] [--seed S] [--head-off L:H ...]
+                    [--repetition-penalty R] [--penalty-alpha A] [--preview-temperature T]
                     [--step-back K] [--fork-at STEP [--fork-seed S]] [--beam W] [--length-penalty A]
                     [--screenshot out.png] [--save-heatmap cells.png] [--save-trace out.json]
                     [--bench] [--size WxH]
@@ -38,6 +39,10 @@ Scripted runs: --screenshot sets up, runs --steps steps (default 8), waits for t
   heatmap alone. --step-back K then scrubs back K steps and
   regenerates them with the engine (rewind + step) before the picture is taken.
   --head-off L:H (repeatable) re-runs the last step with those heads switched off.
+  --preview-temperature T sets the temperature slider to T after the steps: the Next token
+  view then shows the last step reshaped by it, nothing drawn.
+--repetition-penalty R: logits of tokens already in the text divided by R (R > 1: fewer
+  repeats). --penalty-alpha A: contrastive search over the --top-k candidates.
   --fork-at STEP keeps the run as a branch, forks at STEP (1-based) with seed
   --fork-seed and generates again to --steps (for the Branches view).
   --beam W and --length-penalty A: the Beam search view's width and length penalty.
@@ -67,6 +72,30 @@ float to_float(const std::string& s, const std::string& opt) {
   float v = std::strtof(s.c_str(), &end);
   if (s.empty() || *end || !std::isfinite(v)) die(opt + " expects a number, got '" + s + "'");
   return v;
+}
+
+bool is_sampler_option(const std::string& a) {
+  for (const char* n : {"--temperature", "--top-k", "--top-p", "--seed", "--repetition-penalty", "--penalty-alpha",
+                        "--preview-temperature"})
+    if (a == n) return true;
+  return false;
+}
+
+// The sampling options (--penalty-alpha turns contrastive search on); the preview's
+// temperature is not a setting of the steps.
+void sampler_option(Options& o, const std::string& a, const std::string& v) {
+  if (a == "--preview-temperature") {
+    o.preview_temperature = to_float(v, a);
+    return;
+  }
+  ds::SamplerConfig& s = o.sampler;
+  if (a == "--temperature") s.temperature = to_float(v, a);
+  if (a == "--top-k") s.top_k = int(to_int(v, a));
+  if (a == "--top-p") s.top_p = to_float(v, a);
+  if (a == "--seed") s.seed = uint64_t(to_int(v, a));
+  if (a == "--repetition-penalty") s.repetition_penalty = to_float(v, a);
+  if (a == "--penalty-alpha") s.penalty_alpha = to_float(v, a), s.contrastive = true;
+  o.has_sampler = true;
 }
 
 }  // namespace
@@ -139,14 +168,8 @@ Options parse_options(int argc, char** argv) {
       o.colormap = val();
     else if (a == "--scale")
       o.scale = to_float(val(), a);
-    else if (a == "--temperature")
-      o.sampler.temperature = to_float(val(), a), o.has_sampler = true;
-    else if (a == "--top-k")
-      o.sampler.top_k = int(to_int(val(), a)), o.has_sampler = true;
-    else if (a == "--top-p")
-      o.sampler.top_p = to_float(val(), a), o.has_sampler = true;
-    else if (a == "--seed")
-      o.sampler.seed = uint64_t(to_int(val(), a)), o.has_sampler = true;
+    else if (is_sampler_option(a))
+      sampler_option(o, a, val());
     else if (a == "--head-off") {
       std::string v = val();
       auto c = v.find(':');

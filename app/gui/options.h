@@ -21,6 +21,7 @@ struct Options {
   int width = 1280, height = 800;
   bool has_sampler = false;
   ds::SamplerConfig sampler{1.0f, 0, 0.9f, 0};
+  float preview_temperature = -1;  // >= 0: the Next token view previews this temperature after the steps
   std::vector<std::pair<int, int>> heads_off;
   int beam_width = 0;  // --beam W (the Beam search view's width; 0: its default)
   float length_penalty = 1.0f;

@@ -1,9 +1,13 @@
-// The next token: candidates before and after temperature, top-k and top-p, the
-// filters' casualties, the drawn token, and the random number that picked it.
+// The next token: candidates before and after the repetition penalty, temperature,
+// top-k and top-p, the filters' casualties, the drawn token, and the random number that
+// picked it; for contrastive search each candidate's confidence, degeneration penalty
+// and score. Moving a setting previews it on the step shown: the worker reshapes the
+// step's whole logits row (Command::Shape) and nothing is drawn until Re-draw.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <memory>
 
 #include "app.h"
 
@@ -18,19 +22,31 @@ const ds::Candidate* find_cand(const ds::SampleRecord& r, int id) {
 }
 
 std::string settings_text(const ds::SamplerConfig& c, bool greedy) {
-  char b[160];
-  if (greedy)
-    std::snprintf(b, sizeof b, "temperature 0 (greedy: always the most probable token)");
+  char b[200];
+  char rep[48] = "";
+  if (c.repetition_penalty != 1.0f) std::snprintf(rep, sizeof rep, ", repetition penalty %.2f", c.repetition_penalty);
+  if (c.contrastive)
+    std::snprintf(b, sizeof b, "contrastive search, alpha %.2f over the top %d%s", c.penalty_alpha,
+                  std::max(1, c.top_k), rep);
+  else if (greedy)
+    std::snprintf(b, sizeof b, "temperature 0 (greedy: always the most probable token)%s", rep);
   else {
     char k[24];
     if (c.top_k > 0)
       std::snprintf(k, sizeof k, "%d", c.top_k);
     else
       std::snprintf(k, sizeof k, "off");
-    std::snprintf(b, sizeof b, "temperature %.2f, top-k %s, top-p %s%.2f, seed %llu", c.temperature, k,
-                  c.top_p >= 1.0f ? "off " : "", c.top_p, (unsigned long long)c.seed);
+    std::snprintf(b, sizeof b, "temperature %.2f, top-k %s, top-p %s%.2f, seed %llu%s", c.temperature, k,
+                  c.top_p >= 1.0f ? "off " : "", c.top_p, (unsigned long long)c.seed, rep);
   }
   return b;
+}
+
+// Settings that give the same distribution (the seed only changes the draw).
+bool same_shape(const ds::SamplerConfig& a, const ds::SamplerConfig& b) {
+  return a.temperature == b.temperature && a.top_k == b.top_k && a.top_p == b.top_p &&
+         a.repetition_penalty == b.repetition_penalty && a.contrastive == b.contrastive &&
+         (!a.contrastive || a.penalty_alpha == b.penalty_alpha);
 }
 
 ImU32 seg_colour(int i) {
@@ -39,20 +55,59 @@ ImU32 seg_colour(int i) {
   return cols[i % 6];
 }
 
-// The draw: kept tokens laid end to end by probability, and where u fell.
+// Contrastive search draws no number: how the candidate with the best score won.
+void contrastive_note(const ds::SampleRecord& r) {
+  const ds::Candidate* best = nullptr;
+  int n = 0;
+  for (auto& c : r.candidates)
+    if (c.lookahead) {
+      ++n;
+      if (c.id == r.token) best = &c;
+    }
+  const float a = r.config.penalty_alpha;
+  if (r.token < 0) {
+    ImGui::TextWrapped(
+        "Contrastive search: Re-draw runs each of the top %d candidates one token ahead to measure how much it "
+        "would repeat what is already written (its degeneration penalty), then takes the best score.",
+        std::max(1, r.config.top_k));
+    return;
+  }
+  if (!best || n == 0) {
+    ImGui::TextWrapped("Contrastive search took the most probable token (no room was left to look ahead).");
+    return;
+  }
+  ImGui::TextWrapped(
+      "Contrastive search draws no random number. Each of the %d candidates was run one token ahead; its degeneration "
+      "penalty is the largest cosine similarity between its hidden state and those of every position so far (1: it "
+      "would say what was said before). score = (1 - %.2f) x confidence - %.2f x penalty. \"%s\" has the highest "
+      "score, %.4f (confidence %.4f, penalty %.4f).%s",
+      n, a, a, visible(best->text).c_str(), best->score, best->confidence, best->degeneration,
+      a == 0.0f ? " With alpha 0 this is greedy: the most probable token." : "");
+}
+
+// The draw: kept tokens laid end to end by probability, and where u fell (a preview,
+// token -1, has no u).
 void draw_strip(App& app, const ds::SampleRecord& r, float width) {
   const float font = ImGui::GetFontSize();
   ImDrawList* dl = ImGui::GetWindowDrawList();
+  if (r.config.contrastive) {
+    contrastive_note(r);
+    return;
+  }
   if (r.greedy) {
     ImGui::TextWrapped("Temperature 0 is greedy: no random number is drawn, the most probable token always comes out.");
     return;
   }
+  const bool preview = r.token < 0;
   std::vector<const ds::Candidate*> kept;
   for (auto& c : r.candidates)
     if (c.removed == 0 && c.p_final > 0) kept.push_back(&c);
   std::sort(kept.begin(), kept.end(),
             [](auto* a, auto* b) { return a->p_final != b->p_final ? a->p_final > b->p_final : a->id < b->id; });
-  ImGui::Text("The random draw: u = %.4f", r.u);
+  if (preview)
+    ImGui::TextUnformatted("What the draw would pick from (nothing drawn yet)");
+  else
+    ImGui::Text("The random draw: u = %.4f", r.u);
   tooltip(app,
           "The sampler picks a number u between 0 and 1 at random, lays the kept tokens end to end (longest "
           "first, each as long as its probability) and takes the token under u.");
@@ -92,6 +147,11 @@ void draw_strip(App& app, const ds::SampleRecord& r, float width) {
     std::snprintf(b, sizeof b, "%g", double(f));
     ImVec2 ts = ImGui::CalcTextSize(b);
     dl->AddText(ImVec2(std::min(tx - ts.x * 0.5f, p.x + width - ts.x), p.y + h + font * 0.3f), tc, b);
+  }
+  if (preview) {
+    ImGui::Dummy(ImVec2(width, h + font * 2.6f));
+    ImGui::TextWrapped("Press \"Re-draw with these settings\" to draw a token from this distribution.");
+    return;
   }
   float ux = p.x + float(r.u) * width;
   const ImU32 red = IM_COL32(255, 60, 60, 255);
@@ -171,13 +231,72 @@ void compare_draws(App& app, const ds::SampleRecord& before, const ds::SampleRec
 
 namespace {
 
+// What the Next token view keeps between frames: the reshaped table it asked the
+// worker for while a setting differs from the step's.
+struct NextState {
+  bool preview = true;  // show the settings on the step before drawing
+  uint64_t asked = 0;   // the last request's version
+  int asked_step = -1;
+  uint64_t asked_trace = 0;  // App::version when asked
+  ds::SamplerConfig asked_cfg;
+  bool waiting = false;
+  std::map<uint64_t, uint64_t> trace_of;  // request version -> App::version when asked
+  std::shared_ptr<const ShapeAnswer> answer;
+  uint64_t answer_trace = 0;
+};
+
+// The columns of a candidate table.
+struct Columns {
+  bool rep = false;          // the repetition penalty was on
+  bool topk = false;         // top-k was on (sampling)
+  bool contrastive = false;  // confidence, penalty and score instead of temperature and filters
+  float bar = 60;            // width of a bar column
+};
+
+// A probability as a bar; grey for a row a filter removed, "0 (cut)" where it was cut.
+void prob_cell(float p, float pmax, float w, ImU32 col, bool grey, bool cut = false) {
+  char b[32];
+  ImGui::TableNextColumn();
+  std::snprintf(b, sizeof b, cut ? "0 (cut)" : "%.4f", p);
+  bar(p / pmax, w, grey ? IM_COL32(90, 90, 90, 255) : col, b);
+}
+
+// The contrastive cells of one row: confidence, degeneration penalty, score.
+void contrastive_cells(const ds::Candidate& c, float pmax, float w, bool chosen) {
+  if (!c.lookahead) {
+    for (int i = 0; i < 3; ++i) {
+      ImGui::TableNextColumn();
+      ImGui::TextDisabled("-");
+    }
+    return;
+  }
+  char b[32];
+  ImGui::TableNextColumn();
+  std::snprintf(b, sizeof b, "%.4f", c.confidence);
+  bar(c.confidence / pmax, w, IM_COL32(90, 150, 220, 255), b);
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("p(v): the model's probability of this candidate");
+  ImGui::TableNextColumn();
+  std::snprintf(b, sizeof b, "%.4f", c.degeneration);
+  bar(std::clamp(c.degeneration, 0.0f, 1.0f), w, IM_COL32(220, 110, 80, 255), b);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("largest cosine similarity between this candidate's hidden state and those of the text so far");
+  ImGui::TableNextColumn();
+  std::snprintf(b, sizeof b, "%+.4f", c.score);
+  if (chosen)
+    ImGui::TextColored(ImVec4(1, 0.7f, 0.2f, 1), "%s", b);
+  else
+    ImGui::TextUnformatted(b);
+}
+
 // One row of the candidate table: rank, token, its probability at every stage (bars
-// relative to pmax, bwk wide) and whether it was drawn or cut.
-void candidate_row(const ds::SampleRecord& r, const ds::Candidate& c, int rank, float pmax, float bwk, bool show_topk) {
+// relative to pmax) and whether it was drawn or cut. before: the token the step drew,
+// marked in a preview (r.token -1).
+void candidate_row(const ds::SampleRecord& r, const ds::Candidate& c, int rank, float pmax, const Columns& col,
+                   int before) {
   const bool is_drawn = c.id == r.token;
   ImGui::TableNextRow();
   if (is_drawn) ImGui::TableSetBgColor(ImGuiTableBgTarget_RowBg0, IM_COL32(200, 120, 20, 110));
-  const bool removed = c.removed != 0;
+  const bool removed = c.removed != 0 && !col.contrastive;
   if (removed) ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
   ImGui::TableNextColumn();
   ImGui::Text("%d", is_drawn ? r.rank + 1 : rank);
@@ -185,69 +304,106 @@ void candidate_row(const ds::SampleRecord& r, const ds::Candidate& c, int rank, 
   std::string vs = visible(c.text);
   ImGui::TextUnformatted(vs.c_str());
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("token id %d", c.id);
-  char b[32];
-  ImGui::TableNextColumn();
-  std::snprintf(b, sizeof b, "%.4f", c.p_raw);
-  bar(c.p_raw / pmax, bwk, removed ? IM_COL32(90, 90, 90, 255) : IM_COL32(140, 140, 160, 255), b);
-  ImGui::TableNextColumn();
-  std::snprintf(b, sizeof b, "%.4f", c.p_temp);
-  bar(c.p_temp / pmax, bwk, removed ? IM_COL32(90, 90, 90, 255) : IM_COL32(90, 150, 220, 255), b);
-  if (show_topk) {
-    ImGui::TableNextColumn();
-    std::snprintf(b, sizeof b, c.removed == ds::kRemovedTopK ? "0 (cut)" : "%.4f", c.p_topk);
-    bar(c.p_topk / pmax, bwk, removed ? IM_COL32(90, 90, 90, 255) : IM_COL32(150, 120, 220, 255), b);
+  prob_cell(c.p_raw, pmax, col.bar, IM_COL32(140, 140, 160, 255), removed);
+  if (col.rep) {
+    prob_cell(c.p_rep, pmax, col.bar, c.repeated ? IM_COL32(200, 90, 160, 255) : IM_COL32(140, 140, 160, 255), removed);
+    if (c.repeated && ImGui::IsItemHovered())
+      ImGui::SetTooltip("already in the text: the repetition penalty pushed its logit down");
   }
-  ImGui::TableNextColumn();
-  std::snprintf(b, sizeof b, removed ? "0 (cut)" : "%.4f", c.p_final);
-  bar(c.p_final / pmax, bwk, is_drawn ? IM_COL32(240, 150, 40, 255) : IM_COL32(70, 170, 100, 255), b);
+  if (col.contrastive) {
+    contrastive_cells(c, pmax, col.bar, is_drawn);
+  } else {
+    prob_cell(c.p_temp, pmax, col.bar, IM_COL32(90, 150, 220, 255), removed);
+    if (col.topk)
+      prob_cell(c.p_topk, pmax, col.bar, IM_COL32(150, 120, 220, 255), removed, c.removed == ds::kRemovedTopK);
+    char b[32];
+    ImGui::TableNextColumn();
+    std::snprintf(b, sizeof b, removed ? "0 (cut)" : "%.4f", c.p_final);
+    bar(c.p_final / pmax, col.bar, is_drawn ? IM_COL32(240, 150, 40, 255) : IM_COL32(70, 170, 100, 255), b);
+  }
   ImGui::TableNextColumn();
   if (removed) ImGui::PopStyleColor();
   if (is_drawn)
-    ImGui::TextColored(ImVec4(1, 0.7f, 0.2f, 1), "DRAWN");
-  else if (c.removed == ds::kRemovedTopK)
+    ImGui::TextColored(ImVec4(1, 0.7f, 0.2f, 1), col.contrastive ? "CHOSEN" : "DRAWN");
+  else if (c.id == before)
+    ImGui::TextColored(ImVec4(0.95f, 0.75f, 0.4f, 1), "drawn before");
+  else if (removed && c.removed == ds::kRemovedTopK)
     ImGui::TextColored(ImVec4(0.9f, 0.45f, 0.4f, 1), "cut by top-k");
-  else if (c.removed == ds::kRemovedTopP)
+  else if (removed && c.removed == ds::kRemovedTopP)
     ImGui::TextColored(ImVec4(0.9f, 0.45f, 0.4f, 1), "cut by top-p");
+  else if (c.repeated)
+    ImGui::TextColored(ImVec4(0.85f, 0.5f, 0.75f, 1), "repeat");
 }
 
-// Left: the settings for the steps to come, and re-drawing a step with them. Returns
-// the step the view explains (the one sampled at the selected position, else the
-// cursor's).
-int sampling_settings(App& app) {
-  const ds::Trace& t = app.trace;
-  const float font = ImGui::GetFontSize();
-  ImGui::BeginGroup();
-  const float lw = font * 15;
-  ImGui::PushItemWidth(lw * 0.55f);
-  ImGui::TextUnformatted("Settings for the next steps");
+// The sliders for the steps to come. Returns whether one changed.
+bool sampler_controls(App& app, float lw) {
+  ds::SamplerConfig& c = app.sampler;
   bool changed = false;
-  changed |= ImGui::SliderFloat("temperature", &app.sampler.temperature, 0.0f, 2.0f, "%.2f");
+  ImGui::PushItemWidth(lw * 0.55f);
+  ImGui::BeginDisabled(c.contrastive);
+  changed |= ImGui::SliderFloat("temperature", &c.temperature, 0.0f, 2.0f, "%.2f");
   tooltip(app,
-          "Below 1 the likely tokens get likelier (more predictable text); above 1 the distribution flattens "
-          "(more surprising text); 0 always takes the most probable token.");
-  changed |= ImGui::SliderInt("top-k", &app.sampler.top_k, 0, 50, app.sampler.top_k == 0 ? "off" : "%d");
-  tooltip(app, "Keep only the k most probable tokens (0: off).");
-  changed |= ImGui::SliderFloat("top-p", &app.sampler.top_p, 0.05f, 1.0f, "%.2f");
+          "Drag it: the table on the right shows this step's distribution reshaped live, nothing drawn. Below 1 "
+          "the likely tokens get likelier (more predictable text); above 1 the distribution flattens (more "
+          "surprising text); 0 always takes the most probable token.");
+  ImGui::EndDisabled();
+  changed |= ImGui::SliderInt("top-k", &c.top_k, 0, 50, c.top_k == 0 ? "off" : "%d");
+  tooltip(app, "Keep only the k most probable tokens (0: off). Contrastive search compares this many candidates.");
+  ImGui::BeginDisabled(c.contrastive);
+  changed |= ImGui::SliderFloat("top-p", &c.top_p, 0.05f, 1.0f, "%.2f");
   tooltip(app, "Keep the most probable tokens until their probabilities add up to p (1: off).");
-  int seed = int(app.sampler.seed);
+  ImGui::EndDisabled();
+  changed |= ImGui::SliderFloat("repetition", &c.repetition_penalty, 0.5f, 2.0f,
+                                c.repetition_penalty == 1.0f ? "off (1.00)" : "%.2f");
+  tooltip(app,
+          "Repetition penalty: the logit of every token already in the text is divided by this when positive and "
+          "multiplied by it when negative, before temperature. Above 1: fewer repeats. 1: off. Ctrl+click to type.");
+  int seed = int(c.seed);
   if (ImGui::InputInt("seed", &seed)) {
-    app.sampler.seed = uint64_t(std::max(0, seed));
+    c.seed = uint64_t(std::max(0, seed));
     changed = true;
   }
   tooltip(app, "The random number generator's starting point: the same seed gives the same draws.");
+  changed |= ImGui::Checkbox("contrastive search", &c.contrastive);
+  tooltip(app,
+          "Instead of a random draw: of the top-k candidates, take the one with the best (1 - alpha) x probability "
+          "- alpha x degeneration penalty, the penalty being how similar its hidden state is to those of the text "
+          "so far. Needs top-k of 2 or more.");
+  ImGui::BeginDisabled(!c.contrastive);
+  changed |= ImGui::SliderFloat("alpha", &c.penalty_alpha, 0.0f, 1.0f, "%.2f");
+  tooltip(app, "Contrastive search's weight of the degeneration penalty (0: greedy).");
+  ImGui::EndDisabled();
   ImGui::PopItemWidth();
-  if (changed) app.send_sampler();
-  ImGui::TextDisabled("they apply from the next step");
+  return changed;
+}
+
+// Left: the settings for the steps to come, previewing them on this step, and
+// re-drawing it with them. Returns the step the view explains (the one sampled at the
+// selected position, else the cursor's).
+int sampling_settings(App& app) {
+  const ds::Trace& t = app.trace;
+  const float font = ImGui::GetFontSize();
+  NextState& st = app.state<NextState>();
+  ImGui::BeginGroup();
+  const float lw = font * 16;
+  ImGui::TextUnformatted("Settings for the next steps");
+  if (sampler_controls(app, lw)) app.send_sampler();
   const int pos = app.selected_position();
   int s = step_sampling_at(t, pos);
   if (s < 0) s = app.cursor;
-  ImGui::BeginDisabled(app.replay || !app.model || s < 0 || app.worker.busy());
-  char rd[64];
-  std::snprintf(rd, sizeof rd, "Re-draw step %d", s + 1);
-  if (ImGui::Button(rd, ImVec2(lw, 0))) app.redraw_step(s);
+  ImGui::Checkbox("Preview on this step", &st.preview);
   tooltip(app,
-          "Draw this step's token again with the settings above (the steps after it are dropped). With the same "
-          "seed the same random number comes out, so only changed settings change the draw.");
+          "While the settings differ from those this step was drawn with, the table shows the step's distribution "
+          "reshaped by them (computed over the whole vocabulary), without drawing a token.");
+  ImGui::TextDisabled("they apply from the next step");
+  ImGui::BeginDisabled(app.replay || !app.model || s < 0 || app.worker.busy());
+  if (ImGui::Button("Re-draw with these settings", ImVec2(lw, 0))) app.redraw_step(s);
+  char tip[200];
+  std::snprintf(tip, sizeof tip,
+                "Draw step %d's token again with the settings above (the steps after it are dropped). With the same "
+                "seed the same random number comes out, so only changed settings change the draw.",
+                s + 1);
+  tooltip(app, tip);
   if (ImGui::Button("New seed, draw again", ImVec2(lw, 0))) {
     app.sampler.seed += 1;
     app.redraw_step(s);
@@ -255,38 +411,77 @@ int sampling_settings(App& app) {
   tooltip(app, "Take the next seed and draw this step again: a new random number u.");
   ImGui::EndDisabled();
   ImGui::EndGroup();
-
   return s;
 }
 
-// The candidate table of step s's draw; returns the largest probability it shows.
-float candidate_table(const ds::SampleRecord& r, float rw) {
+// The reshaped table of step s under the window's settings, when they differ from the
+// step's and a preview is on: asks the worker when the question changed and returns
+// its latest answer for this step and trace (null until one arrives).
+const ShapeAnswer* preview_of(App& app, int s, const ds::SampleRecord& drawn) {
+  NextState& st = app.state<NextState>();
+  if (!st.preview || app.replay || !app.model || same_shape(app.sampler, drawn.config)) return nullptr;
+  if (st.asked_step != s || st.asked_trace != app.version || !same_shape(st.asked_cfg, app.sampler)) {
+    Command c;
+    c.kind = Command::Shape;
+    c.step = s;
+    c.sampler = app.sampler;
+    c.version = ++st.asked;
+    st.asked_step = s;
+    st.asked_trace = app.version;
+    st.asked_cfg = app.sampler;
+    st.waiting = true;
+    st.trace_of[c.version] = app.version;
+    app.worker.post_latest(std::move(c));
+  }
+  if (st.answer && st.answer->step == s && st.answer_trace == app.version) return st.answer.get();
+  return nullptr;
+}
+
+// The candidate table; returns the largest probability it shows. before: the token
+// the step drew, marked in a preview.
+float candidate_table(const ds::SampleRecord& r, float rw, int before) {
   const float font = ImGui::GetFontSize();
   const float row_h = ImGui::GetFrameHeight();
   const float table_h = std::min(ImGui::GetContentRegionAvail().y - font * 10.0f, row_h * (r.candidates.size() + 1.5f));
   // Bars are drawn relative to the largest probability in the table, so small ones show.
   float pmax = 1e-6f;
-  for (auto& c : r.candidates) pmax = std::max({pmax, c.p_raw, c.p_temp, c.p_topk, c.p_final});
-  const float bw = std::max(font * 5, (rw - font * 22) / 3);
-  // The top-k stage gets its own column when top-k was on.
-  const bool show_topk = r.config.top_k > 0 && !r.greedy;
-  const float bwk = show_topk ? std::max(font * 4.5f, (rw - font * 22) / 4) : bw;
-  if (ImGui::BeginTable("cands", show_topk ? 7 : 6,
-                        ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY | ImGuiTableFlags_SizingFixedFit,
-                        ImVec2(rw, std::max(table_h, row_h * 4)))) {
+  for (auto& c : r.candidates) pmax = std::max({pmax, c.p_raw, c.p_rep, c.p_temp, c.p_topk, c.p_final});
+  Columns col;
+  col.contrastive = r.config.contrastive;
+  col.rep = r.config.repetition_penalty != 1.0f;
+  col.topk = !col.contrastive && r.config.top_k > 0 && !r.greedy;
+  const int n_bars = 2 + col.rep + (col.contrastive ? 2 : 1 + col.topk);
+  // rank, token and the status column take about 16 characters; the bars share the rest.
+  const float pad = ImGui::GetStyle().CellPadding.x * 2 * float(n_bars + 3);
+  col.bar = std::max(ImGui::CalcTextSize("temperature").x + font * 0.3f, (rw - font * 16 - pad) / float(n_bars));
+  const int n_cols = 3 + n_bars;  // rank, token, status (contrastive: the score counts as a bar)
+  if (ImGui::BeginTable(
+          "cands", n_cols,
+          ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY | ImGuiTableFlags_ScrollX | ImGuiTableFlags_SizingFixedFit,
+          ImVec2(rw, std::max(table_h, row_h * 4)))) {
     ImGui::TableSetupScrollFreeze(0, 1);
     ImGui::TableSetupColumn("rank");
     ImGui::TableSetupColumn("token");
-    ImGui::TableSetupColumn("model", ImGuiTableColumnFlags_WidthFixed, bwk);
-    ImGui::TableSetupColumn("temperature", ImGuiTableColumnFlags_WidthFixed, bwk);
-    if (show_topk) ImGui::TableSetupColumn("after top-k", ImGuiTableColumnFlags_WidthFixed, bwk);
-    ImGui::TableSetupColumn(show_topk ? "after top-p" : "after top-k, top-p", ImGuiTableColumnFlags_WidthFixed, bwk);
+    const auto bar_col = [&](const char* name) {
+      ImGui::TableSetupColumn(name, ImGuiTableColumnFlags_WidthFixed, col.bar);
+    };
+    bar_col("model");
+    if (col.rep) bar_col("repetition");
+    if (col.contrastive) {
+      bar_col("confidence");
+      bar_col("penalty");
+      ImGui::TableSetupColumn("score");
+    } else {
+      bar_col("temperature");
+      if (col.topk) bar_col("after top-k");
+      bar_col(col.topk ? "after top-p" : "after top-k, top-p");
+    }
     ImGui::TableSetupColumn("");
     ImGui::TableHeadersRow();
     std::vector<const ds::Candidate*> rows;
     for (auto& c : r.candidates) rows.push_back(&c);
     std::stable_sort(rows.begin(), rows.end(), [](auto* a, auto* b) { return a->p_temp > b->p_temp; });
-    for (size_t i = 0; i < rows.size(); ++i) candidate_row(r, *rows[i], int(i) + 1, pmax, bwk, show_topk);
+    for (size_t i = 0; i < rows.size(); ++i) candidate_row(r, *rows[i], int(i) + 1, pmax, col, before);
     ImGui::EndTable();
   }
   return pmax;
@@ -294,31 +489,82 @@ float candidate_table(const ds::SampleRecord& r, float rw) {
 
 }  // namespace
 
+bool next_waiting(App& app) { return app.state<NextState>().waiting; }
+
+void next_shape_answer(App& app, std::shared_ptr<const ShapeAnswer> ans) {
+  NextState& st = app.state<NextState>();
+  if (!ans) return;
+  if (ans->version == st.asked) st.waiting = false;
+  auto it = st.trace_of.find(ans->version);
+  if (it == st.trace_of.end()) return;
+  if (!st.answer || ans->version > st.answer->version) {
+    st.answer = std::move(ans);
+    st.answer_trace = it->second;
+  }
+  st.trace_of.erase(st.trace_of.begin(), std::next(it));  // older requests' answers will not be shown
+}
+
+// The line above the table: what the step drew, or what the preview shows.
+// Text wrapped at the right edge, in a colour (disabled text's when col.w is 0).
+void wrapped(ImVec4 col, const std::string& text) {
+  ImGui::PushStyleColor(ImGuiCol_Text, col.w > 0 ? col : ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+  ImGui::TextWrapped("%s", text.c_str());
+  ImGui::PopStyleColor();
+}
+
+std::string kept_text(int n) { return "; " + std::to_string(n) + (n == 1 ? " token kept" : " tokens kept"); }
+
+// The lines above the table: what the step drew, and what the preview shows.
+void step_heading(App& app, int s, const ds::SampleRecord& r, const ShapeAnswer* pv, bool asked) {
+  const ds::Trace& t = app.trace;
+  auto toks = app.tokens();
+  int last = t.positions(s) - 1;
+  std::string after = last >= 0 && last < int(toks.size()) ? visible(toks[last].text) : "?";
+  const ds::Candidate* drawn = find_cand(r, r.token);
+  std::string dt = visible(drawn ? drawn->text : "#" + std::to_string(r.token));
+  char b[256];
+  std::snprintf(b, sizeof b, "Step %d: after \"%s\" (position %d) the model drew \"%s\"", s + 1, after.c_str(), last,
+                dt.c_str());
+  ImGui::TextWrapped("%s", b);
+  const std::string used = settings_text(r.config, r.greedy);
+  if (pv && pv->error.empty()) {
+    wrapped(ImVec4(0.45f, 0.8f, 1.0f, 1), "PREVIEW: " + settings_text(pv->config, pv->config.temperature == 0) +
+                                              kept_text(pv->rec.n_kept) + ". Nothing drawn yet.");
+    tooltip(app,
+            "The step's logits (the whole vocabulary) reshaped by the settings on the left. The token drawn before "
+            "is marked; Re-draw draws with these settings.");
+    wrapped(ImVec4(), "drawn with " + used);
+    return;
+  }
+  if (pv) wrapped(ImVec4(1, 0.6f, 0.4f, 1), "No preview: " + pv->error);
+  if (!pv && asked) wrapped(ImVec4(), "preview: computing...");
+  wrapped(ImVec4(), used + kept_text(r.n_kept) + (r.config.contrastive ? " as candidates" : " after the filters"));
+}
+
 void panel_next(App& app) {
   view_caption(app, "next");
   const ds::Trace& t = app.trace;
   const float font = ImGui::GetFontSize();
 
+  // Beside the settings when the table fits there (about 52 characters), else below them.
+  const bool beside = ImGui::GetContentRegionAvail().x > font * 52;
   const int s = sampling_settings(app);
   if (s < 0 || s >= int(t.steps.size()) || !t.steps[s].sample) {
     ImGui::SameLine(0, font * 2);
     ImGui::TextDisabled("No token drawn yet: press Step (Right arrow).");
     return;
   }
-  const ds::SampleRecord& r = *t.steps[s].sample;
-  ImGui::SameLine(0, font * 1.5f);
+  const ds::SampleRecord& drawn = *t.steps[s].sample;
+  const ShapeAnswer* pv = preview_of(app, s, drawn);
+  const bool asked =
+      app.state<NextState>().preview && !app.replay && app.model && !same_shape(app.sampler, drawn.config);
+  const bool showing = pv && pv->error.empty();
+  const ds::SampleRecord& r = showing ? pv->rec : drawn;
+  if (beside) ImGui::SameLine(0, font * 1.5f);
   ImGui::BeginGroup();
   const float rw = ImGui::GetContentRegionAvail().x;
-  auto toks = app.tokens();
-  int last = t.positions(s) - 1;
-  std::string after = last >= 0 && last < int(toks.size()) ? visible(toks[last].text) : "?";
-  const ds::Candidate* drawn = find_cand(r, r.token);
-  std::string dt = visible(drawn ? drawn->text : "#" + std::to_string(r.token));
-  ImGui::Text("Step %d: after \"%s\" (position %d) the model drew \"%s\"", s + 1, after.c_str(), last, dt.c_str());
-  ImGui::TextDisabled("%s; %d token%s kept after the filters", settings_text(r.config, r.greedy).c_str(), r.n_kept,
-                      r.n_kept == 1 ? "" : "s");
-
-  const float pmax = candidate_table(r, rw);
+  step_heading(app, s, drawn, pv, asked);
+  const float pmax = candidate_table(r, rw, showing ? drawn.token : -1);
   ImGui::TextDisabled("bars: the longest is %.3f; grey rows were cut by a filter", pmax);
   draw_strip(app, r, rw - font);
   if (app.before && app.before_step == s) {

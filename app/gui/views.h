@@ -11,6 +11,7 @@ namespace dsgui {
 
 class App;
 struct LensResult;
+struct ShapeAnswer;
 struct BeamAnswer;
 
 struct ViewInfo {
@@ -34,6 +35,10 @@ void cross_clamp(App& app, int n_layers, int n_heads);
 bool lens_waiting(App& app);
 void lens_answer(App& app, LensResult&& lens);
 void lens_failed(App& app);
+// The Next token view (panel_next.cpp): whether a reshaped table is on its way; the
+// worker's answer.
+bool next_waiting(App& app);
+void next_shape_answer(App& app, std::shared_ptr<const ShapeAnswer> ans);
 // Beam search (panel_beams.cpp): whether a search is running; the worker's answer; a
 // failed search; the width and length penalty asked for on the command line; Right and
 // Left while the view is on screen (true when it took the key).

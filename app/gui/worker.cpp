@@ -222,6 +222,7 @@ void Worker::start(const Command& c) {
   o.trace_options.compact = true;
   o.trace_options.lens_top_k = ds::kWindowLensTopK;  // the panel reads the lens from the trace
   o.candidates = 20;
+  o.keep_logits_bytes = size_t(64) << 20;  // the Next token view reshapes kept steps (Command::Shape)
   o.threads = std::max(1, c.threads);
   std::vector<int> prompt, src;
   inputs(c, prompt, src);
@@ -334,6 +335,23 @@ void Worker::handle(Command& c) {
     case Command::Heads: {
       heads_off_ = c.heads;
       apply_heads();
+      return;
+    }
+    case Command::Shape: {
+      auto a = std::make_shared<ShapeAnswer>();
+      a->step = c.step;
+      a->version = c.version;
+      a->config = c.sampler;
+      try {
+        if (!session_) throw ds::Error("there is no session");
+        a->rec = session_->shape(c.step, c.sampler);
+      } catch (const ds::Error& e) {
+        a->error = e.what();
+      }
+      Event ev;
+      ev.kind = Event::Shape;
+      ev.shape = std::move(a);
+      emit(std::move(ev));
       return;
     }
     case Command::Lens: {

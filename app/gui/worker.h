@@ -57,8 +57,18 @@ struct BeamAnswer {
   double seconds = 0;
 };
 
+// A kept step's candidate table under other settings, with nothing drawn
+// (Command::Shape): what the Next token view shows while a slider moves.
+struct ShapeAnswer {
+  int step = -1;
+  uint64_t version = 0;  // of the request
+  ds::SamplerConfig config;
+  ds::SampleRecord rec;  // token -1
+  std::string error;     // why there is no table (the step's logits were let go)
+};
+
 struct Event {
-  enum Kind { Loading, Loaded, Started, Step, Truncate, Lens, Saved, Error, Idle, Beam };
+  enum Kind { Loading, Loaded, Started, Step, Truncate, Lens, Saved, Error, Idle, Shape, Beam };
   Kind kind = Idle;
   std::string msg;
   std::shared_ptr<const ModelInfo> info;
@@ -70,12 +80,13 @@ struct Event {
   std::vector<std::string> source_text;
   std::map<std::string, ds::Tensor> encoder;
   LensResult lens;
-  double seconds = 0;  // Step: compute time of the step
+  std::shared_ptr<const ShapeAnswer> shape;  // Shape
+  double seconds = 0;                        // Step: compute time of the step
   std::shared_ptr<const BeamAnswer> beam;
 };
 
 struct Command {
-  enum Kind { Load, Start, Step, Rewind, Sampler, Heads, Lens, SaveTrace, Beam };
+  enum Kind { Load, Start, Step, Rewind, Sampler, Heads, Lens, SaveTrace, Shape, Beam };
   Kind kind = Step;
   // Load: the model (as --model names it), its tokenizer file ("": none), and how the
   // weights are kept in memory.
@@ -93,10 +104,10 @@ struct Command {
   float length_penalty = 1;
   int count = 1;                           // Step: how many steps (-1: to the end)
   int keep = 0;                            // Rewind: the steps kept
-  ds::SamplerConfig sampler;               // Sampler
+  ds::SamplerConfig sampler;               // Sampler, Shape (the settings to show)
   std::vector<std::pair<int, int>> heads;  // Heads: (layer, head) switched off
   // Lens: the residual vectors to read ([rows][d_model]), their labels, and the step,
-  // position and request they answer.
+  // position and request they answer. Shape: step and version.
   std::vector<std::vector<float>> resid;
   std::vector<std::string> labels;
   int step = -1, pos = -1;

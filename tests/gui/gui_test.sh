@@ -61,6 +61,14 @@ fi
 for v in heads residual next lens; do
   if run "$v" "${DEC[@]}" --view "$v"; then check blank "$OUT/$v.png"; fi
 done
+# The Next token view: the temperature slider moved after the steps (the last step's
+# distribution reshaped, nothing drawn), and contrastive search's columns.
+if run next_preview "${DEC[@]}" --view next --top-k 8 --temperature 0.7 --preview-temperature 1.5; then
+  check blank "$OUT/next_preview.png"
+fi
+if run next_contrastive "${DEC[@]}" --view next --penalty-alpha 0.6 --top-k 4 --repetition-penalty 1.3; then
+  check blank "$OUT/next_contrastive.png"
+fi
 if run branches "${DEC[@]}" --steps 10 --view branches --fork-at 4 --fork-seed 9; then
   check blank "$OUT/branches.png"
 fi

@@ -403,6 +403,10 @@ void App::handle_events() {
 void App::tick(double now) {
   if (!playing) return;
   if (now < next_play) return;
+  if (beams_playing(*this, playing)) {
+    next_play = now + 1.0 / std::max(0.1f, speed);
+    return;
+  }
   if (cursor + 1 < int(trace.steps.size())) {
     ++cursor;
     sel_pos = -1;

@@ -16,6 +16,7 @@ namespace {
 struct BeamsState {
   int width = 3;
   float length_penalty = 1.0f;
+  int positions = 48;     // positions in all the search may fill (prompt included), at most the context
   int per_hyp = 4;        // candidates drawn per hypothesis (kept and finished ones always are)
   bool show_sum = false;  // nodes show the running sum instead of the token's log-probability
   std::shared_ptr<const BeamAnswer> ans;
@@ -52,11 +53,18 @@ std::string tokens_text(const BeamAnswer& a, const std::vector<int>& ids) {
   return s;
 }
 
-// A finished hypothesis's text, its end token named apart.
-std::string finished_text(const BeamAnswer& a, const ds::BeamFinished& f) {
+// A finished hypothesis's text (its first `chars` bytes at most, on a character
+// boundary), its end token named apart.
+std::string finished_text(const BeamAnswer& a, const ds::BeamFinished& f, size_t chars = 120) {
   std::vector<int> ids = f.tokens;
   if (f.eos && !ids.empty()) ids.pop_back();
-  return "\"" + tokens_text(a, ids) + "\"" + (f.eos ? " + " + text_of(a, f.tokens.back()) : " (not ended)");
+  std::string t = tokens_text(a, ids);
+  if (t.size() > chars) {
+    size_t cut = chars;
+    while (cut > 0 && (static_cast<unsigned char>(t[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 character
+    t = t.substr(0, cut) + "...";
+  }
+  return "\"" + t + "\"" + (f.eos ? " + " + text_of(a, f.tokens.back()) : " (not ended)");
 }
 
 // The winner's last node: (step, hypothesis, candidate).
@@ -124,6 +132,7 @@ void run_search(App& app, BeamsState& st) {
   c.source = app.source;
   c.width = st.width;
   c.length_penalty = st.length_penalty;
+  c.count = std::min(st.positions, app.model->cfg.max_seq);
   c.threads = app.engine_threads;
   app.worker.post(c);
   st.waiting = true;
@@ -347,6 +356,14 @@ void controls(App& app, BeamsState& st) {
   tooltip(app,
           "A finished hypothesis scores (sum of its log-probabilities) / length^penalty. Above 0 favours longer "
           "texts, below 0 shorter ones; 0 compares plain sums.");
+  flow(labelled(font * 7, "positions"));
+  ImGui::SetNextItemWidth(font * 7);
+  const int ctx = app.model ? app.model->cfg.max_seq : 1;
+  st.positions = std::clamp(st.positions, 2, std::max(2, ctx));
+  ImGui::SliderInt("positions", &st.positions, 2, std::max(2, ctx));
+  tooltip(app,
+          "How many positions the search may fill, prompt included (at most the model's context). Each step runs "
+          "the model once per hypothesis, so long searches of large models take a while.");
   flow(ImGui::CalcTextSize("Run beam search").x + font);
   ImGui::BeginDisabled(!app.model || app.worker.busy());
   if (ImGui::Button("Run beam search")) run_search(app, st);
@@ -375,8 +392,8 @@ void summary(App& app, BeamsState& st) {
   const float font = ImGui::GetFontSize();
   if (r.finished.empty()) return;
   const ds::BeamFinished& w = r.finished[0];
-  ImGui::Text("Best: %s   score %.4f = %.4f / %zu^%.2f", finished_text(a, w).c_str(), w.score, w.sum, w.tokens.size(),
-              a.length_penalty);
+  ImGui::TextWrapped("Best: %s   score %.4f = %.4f / %zu^%.2f", finished_text(a, w).c_str(), w.score, w.sum,
+                     w.tokens.size(), a.length_penalty);
   char info[200];
   std::snprintf(info, sizeof info, "(width %d, %zu steps, %.0f ms%s)", a.width, r.steps.size(), a.seconds * 1000,
                 r.stopped_early ? ", stopped early: no running hypothesis could still win" : "");
@@ -387,13 +404,13 @@ void summary(App& app, BeamsState& st) {
     st.reveal = 1;
     st.scroll_to = 0;
   }
-  tooltip(app, "Show the search one step at a time: Right shows the next step, Left goes back.");
+  tooltip(app, "Show the search one step at a time: Right shows the next step, Left goes back, Space plays.");
   if (r.finished.size() > 1) {
     std::string others;
     for (size_t i = 1; i < r.finished.size() && i < 4; ++i) {
       char b[64];
       std::snprintf(b, sizeof b, "   #%zu ", i + 1);
-      others += b + finished_text(a, r.finished[i]);
+      others += b + finished_text(a, r.finished[i], 40);
       std::snprintf(b, sizeof b, " %.3f", r.finished[i].score);
       others += b;
     }
@@ -471,6 +488,22 @@ bool beams_step(App& app, int dir) {
   return true;
 }
 
+bool beams_playing(App& app, bool& playing) {
+  BeamsState& st = app.state<BeamsState>();
+  if (!st.ans || st.model != app.model.get()) return false;
+  const int before = st.reveal;
+  if (!beams_step(app, +1)) return false;
+  if (st.reveal == before) playing = false;  // the whole tree is shown
+  return true;
+}
+
+void beams_search_now(App& app) {
+  if (app.view < 0 || std::string(all_views()[size_t(app.view)].id) != "beams" || !app.model) return;
+  BeamsState& st = app.state<BeamsState>();
+  st.model = app.model.get();
+  run_search(app, st);
+}
+
 void panel_beams(App& app) {
   view_caption(app, "beams");
   BeamsState& st = app.state<BeamsState>();
@@ -483,10 +516,18 @@ void panel_beams(App& app) {
     st.asked = false;
     st.sel_step = st.sel_hyp = st.sel_cand = -1;
   }
-  if (!st.asked && !st.waiting && app.started && !app.worker.busy()) run_search(app, st);
+  if (!app.scripted && !st.asked && !st.waiting && app.started && !app.worker.busy()) run_search(app, st);
   controls(app, st);
   if (st.waiting || !st.ans) {
-    ImGui::TextDisabled(st.waiting ? "Searching..." : "Press Run beam search.");
+    if (!st.waiting) {
+      ImGui::TextDisabled("Press Run beam search.");
+      return;
+    }
+    const std::string what = app.worker.activity();
+    ImGui::Text("Searching... %s", what.c_str());
+    ImGui::SameLine();
+    if (ImGui::SmallButton("Stop")) app.worker.cancel();
+    tooltip(app, "End the search at this step: the hypotheses kept so far are scored and shown.");
     return;
   }
   if (st.ans->prompt != app.prompt || st.ans->source != app.source)

@@ -47,5 +47,11 @@ void beams_answer(App& app, std::shared_ptr<const BeamAnswer> ans);
 void beams_failed(App& app);
 void beams_set(App& app, int width, float length_penalty);
 bool beams_step(App& app, int dir);
+// Play (Space) while the view is on screen: the next step of the tree; `playing` turns
+// false at its end. False when the view is not on screen (playing means generating).
+bool beams_playing(App& app, bool& playing);
+// Scripted runs: starts the view's search now when it is on screen (a window in use
+// starts it when the view opens; a scripted run waits until its steps are done).
+void beams_search_now(App& app);
 
 }  // namespace dsgui

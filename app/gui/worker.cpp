@@ -253,6 +253,11 @@ void Worker::beam(const Command& c) {
   o.length_penalty = c.length_penalty;
   o.eos_ids = lm_.stop_ids;
   o.threads = std::max(1, c.threads);
+  o.steps = c.count > 0 ? c.count : 0;
+  o.on_step = [&](int t) {
+    set_activity("beam search: step " + std::to_string(t + 1));
+    return !cancel_;
+  };
   a->result = ds::beam_search(lm_.model, prompt, src, o);
   auto name = [&](int id) {
     if (a->text.count(id)) return;

@@ -99,7 +99,8 @@ struct Command {
   // Start: tokens the first steps take instead of drawing one (a beam search's
   // hypothesis replayed, so every view shows it); the steps after them draw as usual.
   std::vector<int> forced;
-  // Beam: a beam search on prompt and source, with this width and length penalty.
+  // Beam: a beam search on prompt and source, with this width and length penalty, over
+  // `count` positions in all (0 or less: the model's context).
   int width = 3;
   float length_penalty = 1;
   int count = 1;                           // Step: how many steps (-1: to the end)

@@ -242,6 +242,7 @@ BeamResult beam_search(std::shared_ptr<const Model> model, const std::vector<int
   std::vector<KvCache> spare;
   bool done = false;
   for (int t = 0; t < max_new; ++t) {
+    if (opt.on_step && !opt.on_step(t) && t > 0) break;
     BeamStep& st = res.steps.emplace_back();
     for (size_t h = 0; h < cur.size(); ++h) {
       BeamHyp& bh = st.hyps.emplace_back();

@@ -23,6 +23,7 @@
 //     decoding (the first index of the maximum logit), token for token.
 // Each hypothesis keeps its own KV cache (Engine::swap_cache): a step runs one token
 // per hypothesis; a hypothesis extended twice copies its parent's cache once.
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -36,6 +37,9 @@ struct BeamOptions {
   int steps = 0;             // positions in all, prompt included (0 or past the context: the context)
   std::vector<int> eos_ids;  // tokens that end a hypothesis (kept in its tokens)
   int threads = 1;
+  // Called before each step with its index (0-based); returning false ends the search
+  // there, as if the positions had run out (progress and cancelling in the window).
+  std::function<bool(int)> on_step;
 };
 
 // What happened to one (hypothesis, token) pair a step looked at.

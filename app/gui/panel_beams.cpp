@@ -140,35 +140,35 @@ void run_search(App& app, BeamsState& st) {
   st.model = app.model.get();
 }
 
-// Node fills: dark with white text in the dark theme, light with black text in the light one.
-ImU32 fate_colour(ds::BeamFate f, bool light) {
+// How each fate is drawn: the box's fill (dark with white text in the dark theme,
+// light with black text in the light one) and the edge leading to it, strong enough to
+// read on either background.
+struct FateColours {
+  ImU32 fill_dark, fill_light, edge_dark, edge_light;
+};
+const FateColours& fate_colours(ds::BeamFate f) {
+  static const FateColours kept{IM_COL32(45, 90, 170, 255), IM_COL32(165, 200, 245, 255), IM_COL32(90, 140, 230, 255),
+                                IM_COL32(50, 100, 200, 255)};
+  static const FateColours finished{IM_COL32(35, 125, 65, 255), IM_COL32(165, 225, 180, 255),
+                                    IM_COL32(70, 180, 100, 255), IM_COL32(30, 140, 70, 255)};
+  static const FateColours skipped{IM_COL32(110, 50, 45, 255), IM_COL32(245, 200, 195, 255), IM_COL32(160, 80, 70, 255),
+                                   IM_COL32(200, 110, 100, 255)};
+  static const FateColours pruned{IM_COL32(58, 58, 62, 255), IM_COL32(228, 228, 228, 255), IM_COL32(95, 95, 100, 255),
+                                  IM_COL32(180, 180, 180, 255)};
   switch (f) {
     case ds::BeamFate::Kept:
-      return light ? IM_COL32(165, 200, 245, 255) : IM_COL32(45, 90, 170, 255);
+      return kept;
     case ds::BeamFate::Finished:
-      return light ? IM_COL32(165, 225, 180, 255) : IM_COL32(35, 125, 65, 255);
+      return finished;
     case ds::BeamFate::Skipped:
-      return light ? IM_COL32(245, 200, 195, 255) : IM_COL32(110, 50, 45, 255);
+      return skipped;
     case ds::BeamFate::Pruned:
       break;
   }
-  return light ? IM_COL32(228, 228, 228, 255) : IM_COL32(58, 58, 62, 255);
+  return pruned;
 }
-
-// Edges: strong enough to read on either background.
-ImU32 edge_colour(ds::BeamFate f, bool light) {
-  switch (f) {
-    case ds::BeamFate::Kept:
-      return light ? IM_COL32(50, 100, 200, 255) : IM_COL32(90, 140, 230, 255);
-    case ds::BeamFate::Finished:
-      return light ? IM_COL32(30, 140, 70, 255) : IM_COL32(70, 180, 100, 255);
-    case ds::BeamFate::Skipped:
-      return light ? IM_COL32(200, 110, 100, 255) : IM_COL32(160, 80, 70, 255);
-    case ds::BeamFate::Pruned:
-      break;
-  }
-  return light ? IM_COL32(180, 180, 180, 255) : IM_COL32(95, 95, 100, 255);
-}
+ImU32 fate_colour(ds::BeamFate f, bool light) { return light ? fate_colours(f).fill_light : fate_colours(f).fill_dark; }
+ImU32 edge_colour(ds::BeamFate f, bool light) { return light ? fate_colours(f).edge_light : fate_colours(f).edge_dark; }
 
 const char* fate_text(ds::BeamFate f) {
   switch (f) {

@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 
+#include "session/session.h"
 #include "util/error.h"
 
 namespace ds {
@@ -95,14 +96,7 @@ void check_inputs(const Config& c, const std::vector<int>& prompt, const std::ve
                 std::to_string(int(cache / (1 << 20) + 0.5)) +
                 " MB a hypothesis); the limit is 4096 MB: use a width of at most " +
                 std::to_string(std::max(1, int(limit_bytes / cache))));
-  if (prompt.empty()) throw Error("the prompt is empty: give at least one token");
-  for (int id : prompt)
-    if (id < 0 || id >= c.vocab_size)
-      throw Error("prompt token id " + std::to_string(id) + " is outside the vocabulary (size " +
-                  std::to_string(c.vocab_size) + ")");
-  if (int(prompt.size()) > limit)
-    throw Error("the prompt has " + std::to_string(prompt.size()) + " tokens but only " + std::to_string(limit) +
-                " positions are allowed (--steps, or the model's context)");
+  check_prompt(c, prompt, limit);
   if (c.encoder_decoder && source.empty()) throw Error("this is an encoder-decoder model: give a source (--source)");
   if (!c.encoder_decoder && !source.empty()) throw Error("this model is decoder-only: it takes no source");
   for (int id : source)

@@ -45,16 +45,20 @@ std::string Session::text_of(int id) const {
   }
 }
 
-void Session::start(const std::vector<int>& prompt, const std::vector<int>& source) {
-  const Config& c = engine_.config();
+void check_prompt(const Config& c, const std::vector<int>& prompt, int limit) {
   if (prompt.empty()) throw Error("the prompt is empty: give at least one token");
   for (int id : prompt)
     if (id < 0 || id >= c.vocab_size)
       throw Error("prompt token id " + std::to_string(id) + " is outside the vocabulary (size " +
                   std::to_string(c.vocab_size) + ")");
-  if (int(prompt.size()) > steps_)
-    throw Error("the prompt has " + std::to_string(prompt.size()) + " tokens but only " + std::to_string(steps_) +
+  if (int(prompt.size()) > limit)
+    throw Error("the prompt has " + std::to_string(prompt.size()) + " tokens but only " + std::to_string(limit) +
                 " positions are allowed (--steps, or the model's context of " + std::to_string(c.max_seq) + ")");
+}
+
+void Session::start(const std::vector<int>& prompt, const std::vector<int>& source) {
+  const Config& c = engine_.config();
+  check_prompt(c, prompt, steps_);
   trace_.clear();
   if (c.encoder_decoder) {
     if (source.empty()) throw Error("this is an encoder-decoder model: give a source (--source)");

@@ -31,6 +31,10 @@ struct SessionOptions {
   size_t keep_logits_bytes = 0;
 };
 
+// Throws ds::Error for an empty prompt, ids outside the vocabulary or a prompt longer
+// than `limit` positions (what Session::start and beam_search accept).
+void check_prompt(const Config& c, const std::vector<int>& prompt, int limit);
+
 class Session {
  public:
   Session(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer, SessionOptions opt);

@@ -39,6 +39,7 @@ struct BeamOptions {
   int threads = 1;
   // Called before each step with its index (0-based); returning false ends the search
   // there, as if the positions had run out (progress and cancelling in the window).
+  // The first step always runs, so there is always a hypothesis to return.
   std::function<bool(int)> on_step;
 };
 
@@ -56,8 +57,11 @@ struct BeamCandidate {
   double sum = 0;      // the hypothesis's sum plus logprob
   int rank = -1;       // rank among every pair of the step (0 best), -1 past the 2W looked at
   BeamFate fate = BeamFate::Pruned;
-  int child = -1;     // Kept: the index of the hypothesis it became in the next step
-  int finished = -1;  // Finished: its index in BeamResult::finished (-1 once pushed out)
+  int child = -1;  // Kept: the index of the hypothesis it became in the next step
+  // Its index in BeamResult::finished when it ended a hypothesis there (Finished, or a
+  // Kept one of the last step scored when the positions ran out); -1 otherwise, also
+  // once a better hypothesis pushed it out.
+  int finished = -1;
 };
 
 // One hypothesis alive at a step, and the candidates it was extended with.
@@ -94,8 +98,8 @@ struct BeamResult {
 
 // Runs beam search on a model from a prompt (and a source for encoder-decoder models).
 // Throws ds::Error on an empty prompt, ids outside the vocabulary, a prompt longer than
-// the positions allowed, a width below 1 or whose caches would take more than 4 GB or a length penalty that is not a
-// finite number.
+// the positions allowed, a width below 1, a width whose caches would take more than
+// 4 GB, or a length penalty that is not a finite number.
 BeamResult beam_search(std::shared_ptr<const Model> model, const std::vector<int>& prompt,
                        const std::vector<int>& source, const BeamOptions& opt);
 

@@ -465,7 +465,7 @@ TEST(StoriesTask, SequencesAreStoriesOrCopyingExercises) {
     ASSERT_EQ(ex.tokens.size(), ex.targets.size());
     ASSERT_LE(int(ex.tokens.size()), task.max_seq());
     EXPECT_EQ(ex.tokens[0], ds::train::Task::kBos);
-    if (ex.targets[0] < 0) {  // a copying exercise: <s> span span, targets on the repeat
+    if (ex.copy) {  // a copying exercise: <s> span span, targets on every position
       ++copies;
       const size_t L = (ex.tokens.size() - 1) / 2;
       ASSERT_EQ(ex.tokens.size(), 2 * L + 1);
@@ -474,7 +474,7 @@ TEST(StoriesTask, SequencesAreStoriesOrCopyingExercises) {
         EXPECT_GT(ex.tokens[k], 3);  // no special
       }
       for (size_t t = 0; t < ex.tokens.size(); ++t)
-        EXPECT_EQ(ex.targets[t], t > L && t + 1 < ex.tokens.size() ? ex.tokens[t + 1] : -1) << t;
+        EXPECT_EQ(ex.targets[t], t + 1 < ex.tokens.size() ? ex.tokens[t + 1] : -1) << t;
     } else {  // a story: every next word, then </s>
       for (size_t t = 0; t + 1 < ex.tokens.size(); ++t) EXPECT_EQ(ex.targets[t], ex.tokens[t + 1]);
       EXPECT_EQ(ex.targets.back(), ds::train::Task::kEos);

@@ -98,7 +98,7 @@ std::vector<std::vector<int>> training_stories(const TrainSpec& spec, int steps)
   std::vector<std::vector<int>> out;
   for (long k = 0; k < long(steps) * spec.batch; ++k) {
     Example ex = task.example(rng);
-    if (ex.targets.empty() || ex.targets[0] < 0) continue;  // a copying exercise
+    if (ex.targets.empty() || ex.copy) continue;  // a copying exercise
     ex.tokens.push_back(ex.targets.back());                 // </s>
     out.push_back(std::move(ex.tokens));
   }

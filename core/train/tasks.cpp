@@ -243,14 +243,15 @@ std::vector<int> Task::prompt_ids(const std::string& input) const {
   return p;
 }
 
-Example Task::copy_exercise(const std::vector<int>& span) {
+Example Task::copy_exercise(const std::vector<int>& span, bool whole) {
   Example e;
+  e.copy = true;
   const size_t L = span.size();
   e.tokens.push_back(kBos);
   for (int r = 0; r < 2; ++r) e.tokens.insert(e.tokens.end(), span.begin(), span.end());
   e.targets.assign(e.tokens.size(), -1);
   // Position t predicts tokens[t + 1]: the repeat's ids 2..L are at L + 2 .. 2L.
-  for (size_t t = L + 1; t + 1 < e.tokens.size(); ++t) e.targets[t] = e.tokens[t + 1];
+  for (size_t t = whole ? 0 : L + 1; t + 1 < e.tokens.size(); ++t) e.targets[t] = e.tokens[t + 1];
   return e;
 }
 
@@ -258,7 +259,7 @@ Example Task::example(SplitMix& rng) const {
   if (kind_ == TaskKind::Stories && rng.unit() < kCopyShare) {
     std::vector<int> span(size_t(rng.uniform(kCopyMin, kCopyMax)));
     for (int& id : span) id = rng.uniform(kEos + 2, vocab_size() - 1);  // no <pad>, <s>, </s>, <unk>
-    return copy_exercise(span);
+    return copy_exercise(span, true);
   }
   return example(sample(rng));
 }

@@ -25,8 +25,12 @@
 //   stories (decoder-only, word level): short children's stories from the grammar of
 //          train/stories.h, one story per sequence: <s> story </s>, the loss on every
 //          word. A share of the sequences (kCopyShare) is instead a copying exercise:
-//          <s>, a span of random words, and the same span again, the loss only on the
-//          repeat (from its second word on, the first being unpredictable). The stories
+//          <s>, a span of random words, and the same span again, the loss on every
+//          word. The first span and the repeat's first word are unpredictable; the
+//          loss there is lowest when the model adds nothing that depends on them, which
+//          trains the induction heads to rest on <s> where nothing came before (with
+//          the loss on the repeat alone they read nearby words there, and
+//          TransformerLens's induction score stayed at 0.53). The stories
 //          alone need copying (names, objects and places come back), but only for the
 //          grammar's words in the grammar's places, and a model trained on them alone
 //          copies names without an induction head (on random words repeated its best
@@ -87,6 +91,7 @@ struct Example {
   std::vector<int> src;
   std::vector<int> tokens;
   std::vector<int> targets;
+  bool copy = false;  // a copying exercise of stories
 };
 
 class Task {
@@ -124,9 +129,11 @@ class Task {
   Example example(const TextSample& s) const;
   // A training sequence; for stories a copying exercise (kCopyShare of them) or a story.
   Example example(SplitMix& rng) const;
-  // The copying exercise of stories: <s>, span, span again; targets on the repeat from
-  // its second id on.
-  static Example copy_exercise(const std::vector<int>& span);
+  // The copying exercise of stories: <s>, span, span again. Targets on the repeat from
+  // its second id on; with whole, on every position (the first span's words are
+  // unpredictable: training on them teaches heads with nothing to copy to leave the
+  // stream alone, by resting on <s>).
+  static Example copy_exercise(const std::vector<int>& span, bool whole = false);
 
   // Character ids of text; throws ds::Error naming the first character outside the
   // vocabulary. stories: word ids (unknown words as <unk>).

@@ -6,6 +6,7 @@
 // tensor's data against its shape. Nothing is allocated from a declared size: what is
 // allocated is what the file holds. A bad trace ends in one ds::Error whose message
 // names the step and the field ("trace step 2: pos0 is -5 (must be 0 or more)").
+#include <algorithm>
 #include <cmath>
 #include <istream>
 #include <iterator>
@@ -460,7 +461,7 @@ json parse_text(const std::string& text) {
   try {
     return json::parse(text, depth_limit);
   } catch (const json::parse_error& e) {
-    const size_t at = e.byte;
+    const size_t at = std::min<size_t>(e.byte, text.size());  // the parser counts the end as one past
     std::string what;
     if (text.find_first_not_of(" \t\r\n") == std::string::npos)
       what = "the file is empty";

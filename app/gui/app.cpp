@@ -89,6 +89,34 @@ void App::fail(const std::string& s) {
   if (!scripted) std::fprintf(stderr, "decoderscope: %s\n", s.c_str());
 }
 
+void App::alert(const std::string& s) {
+  std::fprintf(stderr, "decoderscope: %s\n", s.c_str());
+  alert_text = alert_text.empty() ? s : alert_text + "\n\n" + s;
+}
+
+void App::alert_dialog() {
+  if (alert_text.empty()) return;
+  if (!ImGui::IsPopupOpen("Problem##alert")) ImGui::OpenPopup("Problem##alert");
+  const ImGuiViewport* vp = ImGui::GetMainViewport();
+  ImGui::SetNextWindowPos(ImVec2(vp->Pos.x + vp->Size.x * 0.5f, vp->Pos.y + vp->Size.y * 0.4f), ImGuiCond_Always,
+                          ImVec2(0.5f, 0.5f));
+  ImGui::SetNextWindowSizeConstraints(ImVec2(ImGui::GetFontSize() * 20, 0),
+                                      ImVec2(vp->Size.x * 0.9f, vp->Size.y * 0.8f));
+  if (ImGui::BeginPopupModal("Problem##alert", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
+    ImGui::PushTextWrapPos(ImGui::GetFontSize() * 40);
+    ImGui::TextUnformatted(alert_text.c_str());
+    ImGui::PopTextWrapPos();
+    ImGui::Spacing();
+    if (ImGui::Button("OK", ImVec2(ImGui::GetFontSize() * 6, 0)) ||
+        ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Enter)) ||
+        ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Escape))) {
+      alert_text.clear();
+      ImGui::CloseCurrentPopup();
+    }
+    ImGui::EndPopup();
+  }
+}
+
 // ---- actions
 
 void App::load_model(const std::string& spec, const std::string& tokenizer) {
@@ -269,7 +297,7 @@ bool App::open_trace(const std::string& path) {
     error.clear();
     return true;
   } catch (const std::exception& e) {
-    fail(e.what());
+    alert(std::string("cannot open the trace: ") + e.what());
     return false;
   }
 }
@@ -500,7 +528,8 @@ void App::menu_bar() {
     ImGui::SetNextItemWidth(w);
     ImGui::InputText("file", &trace_path);
     if (ImGui::Button("Open")) {
-      if (open_trace(trace_path)) ImGui::CloseCurrentPopup();
+      open_trace(trace_path);  // a bad file: the message's dialog replaces this one
+      ImGui::CloseCurrentPopup();
     }
     ImGui::SameLine();
     if (ImGui::Button("Cancel")) ImGui::CloseCurrentPopup();
@@ -904,6 +933,7 @@ void App::frame() {
 
   view_tabs();
   status_bar();
+  alert_dialog();
   ImGui::End();
 }
 

@@ -112,6 +112,7 @@ class App {
   // ---- messages
   std::string status, error;
   double status_time = 0;
+  std::string alert_text;  // shown in a dialog until dismissed (a bad trace, a bad option)
 
   // ---- matrices, rebuilt only when their key changes
   // Every matrix made gets a new lineage id; a matrix that only gains rows keeps it,
@@ -189,6 +190,10 @@ class App {
   bool save_trace(const std::string& path);
   void say(const std::string& s);
   void fail(const std::string& s);
+  // A problem the user must see (a trace that cannot be opened, a bad command line):
+  // printed on stderr and shown in a dialog in the window until dismissed.
+  void alert(const std::string& s);
+  void alert_dialog();  // per frame
 
   // ---- per frame
   void handle_events();

@@ -31,6 +31,20 @@ void glfw_error(int code, const char* msg) {
 // Frames a second while the window animates (see run_loop).
 constexpr double kFrameRate = 60.0;
 
+// An interactive window no larger than the primary monitor's work area (a scripted
+// run keeps the size asked for: its pictures have that size on any screen).
+void fit_work_area(int& w, int& h) {
+  GLFWmonitor* mon = glfwGetPrimaryMonitor();
+  int x = 0, y = 0, aw = 0, ah = 0;
+  if (mon) glfwGetMonitorWorkarea(mon, &x, &y, &aw, &ah);
+  if (aw > 0 && ah > 0 && (w > aw || h > ah)) {
+    std::fprintf(stderr, "decoderscope: --size %dx%d is larger than the screen; the window is %dx%d\n", w, h,
+                 std::min(w, aw), std::min(h, ah));
+    w = std::min(w, aw);
+    h = std::min(h, ah);
+  }
+}
+
 // The window with an OpenGL 3.3 core context and Dear ImGui on it, or null (the
 // reason is on stderr).
 GLFWwindow* open_window(const Options& o, bool scripted) {
@@ -47,7 +61,9 @@ GLFWwindow* open_window(const Options& o, bool scripted) {
   glfwWindowHint(GLFW_OPENGL_PROFILE, GLFW_OPENGL_CORE_PROFILE);
   glfwWindowHint(GLFW_OPENGL_FORWARD_COMPAT, GL_TRUE);
   if (scripted) glfwWindowHint(GLFW_RESIZABLE, GL_FALSE);
-  GLFWwindow* win = glfwCreateWindow(o.width, o.height, "decoderscope", nullptr, nullptr);
+  int w = o.width, h = o.height;
+  if (!scripted) fit_work_area(w, h);
+  GLFWwindow* win = glfwCreateWindow(w, h, "decoderscope", nullptr, nullptr);
   if (!win) {
     std::fprintf(stderr, "decoderscope: cannot create an OpenGL 3.3 window (%s)\n", g_glfw_error.c_str());
     glfwTerminate();
@@ -73,8 +89,17 @@ void close_window(GLFWwindow* win) {
   glfwTerminate();
 }
 
-// The settings the command line asks for; false when the shaders are missing.
+// The settings the command line asks for; false when the shaders are missing, or in a
+// scripted run when a setting is invalid (interactive: a dialog says which, and the
+// default is kept).
 bool configure(App& app, const Options& o, bool scripted) {
+  bool ok = true;
+  auto bad = [&](const std::string& msg) {
+    if (scripted)
+      std::fprintf(stderr, "decoderscope: %s\n", msg.c_str()), ok = false;
+    else
+      app.alert(msg);
+  };
   app.scripted = scripted;
   app.ui_scale = o.scale;
   beams_set(app, o.beam_width, o.length_penalty);
@@ -91,15 +116,17 @@ bool configure(App& app, const Options& o, bool scripted) {
   for (int c = 0; c < 3; ++c)
     if (o.colormap == kColormapNames[c]) app.cmap = c;
   if (!o.colormap.empty() && o.colormap != kColormapNames[app.cmap])
-    die("unknown colormap '" + o.colormap + "': use viridis, magma or greys");
+    bad("unknown colormap '" + o.colormap + "': use viridis, magma or greys");
+  app.sampler = o.sampler;
   if (o.has_sampler) {
     try {
       ds::validate(o.sampler);
     } catch (const std::exception& e) {
-      die(e.what());
+      bad(e.what());
+      app.sampler = Options{}.sampler;
     }
   }
-  app.sampler = o.sampler;
+  if (!ok) return false;
   apply_fonts_and_style(app, true);
   const std::string shader_dir = find_shader_dir();
   std::string err;
@@ -186,8 +213,11 @@ int run_loop(GLFWwindow* win, App& app, const Options& o, bool scripted) {
   FrameBench frame_bench;
   FrameBench* bench = o.bench ? &frame_bench : nullptr;
   ScriptedRun script(o, app, now_s(), bench);
-  if (!o.trace.empty()) {
-    if (!app.open_trace(o.trace)) return 1;
+  // A trace that cannot be opened: a scripted run exits (the reason is on stderr), the
+  // window opens on its default model with the reason in a dialog.
+  const bool replaying = !o.trace.empty() && app.open_trace(o.trace);
+  if (!o.trace.empty() && !replaying && scripted) return 1;
+  if (replaying) {
     script.replay();
   } else {
     app.keep_text = o.has_prompt || o.has_source;
@@ -230,16 +260,31 @@ int run_loop(GLFWwindow* win, App& app, const Options& o, bool scripted) {
   return 0;
 }
 
+// The command line; a bad one: exits in a scripted run, else the defaults and the
+// message for a dialog.
+Options read_options(int argc, char** argv, std::string& problem) {
+  try {
+    return parse_options(argc, argv);
+  } catch (const OptionError& e) {
+    std::fprintf(stderr, "decoderscope: %s\n", e.what());
+    if (scripted_command_line(argc, argv)) std::exit(2);
+    problem = std::string(e.what()) + "\n(the window opened with the default settings; --help lists the options)";
+    return Options{};
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options o = parse_options(argc, argv);
+  std::string problem;
+  const Options o = read_options(argc, argv, problem);
   const bool scripted = !o.screenshot.empty() || !o.save_heatmap.empty() || o.bench;
   GLFWwindow* win = open_window(o, scripted);
   if (!win) return 1;
   int rc = 1;
   {
     App app;
+    app.alert_text = problem;  // already on stderr
     if (configure(app, o, scripted)) rc = run_loop(win, app, o, scripted);
     app.worker.cancel();
   }

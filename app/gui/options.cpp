@@ -59,9 +59,14 @@ Keys: Right step, Left step back, Space play/pause, Ctrl +/- bigger/smaller.
 
 }  // namespace
 
-[[noreturn]] void die(const std::string& msg) {
-  std::fprintf(stderr, "decoderscope: %s\n", msg.c_str());
-  std::exit(2);
+[[noreturn]] void die(const std::string& msg) { throw OptionError(msg); }
+
+bool scripted_command_line(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--screenshot" || a == "--save-heatmap" || a == "--bench") return true;
+  }
+  return false;
 }
 
 namespace {
@@ -201,6 +206,9 @@ Options parse_options(int argc, char** argv) {
   if (o.threads < 1 || o.threads > 256) die("--threads must be between 1 and 256");
   if (o.scale < 0.5f || o.scale > 4.0f) die("--scale must be between 0.5 and 4");
   if (o.width < 320 || o.height < 240) die("--size too small");
+  if (o.width > kMaxWindowSide || o.height > kMaxWindowSide)
+    die("--size " + std::to_string(o.width) + "x" + std::to_string(o.height) + " is too large (at most " +
+        std::to_string(kMaxWindowSide) + " on each side)");
   return o;
 }
 

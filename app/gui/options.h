@@ -1,5 +1,6 @@
 #pragma once
 // The window's command line (decoderscope --help).
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,11 +30,23 @@ struct Options {
   std::string stage;         // the Block view's stage opened (block_data.h ids: attn.scores, ln1, ...)
 };
 
-// Parses the command line; prints the usage and exits 0 for --help, or exits 2 with a
-// message naming a bad option.
+// A bad command line; the message names the option.
+struct OptionError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Parses the command line; prints the usage and exits 0 for --help, or throws
+// OptionError with a message naming a bad option.
 Options parse_options(int argc, char** argv);
 
-// Prints "decoderscope: msg" on stderr and exits 2.
+// Throws OptionError(msg).
 [[noreturn]] void die(const std::string& msg);
+
+// Whether the command line asks for a scripted run (--screenshot, --save-heatmap,
+// --bench), read without parsing the rest: a scripted run with a bad option exits.
+bool scripted_command_line(int argc, char** argv);
+
+// The largest window (either side) --size accepts.
+inline constexpr int kMaxWindowSide = 8192;
 
 }  // namespace dsgui

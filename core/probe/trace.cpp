@@ -181,16 +181,6 @@ json float_json(float f) {
   if (std::isnan(f)) return "nan";
   return f > 0 ? "inf" : "-inf";
 }
-float json_float(const json& j) {
-  if (j.is_number()) return j.get<float>();
-  if (j.is_string()) {
-    auto s = j.get<std::string>();
-    if (s == "-inf") return -std::numeric_limits<float>::infinity();
-    if (s == "inf") return std::numeric_limits<float>::infinity();
-    if (s == "nan") return std::numeric_limits<float>::quiet_NaN();
-  }
-  throw Error("expected a number, found " + j.dump());
-}
 
 // Token ids (the logit lens's "*.ids" tensors) are written as integers.
 json tensor_json(const Tensor& t, bool ints) {
@@ -205,35 +195,11 @@ json tensor_json(const Tensor& t, bool ints) {
   if (t.storage == Storage::RowNorms) o["storage"] = "row_norms";
   return o;
 }
-Tensor json_tensor(const json& j, const std::string& name) {
-  Tensor t;
-  t.shape = j.at("shape").get<std::vector<int>>();
-  if (t.shape.empty() || t.shape.size() > 3) throw Error("tensor " + name + ": shape must have 1 to 3 dimensions");
-  for (int s : t.shape)
-    if (s <= 0 || s > (1 << 24)) throw Error("tensor " + name + ": dimension out of range");
-  const json& d = j.at("data");
-  int64_t want = t.size();
-  if (j.value("storage", "") == "row_norms") {
-    t.storage = Storage::RowNorms;
-    want /= t.shape.back();
-  }
-  if (!d.is_array() || int64_t(d.size()) != want)
-    throw Error("tensor " + name + ": data has " + std::to_string(d.size()) + " values, the shape needs " +
-                std::to_string(want));
-  t.data.reserve(d.size());
-  for (auto& v : d) t.data.push_back(json_float(v));
-  return t;
-}
 
 json tensors_json(const std::map<std::string, Tensor>& m) {
   json o = json::object();
   for (auto& [k, v] : m) o[k] = tensor_json(v, k.size() > 4 && k.compare(k.size() - 4, 4, ".ids") == 0);
   return o;
-}
-std::map<std::string, Tensor> json_tensors(const json& j) {
-  std::map<std::string, Tensor> m;
-  for (auto& [k, v] : j.items()) m[k] = json_tensor(v, k);
-  return m;
 }
 
 // A step's token_text: {"284": " of", ...}.
@@ -241,16 +207,6 @@ json token_text_json(const std::map<int, std::string>& m) {
   json o = json::object();
   for (auto& [id, text] : m) o[std::to_string(id)] = text;
   return o;
-}
-std::map<int, std::string> json_token_text(const json& j) {
-  std::map<int, std::string> m;
-  for (auto& [k, v] : j.items()) {
-    char* end = nullptr;
-    const long id = std::strtol(k.c_str(), &end, 10);
-    if (k.empty() || *end || id < 0 || id >= (1 << 24)) throw Error("token_text: '" + k + "' is not a token id");
-    m[int(id)] = v.get<std::string>();
-  }
-  return m;
 }
 
 json candidate_json(const Candidate& c) {
@@ -269,47 +225,6 @@ json candidate_json(const Candidate& c) {
     o["score"] = c.score;
   }
   return o;
-}
-
-// Fields added after version 1's first traces (repetition penalty, contrastive
-// search) are optional: older traces read with them off.
-Candidate json_candidate(const json& c) {
-  Candidate cd;
-  cd.id = c.at("id").get<int>();
-  cd.text = c.value("text", "");
-  cd.p_raw = c.at("p_raw").get<float>();
-  cd.p_rep = c.contains("p_rep") ? c.at("p_rep").get<float>() : cd.p_raw;
-  cd.repeated = c.value("repeated", false);
-  cd.p_temp = c.at("p_temp").get<float>();
-  cd.p_topk = c.at("p_topk").get<float>();
-  cd.p_final = c.at("p_final").get<float>();
-  std::string rm = c.value("removed", "");
-  cd.removed = rm.empty() ? 0 : rm == "top_k" ? 1 : 2;
-  if (c.contains("score")) {
-    cd.lookahead = true;
-    cd.confidence = c.at("confidence").get<float>();
-    cd.degeneration = c.at("degeneration_penalty").get<float>();
-    cd.score = c.at("score").get<float>();
-  }
-  return cd;
-}
-
-SampleRecord json_sample(const json& r) {
-  SampleRecord rec;
-  rec.config.temperature = r.at("temperature").get<float>();
-  rec.config.top_k = r.at("top_k").get<int>();
-  rec.config.top_p = r.at("top_p").get<float>();
-  rec.config.seed = r.at("seed").get<uint64_t>();
-  rec.config.repetition_penalty = r.value("repetition_penalty", 1.0f);
-  rec.config.contrastive = r.value("contrastive", false);
-  rec.config.penalty_alpha = r.value("penalty_alpha", 0.0f);
-  rec.greedy = r.at("greedy").get<bool>();
-  rec.u = r.at("u").get<double>();
-  rec.token = r.at("token").get<int>();
-  rec.rank = r.at("rank").get<int>();
-  rec.n_kept = r.at("n_kept").get<int>();
-  for (auto& c : r.at("candidates")) rec.candidates.push_back(json_candidate(c));
-  return rec;
 }
 
 }  // namespace
@@ -358,40 +273,6 @@ void Trace::save(const std::string& path) const {
   if (!f) throw Error("cannot write trace file " + path);
   write_json(f);
   if (!f) throw Error("error while writing trace file " + path);
-}
-
-Trace Trace::read_json(std::istream& is) {
-  json j;
-  try {
-    j = json::parse(is);
-  } catch (const json::exception& e) {
-    throw Error(std::string("trace is not valid JSON: ") + e.what());
-  }
-  try {
-    if (j.value("format", "") != "decoderscope-trace") throw Error("not a decoderscope trace (missing \"format\")");
-    Trace t;
-    t.model_name = j.at("model").value("name", "");
-    t.config = config_from_json(j.at("model").at("config"));
-    t.source = j.value("source", std::vector<int>{});
-    t.source_text = j.value("source_text", std::vector<std::string>{});
-    if (j.contains("encoder")) t.encoder = json_tensors(j.at("encoder"));
-    for (auto& o : j.at("steps")) {
-      TraceStep s;
-      s.pos0 = o.at("pos0").get<int>();
-      s.input = o.at("input").get<std::vector<int>>();
-      s.input_text = o.value("input_text", std::vector<std::string>{});
-      s.tensors = json_tensors(o.at("tensors"));
-      if (o.contains("token_text")) s.token_text = json_token_text(o.at("token_text"));
-      // Optional (older traces have neither): -1 = not measured, and the cache was used.
-      s.forward_ms = o.value("forward_ms", -1.0);
-      s.kv_cache = o.value("kv_cache", true);
-      if (o.contains("sample")) s.sample = json_sample(o.at("sample"));
-      t.steps.push_back(std::move(s));
-    }
-    return t;
-  } catch (const json::exception& e) {
-    throw Error(std::string("malformed trace: ") + e.what());
-  }
 }
 
 Trace Trace::load(const std::string& path) {

@@ -152,6 +152,46 @@ if run live "${DEC[@]}" --view attention --save-trace "$OUT/trace.json"; then
   done
 fi
 
+# A damaged trace, or a bad option, in a scripted run: a message on stderr naming what
+# is wrong and a non-zero exit, never an abort (134) or a C++ exception's last words.
+# fails NAME WANTED ARGS...: the window run with ARGS must fail with WANTED on stderr.
+fails() {
+  local name=$1 wanted=$2
+  shift 2
+  xvfb-run -a -s "-screen 0 1280x800x24" "$APP" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  if [ $rc -eq 0 ] || [ $rc -eq 134 ] || [ $rc -ge 128 ]; then
+    echo "FAIL $name: the window exited with $rc (wanted a clear error)"
+    sed 's/^/    /' "$OUT/$name.log"
+    failed=$((failed + 1))
+  elif grep -q "terminate called\|json.exception\|X Error" "$OUT/$name.log"; then
+    echo "FAIL $name: raw library text on stderr"
+    sed 's/^/    /' "$OUT/$name.log"
+    failed=$((failed + 1))
+  elif ! grep -qF -- "$wanted" "$OUT/$name.log"; then
+    echo "FAIL $name: stderr does not say '$wanted'"
+    sed 's/^/    /' "$OUT/$name.log"
+    failed=$((failed + 1))
+  else
+    passed=$((passed + 1))
+  fi
+}
+if [ -f "$OUT/trace.json" ]; then
+  # The second step's pos0 made -5 (the JSON is one line: the 2nd "pos0" is step 2's).
+  sed 's/"pos0":[0-9]*/"pos0":-5/2' "$OUT/trace.json" >"$OUT/damaged_pos0.json"
+  fails damaged_pos0 "trace step 2: pos0 is -5" --trace "$OUT/damaged_pos0.json" --screenshot "$OUT/x.png"
+  head -c 3000 "$OUT/trace.json" >"$OUT/damaged_cut.json"
+  fails damaged_cut "not valid JSON" --trace "$OUT/damaged_cut.json" --screenshot "$OUT/x.png"
+  sed 's/"version":1/"version":99/' "$OUT/trace.json" >"$OUT/damaged_version.json"
+  fails damaged_version "trace version 99" --trace "$OUT/damaged_version.json" --screenshot "$OUT/x.png"
+fi
+echo '{}' >"$OUT/empty_object.json"
+fails empty_object '"format"' --trace "$OUT/empty_object.json" --screenshot "$OUT/x.png"
+fails no_such_trace "cannot open trace file {}" --trace '{}' --screenshot "$OUT/x.png"
+fails bad_option "--bogus" --bogus --screenshot "$OUT/x.png"
+fails bad_value "--steps expects an integer" --steps many --screenshot "$OUT/x.png"
+fails huge_size "--size 100000x100000 is too large" --size 100000x100000 --screenshot "$OUT/x.png"
+
 # The real llama2.c fixture, when the shared fixtures are there.
 FIX="$(dirname "$0")/../../../shared/fixtures/aidreams260K/model.bin"
 if [ -f "$FIX" ]; then

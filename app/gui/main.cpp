@@ -4,6 +4,7 @@
 // (--bench) in frame_bench.cpp, the command line in options.cpp.
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "models.h"
 #include "options.h"
 #include "script.h"
+#include "soak.h"
 #include "window_io.h"
 
 namespace {
@@ -46,7 +48,7 @@ GLFWwindow* open_window(const Options& o, bool scripted) {
   glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 3);
   glfwWindowHint(GLFW_OPENGL_PROFILE, GLFW_OPENGL_CORE_PROFILE);
   glfwWindowHint(GLFW_OPENGL_FORWARD_COMPAT, GL_TRUE);
-  if (scripted) glfwWindowHint(GLFW_RESIZABLE, GL_FALSE);
+  if (scripted && o.soak == 0) glfwWindowHint(GLFW_RESIZABLE, GL_FALSE);  // a soak resizes it
   GLFWwindow* win = glfwCreateWindow(o.width, o.height, "decoderscope", nullptr, nullptr);
   if (!win) {
     std::fprintf(stderr, "decoderscope: cannot create an OpenGL 3.3 window (%s)\n", g_glfw_error.c_str());
@@ -186,6 +188,8 @@ int run_loop(GLFWwindow* win, App& app, const Options& o, bool scripted) {
   FrameBench frame_bench;
   FrameBench* bench = o.bench ? &frame_bench : nullptr;
   ScriptedRun script(o, app, now_s(), bench);
+  std::unique_ptr<SoakRun> soak;
+  if (o.soak > 0) soak = std::make_unique<SoakRun>(o, app, [win](int w, int h) { glfwSetWindowSize(win, w, h); });
   if (!o.trace.empty()) {
     if (!app.open_trace(o.trace)) return 1;
     script.replay();
@@ -213,13 +217,14 @@ int run_loop(GLFWwindow* win, App& app, const Options& o, bool scripted) {
     if (bench) bench->begin_frame(t, script.stepping());
     if (app.font_dirty) apply_fonts_and_style(app, false);
     app.handle_events();
+    if (soak && !soak->advance(t, gl_errors)) return soak->exit_code();
     app.tick(t);
     if (bench) bench->lap(&FrameTimes::events);
-    if (scripted && !script.advance(t, prev_frame)) return 1;
+    if (scripted && !soak && !script.advance(t, prev_frame)) return 1;
     set_title(win, app, title);
     draw_frame(win, app, bench, fw, fh, gl_errors);
     serve_save_requests(app, fw, fh);
-    if (scripted && script.shooting()) {
+    if (scripted && !soak && script.shooting()) {
       const int rc = script.shoot(fw, fh, gl_errors);
       glfwSwapBuffers(win);
       return rc;
@@ -234,7 +239,7 @@ int run_loop(GLFWwindow* win, App& app, const Options& o, bool scripted) {
 
 int main(int argc, char** argv) {
   const Options o = parse_options(argc, argv);
-  const bool scripted = !o.screenshot.empty() || !o.save_heatmap.empty() || o.bench;
+  const bool scripted = !o.screenshot.empty() || !o.save_heatmap.empty() || o.bench || o.soak > 0;
   GLFWwindow* win = open_window(o, scripted);
   if (!win) return 1;
   int rc = 1;

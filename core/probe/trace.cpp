@@ -360,12 +360,27 @@ void Trace::save(const std::string& path) const {
   if (!f) throw Error("error while writing trace file " + path);
 }
 
+namespace {
+
+// What a JSON library error says, without its "[json.exception.type_error.302] " tag.
+std::string json_problem(const json::exception& e) {
+  std::string w = e.what();
+  const size_t tag = w.find("] ");
+  if (w.rfind("[json.exception.", 0) == 0 && tag != std::string::npos) w = w.substr(tag + 2);
+  return w;
+}
+
+}  // namespace
+
 Trace Trace::read_json(std::istream& is) {
   json j;
   try {
     j = json::parse(is);
+  } catch (const json::parse_error& e) {
+    // Not the parser's text: it quotes the bytes it read, which need not be text.
+    throw Error("trace is not valid JSON (at byte " + std::to_string(e.byte) + ")");
   } catch (const json::exception& e) {
-    throw Error(std::string("trace is not valid JSON: ") + e.what());
+    throw Error("trace is not valid JSON: " + json_problem(e));
   }
   try {
     if (j.value("format", "") != "decoderscope-trace") throw Error("not a decoderscope trace (missing \"format\")");
@@ -390,7 +405,7 @@ Trace Trace::read_json(std::istream& is) {
     }
     return t;
   } catch (const json::exception& e) {
-    throw Error(std::string("malformed trace: ") + e.what());
+    throw Error("malformed trace: " + json_problem(e));
   }
 }
 

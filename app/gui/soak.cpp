@@ -140,8 +140,9 @@ void SoakRun::summary(double t) const {
   for (int k = 0; k < kKinds; ++k)
     per += std::string(k ? ", " : "") + kind_name(k) + " " + std::to_string(count_[size_t(k)]);
   std::printf(
-      "soak: %d actions (%s; %d refused as expected) in %.1f s, %zu steps recorded, peak RSS %.1f MB (now %.1f MB)\n",
-      done_, per.c_str(), refusals_, t - t_start_, app_.trace.steps.size(), peak, now);
+      "soak: %d actions (%s; %d refused as expected) in %.1f s, %zu steps recorded (most: %d), peak RSS %.1f MB (now "
+      "%.1f MB)\n",
+      done_, per.c_str(), refusals_, t - t_start_, app_.trace.steps.size(), most_steps_, peak, now);
   std::fflush(stdout);
 }
 
@@ -157,6 +158,7 @@ bool SoakRun::check(double t, int gl_errors) {
     app_.error.clear();
   }
   const int n = int(app_.trace.steps.size());
+  most_steps_ = std::max(most_steps_, n);
   if (app_.cursor < -1 || app_.cursor >= n || (n > 0 && app_.cursor < 0 && !app_.replay))
     return fail("the cursor is at step " + std::to_string(app_.cursor) + " of " + std::to_string(n));
   for (int s = 1; s < n; ++s)

@@ -79,6 +79,7 @@ class SoakRun {
   double t_start_ = -1, t_action_ = 0;
   std::array<int, kKinds> count_{};
   int refusals_ = 0;
+  int most_steps_ = 0;  // the longest trace the window held
   std::set<std::string> refusal_texts_;
   bool may_refuse_ = false;  // the action gave the window input it may turn down
   bool open_after_save_ = false;

@@ -129,7 +129,10 @@ TEST(GuiWorker, AFinishedTextSaysSoWhenAskedForMore) {
   post(w, Command::Rewind, steps - 1);
   bool told = false;
   for (auto& e : drain(w))
-    if (e.kind == Event::Truncate) EXPECT_FALSE(e.done), told = true;
+    if (e.kind == Event::Truncate) {
+      EXPECT_FALSE(e.done);
+      told = true;
+    }
   EXPECT_TRUE(told);
 }
 
@@ -152,7 +155,10 @@ TEST(GuiWorker, ARefusedPromptKeepsTheSessionRunning) {
   int steps = 0;
   for (auto& e : drain(w)) {
     EXPECT_NE(e.kind, Event::Error) << e.msg;
-    if (e.kind == Event::Step) EXPECT_EQ(e.step_index, 2), ++steps;
+    if (e.kind == Event::Step) {
+      EXPECT_EQ(e.step_index, 2);
+      ++steps;
+    }
   }
   EXPECT_EQ(steps, 1);
 }

@@ -143,8 +143,7 @@ void App::start() {
   }
   worker.cancel();
   playing = false;
-  replay = false;
-  send_heads();
+  send_heads();  // replay ends when the session has started (Event::Started): a refused prompt keeps the replay
   Command c;
   c.kind = Command::Start;
   c.prompt = prompt;
@@ -215,11 +214,11 @@ void App::rewind_engine(int keep) {
 }
 
 void App::redraw_step(int s) {
-  if (replay || s < 0 || s >= int(trace.steps.size())) return;
+  if (replay || !model || s < 0 || s >= int(trace.steps.size())) return;
   before = trace.steps[s].sample;
   before_step = s;
   before_label = "before re-drawing";
-  send_sampler();
+  if (!send_sampler()) return;  // refused settings: the step keeps its draw
   rewind_engine(s);
   Command c;
   c.kind = Command::Step;
@@ -229,7 +228,7 @@ void App::redraw_step(int s) {
 }
 
 void App::rerun_with_heads(int s) {
-  if (replay || s < 0 || s >= int(trace.steps.size())) return;
+  if (replay || !model || s < 0 || s >= int(trace.steps.size())) return;
   before = trace.steps[s].sample;
   before_step = s;
   before_label = heads_off.empty() ? "before switching the heads back on" : "with every head on";
@@ -242,17 +241,18 @@ void App::rerun_with_heads(int s) {
   steps_wanted = 1;
 }
 
-void App::send_sampler() {
+bool App::send_sampler() {
   try {
     ds::validate(sampler);
   } catch (const ds::Error& e) {
     fail(e.what());
-    return;
+    return false;
   }
   Command c;
   c.kind = Command::Sampler;
   c.sampler = sampler;
   worker.post(c);
+  return true;
 }
 
 void App::send_heads() {
@@ -263,7 +263,7 @@ void App::send_heads() {
 }
 
 void App::fork_here() {
-  if (replay || cursor < 0) return;
+  if (replay || !model || cursor < 0) return;
   Branch b;
   char buf[160];
   std::snprintf(buf, sizeof buf, "T %.2f, top-k %d, top-p %.2f, seed %llu%s", sampler.temperature, sampler.top_k,
@@ -277,6 +277,55 @@ void App::fork_here() {
   const int at = cursor;
   rewind_engine(at);
   say("forked at step " + std::to_string(at + 1) + ": change the seed, the temperature or a head, then press Step");
+}
+
+void App::forget_branch(int i) {
+  if (i < 0 || i >= int(branches.size())) return;
+  branches.erase(branches.begin() + i);
+  branch_shown = std::clamp(branch_shown, 0, std::max(0, int(branches.size()) - 1));
+}
+
+void App::scrub_to(int step) {
+  const int n = int(trace.steps.size());
+  cursor = std::clamp(step, n > 0 ? 0 : -1, n - 1);
+  sel_pos = -1;
+}
+
+void App::show_view(int v) {
+  if (v < 0 || v >= int(all_views().size())) return;
+  view = v;
+  view_request = true;
+}
+
+void App::toggle_head(int l, int h) {
+  auto it = std::find(heads_off.begin(), heads_off.end(), std::make_pair(l, h));
+  if (it == heads_off.end())
+    heads_off.push_back({l, h});
+  else
+    heads_off.erase(it);
+  std::sort(heads_off.begin(), heads_off.end());
+}
+
+void App::all_heads_on() { heads_off.clear(); }
+
+void App::redraw_new_seed(int s) {
+  sampler.seed += 1;
+  redraw_step(s);
+}
+
+void App::set_theme(bool light_theme) {
+  light = light_theme;
+  font_dirty = true;
+}
+
+void App::scale_text(int dir) {
+  if (dir > 0)
+    ui_scale = std::min(3.0f, ui_scale * 1.15f);
+  else if (dir < 0)
+    ui_scale = std::max(0.6f, ui_scale / 1.15f);
+  else
+    ui_scale = 1.0f;
+  font_dirty = true;
 }
 
 bool App::open_trace(const std::string& path) {
@@ -377,6 +426,7 @@ void App::handle_events() {
         sel_pos = -1;
         done = false;
         started = true;
+        replay = false;
         break;
       case Event::Step: {
         if (e.step_index < int(trace.steps.size())) {  // a step taken again
@@ -400,7 +450,7 @@ void App::handle_events() {
         ++version;
         ++trace_epoch;
         cursor = std::min(cursor, int(trace.steps.size()) - 1);
-        done = false;
+        done = e.done;
         break;
       case Event::Lens:
         lens_answer(*this, std::move(e.lens));
@@ -412,6 +462,11 @@ void App::handle_events() {
         say("saved the trace to " + e.msg);
         break;
       case Event::Error:
+        if (loading) {  // the model did not open: the engine has none now (it let the old one go first)
+          model.reset();
+          started = false;
+          done = true;
+        }
         loading = false;
         steps_wanted = 0;
         playing = false;
@@ -467,9 +522,9 @@ void App::shortcuts() {
   if (io.KeyCtrl) {
     bool plus = ImGui::IsKeyPressed(GLFW_KEY_EQUAL) || ImGui::IsKeyPressed(GLFW_KEY_KP_ADD);
     bool minus = ImGui::IsKeyPressed(GLFW_KEY_MINUS) || ImGui::IsKeyPressed(GLFW_KEY_KP_SUBTRACT);
-    if (plus) ui_scale = std::min(3.0f, ui_scale * 1.15f), font_dirty = true;
-    if (minus) ui_scale = std::max(0.6f, ui_scale / 1.15f), font_dirty = true;
-    if (ImGui::IsKeyPressed(GLFW_KEY_0)) ui_scale = 1.0f, font_dirty = true;
+    if (plus) scale_text(+1);
+    if (minus) scale_text(-1);
+    if (ImGui::IsKeyPressed(GLFW_KEY_0)) scale_text(0);
     if (ImGui::IsKeyPressed(GLFW_KEY_Q)) quit = true;
     return;
   }
@@ -478,7 +533,7 @@ void App::shortcuts() {
   if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_RightArrow))) step_forward();
   if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_LeftArrow))) step_back();
   if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Space), false)) toggle_play();
-  if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Home), false)) cursor = trace.steps.empty() ? -1 : 0;
+  if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Home), false)) scrub_to(0);
   if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_End), false)) run_to_end();
 }
 
@@ -498,13 +553,13 @@ void App::menu_bar() {
   }
   if (ImGui::BeginMenu("View")) {
     for (int v = 0; v < int(all_views().size()); ++v)
-      if (ImGui::MenuItem(all_views()[v].title, nullptr, view == v)) view = v, view_request = true;
+      if (ImGui::MenuItem(all_views()[v].title, nullptr, view == v)) show_view(v);
     ImGui::Separator();
-    if (ImGui::MenuItem("Dark theme", nullptr, !light)) light = false, font_dirty = true;
-    if (ImGui::MenuItem("Light theme", nullptr, light)) light = true, font_dirty = true;
-    if (ImGui::MenuItem("Bigger", "Ctrl +")) ui_scale = std::min(3.0f, ui_scale * 1.15f), font_dirty = true;
-    if (ImGui::MenuItem("Smaller", "Ctrl -")) ui_scale = std::max(0.6f, ui_scale / 1.15f), font_dirty = true;
-    if (ImGui::MenuItem("Normal size", "Ctrl 0")) ui_scale = 1.0f, font_dirty = true;
+    if (ImGui::MenuItem("Dark theme", nullptr, !light)) set_theme(false);
+    if (ImGui::MenuItem("Light theme", nullptr, light)) set_theme(true);
+    if (ImGui::MenuItem("Bigger", "Ctrl +")) scale_text(+1);
+    if (ImGui::MenuItem("Smaller", "Ctrl -")) scale_text(-1);
+    if (ImGui::MenuItem("Normal size", "Ctrl 0")) scale_text(0);
     ImGui::MenuItem("Explain on hover (tooltips)", nullptr, &tooltips);
     ImGui::MenuItem("Explain each view (caption)", nullptr, &captions);
     ImGui::EndMenu();
@@ -669,10 +724,8 @@ void App::toolbar() {
   int shown = cursor + 1;
   ImGui::SetNextItemWidth(std::max(font * 8, ImGui::GetContentRegionAvail().x - font * 10));
   ImGui::BeginDisabled(n == 0);
-  if (ImGui::SliderInt("##timeline", &shown, n > 0 ? 1 : 0, std::max(n, 1), n ? "step %d" : "no steps yet")) {
-    cursor = std::clamp(shown - 1, n > 0 ? 0 : -1, n - 1);
-    sel_pos = -1;
-  }
+  if (ImGui::SliderInt("##timeline", &shown, n > 0 ? 1 : 0, std::max(n, 1), n ? "step %d" : "no steps yet"))
+    scrub_to(shown - 1);
   ImGui::EndDisabled();
   tooltip(*this, "The timeline: drag to look at any step taken so far.");
   ImGui::SameLine();

@@ -183,9 +183,17 @@ class App {
   void rewind_engine(int keep);  // forget steps >= keep in the engine and here
   void redraw_step(int s);       // draw step s again with the current settings
   void rerun_with_heads(int s);  // step s again with heads_off applied
-  void send_sampler();
+  bool send_sampler();           // false (and the reason on the status line) when the settings are refused
   void send_heads();
   void fork_here();
+  void forget_branch(int i);              // Branches: "Forget this branch"
+  void scrub_to(int step);                // the timeline slider
+  void show_view(int v);                  // a tab of the view table (views.h), from the View menu or a script
+  void toggle_head(int layer, int head);  // All heads: right-click switches a head off or on
+  void all_heads_on();
+  void redraw_new_seed(int s);  // Next token: "New seed, draw again"
+  void set_theme(bool light_theme);
+  void scale_text(int dir);  // +1 bigger, -1 smaller, 0 the default size
   bool open_trace(const std::string& path);
   bool save_trace(const std::string& path);
   void say(const std::string& s);

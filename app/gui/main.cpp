@@ -4,6 +4,7 @@
 // (--bench) in frame_bench.cpp, the command line in options.cpp.
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "models.h"
 #include "options.h"
 #include "script.h"
+#include "soak.h"
 #include "window_io.h"
 
 namespace {
@@ -60,7 +62,7 @@ GLFWwindow* open_window(const Options& o, bool scripted) {
   glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 3);
   glfwWindowHint(GLFW_OPENGL_PROFILE, GLFW_OPENGL_CORE_PROFILE);
   glfwWindowHint(GLFW_OPENGL_FORWARD_COMPAT, GL_TRUE);
-  if (scripted) glfwWindowHint(GLFW_RESIZABLE, GL_FALSE);
+  if (scripted && o.soak == 0) glfwWindowHint(GLFW_RESIZABLE, GL_FALSE);  // a soak resizes it
   int w = o.width, h = o.height;
   if (!scripted) fit_work_area(w, h);
   GLFWwindow* win = glfwCreateWindow(w, h, "decoderscope", nullptr, nullptr);
@@ -213,6 +215,8 @@ int run_loop(GLFWwindow* win, App& app, const Options& o, bool scripted) {
   FrameBench frame_bench;
   FrameBench* bench = o.bench ? &frame_bench : nullptr;
   ScriptedRun script(o, app, now_s(), bench);
+  std::unique_ptr<SoakRun> soak;
+  if (o.soak > 0) soak = std::make_unique<SoakRun>(o, app, [win](int w, int h) { glfwSetWindowSize(win, w, h); });
   // A trace that cannot be opened: a scripted run exits (the reason is on stderr), the
   // window opens on its default model with the reason in a dialog.
   const bool replaying = !o.trace.empty() && app.open_trace(o.trace);
@@ -243,13 +247,14 @@ int run_loop(GLFWwindow* win, App& app, const Options& o, bool scripted) {
     if (bench) bench->begin_frame(t, script.stepping());
     if (app.font_dirty) apply_fonts_and_style(app, false);
     app.handle_events();
+    if (soak && !soak->advance(t, gl_errors)) return soak->exit_code();
     app.tick(t);
     if (bench) bench->lap(&FrameTimes::events);
-    if (scripted && !script.advance(t, prev_frame)) return 1;
+    if (scripted && !soak && !script.advance(t, prev_frame)) return 1;
     set_title(win, app, title);
     draw_frame(win, app, bench, fw, fh, gl_errors);
     serve_save_requests(app, fw, fh);
-    if (scripted && script.shooting()) {
+    if (scripted && !soak && script.shooting()) {
       const int rc = script.shoot(fw, fh, gl_errors);
       glfwSwapBuffers(win);
       return rc;
@@ -278,7 +283,7 @@ Options read_options(int argc, char** argv, std::string& problem) {
 int main(int argc, char** argv) {
   std::string problem;
   const Options o = read_options(argc, argv, problem);
-  const bool scripted = !o.screenshot.empty() || !o.save_heatmap.empty() || o.bench;
+  const bool scripted = !o.screenshot.empty() || !o.save_heatmap.empty() || o.bench || o.soak > 0;
   GLFWwindow* win = open_window(o, scripted);
   if (!win) return 1;
   int rc = 1;

@@ -22,7 +22,7 @@ usage: decoderscope [--model M] [--tokenizer F] [--precision f32|bf16|f16] [--th
                     [--repetition-penalty R] [--penalty-alpha A] [--preview-temperature T]
                     [--step-back K] [--fork-at STEP [--fork-seed S]] [--beam W] [--length-penalty A]
                     [--screenshot out.png] [--save-heatmap cells.png] [--save-trace out.json]
-                    [--stage ID] [--no-kv-cache] [--bench] [--size WxH]
+                    [--stage ID] [--no-kv-cache] [--bench] [--size WxH] [--soak N [--seed S]]
 
 --model: a llama2.c .bin, a GPT-2 folder, builtin:NAME, random:decoder, random:encdec or
   random:gpt2-small (default: builtin:stories, else builtin:dates, else the aidreams260K fixture,
@@ -52,6 +52,12 @@ Scripted runs: --screenshot sets up, runs --steps steps (default 8), waits for t
   mlp.down, add3, ln_final, logits or output.
 --no-kv-cache: generate without the KV cache: every step runs the whole sequence again (the
   same tokens, more work); the KV cache view plots the measured times of both.
+--soak N: performs N random user actions (step, back, play, scrub, views, layer and head,
+  fork, heads off, re-draw, sampler settings, prompts, save and reopen a trace, models,
+  window size, theme and text size) with frames drawn between them, and exits 0, or 1 naming
+  the action that failed (an error, an OpenGL error, an abort, a hang). --seed S seeds the
+  choice of actions (and the sampler), so a run can be repeated. Prints the actions of each
+  kind, the seconds and the peak memory every 1,000 actions and at the end.
 --bench: runs 50 steps of a GPT-2-small-sized random model (or --model) while the window
   keeps drawing, and prints the longest frame time and the 99th percentile.
 Keys: Right step, Left step back, Space play/pause, Ctrl +/- bigger/smaller.
@@ -64,7 +70,7 @@ Keys: Right step, Left step back, Space play/pause, Ctrl +/- bigger/smaller.
 bool scripted_command_line(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--screenshot" || a == "--save-heatmap" || a == "--bench") return true;
+    if (a == "--screenshot" || a == "--save-heatmap" || a == "--bench" || a == "--soak") return true;
   }
   return false;
 }
@@ -165,7 +171,10 @@ Options parse_options(int argc, char** argv) {
       o.save_trace = val();
     else if (a == "--save-heatmap")
       o.save_heatmap = val();
-    else if (a == "--no-kv-cache")
+    else if (a == "--soak") {
+      o.soak = int(to_int(val(), a));
+      if (o.soak < 1 || o.soak > 10000000) die("--soak expects a number of actions from 1 to 10000000");
+    } else if (a == "--no-kv-cache")
       o.no_kv_cache = true;
     else if (a == "--stage")
       o.stage = val();

@@ -28,6 +28,7 @@ struct Options {
   float length_penalty = 1.0f;
   bool no_kv_cache = false;  // generate without the KV cache (the whole prefix again each step)
   std::string stage;         // the Block view's stage opened (block_data.h ids: attn.scores, ln1, ...)
+  int soak = 0;              // --soak N: N random user actions (soak.h); --seed seeds their choice
 };
 
 // A bad command line; the message names the option.

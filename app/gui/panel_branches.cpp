@@ -69,7 +69,7 @@ void panel_branches(App& app) {
   }
   ImGui::SameLine();
   if (ImGui::Button("Forget this branch")) {
-    app.branches.erase(app.branches.begin() + app.branch_shown);
+    app.forget_branch(app.branch_shown);
     return;
   }
 

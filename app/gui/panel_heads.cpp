@@ -18,15 +18,6 @@ bool is_off(const App& app, int l, int h) {
   return std::find(app.heads_off.begin(), app.heads_off.end(), std::make_pair(l, h)) != app.heads_off.end();
 }
 
-void toggle_off(App& app, int l, int h) {
-  auto it = std::find(app.heads_off.begin(), app.heads_off.end(), std::make_pair(l, h));
-  if (it == app.heads_off.end())
-    app.heads_off.push_back({l, h});
-  else
-    app.heads_off.erase(it);
-  std::sort(app.heads_off.begin(), app.heads_off.end());
-}
-
 // Brings every head's texture to the cursor: the rows of the steps taken since the
 // last call, or every head again when the trace or the kind changed or the cursor
 // went back. Returns false (and keeps nothing) when one texture a head would take
@@ -134,7 +125,7 @@ void heads_controls(App& app) {
           "the next-token probabilities. Later steps are dropped and use the same heads.");
   flow(font * 6);
   ImGui::BeginDisabled(app.heads_off.empty());
-  if (ImGui::Button("All heads on")) app.heads_off.clear();
+  if (ImGui::Button("All heads on")) app.all_heads_on();
   ImGui::EndDisabled();
   ImGui::EndDisabled();
   ImGui::TextDisabled("click a map to open it; right-click to switch that head off or on");
@@ -220,7 +211,7 @@ void grid_overlays(App& app, const GridLayout& g, ImVec2 org, bool hovered) {
         app.view = view_index("attention");
         app.view_request = true;
       }
-      if (ImGui::IsMouseClicked(1)) toggle_off(app, l, h);
+      if (ImGui::IsMouseClicked(1)) app.toggle_head(l, h);
     }
   }
 }

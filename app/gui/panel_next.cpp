@@ -404,10 +404,7 @@ int sampling_settings(App& app) {
                 "seed the same random number comes out, so only changed settings change the draw.",
                 s + 1);
   tooltip(app, tip);
-  if (ImGui::Button("New seed, draw again", ImVec2(lw, 0))) {
-    app.sampler.seed += 1;
-    app.redraw_step(s);
-  }
+  if (ImGui::Button("New seed, draw again", ImVec2(lw, 0))) app.redraw_new_seed(s);
   tooltip(app, "Take the next seed and draw this step again: a new random number u.");
   ImGui::EndDisabled();
   ImGui::EndGroup();

@@ -231,12 +231,22 @@ void Worker::start(const Command& c) {
   o.kv_cache = c.kv_cache;
   std::vector<int> prompt, src;
   inputs(c, prompt, src);
-  session_.reset();
+  // A prompt the session turns down (too long for the context, say) leaves the session
+  // that was running as it was: the window still shows its trace.
+  std::unique_ptr<ds::Session> old = std::move(session_);
+  std::vector<int> old_handles = std::move(head_handles_);
   head_handles_.clear();
-  forced_.clear();
-  session_ = std::make_unique<ds::Session>(lm_.model, lm_.tokenizer, o);
-  apply_heads();
-  session_->start(prompt, src);
+  try {
+    session_ = std::make_unique<ds::Session>(lm_.model, lm_.tokenizer, o);
+    apply_heads();
+    session_->start(prompt, src);
+  } catch (...) {
+    session_ = std::move(old);
+    head_handles_ = std::move(old_handles);
+    apply_heads();  // the heads switched off since, on the old session
+    throw;
+  }
+  old.reset();
   forced_ = c.forced;
   Event ev;
   ev.kind = Event::Started;
@@ -492,6 +502,14 @@ void Worker::roles(const Command& c) {
 
 void Worker::steps(const Command& c) {
   if (!session_) throw ds::Error("press Start first: there is no prompt yet");
+  if (session_->done()) {  // nothing to take: say so, or the window would wait for a step
+    Event ev;
+    ev.kind = Event::Truncate;
+    ev.kept = session_->steps_done();
+    ev.done = true;
+    emit(std::move(ev));
+    return;
+  }
   for (int i = 0; c.count < 0 || i < c.count; ++i) {
     if (cancel_ || session_->done()) break;
     set_activity("computing step " + std::to_string(session_->steps_done() + 1));
@@ -547,6 +565,7 @@ void Worker::handle(Command& c) {
       Event ev;
       ev.kind = Event::Truncate;
       ev.kept = k;
+      ev.done = session_->done();  // rewinding to the end of a finished text leaves it finished
       emit(std::move(ev));
       return;
     }

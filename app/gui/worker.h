@@ -108,7 +108,7 @@ struct Event {
   std::shared_ptr<const ModelInfo> info;
   int step_index = 0;  // Step: the index of the step
   int kept = 0;        // Truncate: the steps kept
-  bool done = false;   // Step: the session can take no more steps
+  bool done = false;   // Step, Truncate: the session can take no more steps
   std::shared_ptr<const ds::TraceStep> step;
   std::vector<int> source;
   std::vector<std::string> source_text;

@@ -97,6 +97,72 @@ TEST(GuiWorker, StepsStreamAndRewindReproduces) {
   EXPECT_FALSE(std::equal(other.begin(), other.end(), first.begin() + 3));
 }
 
+// A finished text (the context is full) takes no more steps: a Step, or a Rewind that
+// keeps every step, answers that it is done instead of nothing (the window would wait
+// for a step that never comes, and Play would never stop).
+TEST(GuiWorker, AFinishedTextSaysSoWhenAskedForMore) {
+  dsgui::Worker w;
+  post(w, Command::Load, 0, "random:decoder");
+  post(w, Command::Start, 0, "ab");
+  post(w, Command::Step, -1);
+  auto evs = drain(w);
+  ASSERT_FALSE(evs.empty());
+  int steps = 0;
+  for (auto& e : evs) steps += e.kind == Event::Step;
+  ASSERT_GT(steps, 0);
+  for (int k : {Command::Step, Command::Rewind}) {
+    post(w, Command::Kind(k), k == Command::Step ? 1 : steps);
+    auto more = drain(w);
+    bool told = false;
+    for (auto& e : more) {
+      EXPECT_NE(e.kind, Event::Step);
+      EXPECT_NE(e.kind, Event::Error) << e.msg;
+      if (e.kind == Event::Truncate) {
+        EXPECT_TRUE(e.done);
+        EXPECT_EQ(e.kept, steps);
+        told = true;
+      }
+    }
+    EXPECT_TRUE(told) << (k == Command::Step ? "Step" : "Rewind");
+  }
+  // Rewinding one step makes room again.
+  post(w, Command::Rewind, steps - 1);
+  bool told = false;
+  for (auto& e : drain(w))
+    if (e.kind == Event::Truncate) {
+      EXPECT_FALSE(e.done);
+      told = true;
+    }
+  EXPECT_TRUE(told);
+}
+
+// A prompt too long for the context is refused, and the session that was running goes
+// on from where it was: the window still shows that session's trace.
+TEST(GuiWorker, ARefusedPromptKeepsTheSessionRunning) {
+  dsgui::Worker w;
+  post(w, Command::Load, 0, "random:decoder");
+  post(w, Command::Start, 0, "ab");
+  post(w, Command::Step, 2);
+  ASSERT_EQ(drawn(drain(w)).size(), 2u);
+  post(w, Command::Start, 0, std::string(500, 'x'));  // random:decoder has 96 positions
+  bool refused = false;
+  for (auto& e : drain(w)) {
+    EXPECT_NE(e.kind, Event::Started);
+    refused |= e.kind == Event::Error;
+  }
+  EXPECT_TRUE(refused);
+  post(w, Command::Step, 1);
+  int steps = 0;
+  for (auto& e : drain(w)) {
+    EXPECT_NE(e.kind, Event::Error) << e.msg;
+    if (e.kind == Event::Step) {
+      EXPECT_EQ(e.step_index, 2);
+      ++steps;
+    }
+  }
+  EXPECT_EQ(steps, 1);
+}
+
 TEST(GuiWorker, ErrorsArriveAsEventsAndTheWorkerGoesOn) {
   dsgui::Worker w;
   post(w, Command::Load, 1, "/nonexistent/model.bin");

@@ -144,18 +144,18 @@ train: trains a built-in model from scratch, or resumes from DIR/checkpoint.bin 
 // command.
 std::string command_usage(const std::string& cmd) {
   std::vector<std::string> lines;
-  for (std::istringstream in(kUsage); std::getline(in, lines.emplace_back());) {
-  }
+  std::istringstream in(kUsage);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
   const std::string head = "  decoderscope-cli ";
   std::string usage, text;
   std::vector<std::string> options;
-  bool in = false;
+  bool in_usage = false;
   for (const std::string& l : lines) {
     if (l.rfind(head, 0) == 0)
-      in = l.compare(head.size(), cmd.size() + 1, cmd + " ") == 0;
+      in_usage = l.compare(head.size(), cmd.size() + 1, cmd + " ") == 0;
     else if (l.rfind("    ", 0) != 0)
-      in = false;
-    if (!in) continue;
+      in_usage = false;
+    if (!in_usage) continue;
     usage += l + "\n";
     for (size_t p = l.find("--"); p != std::string::npos; p = l.find("--", p + 2)) {
       size_t e = p + 2;

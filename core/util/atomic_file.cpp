@@ -290,6 +290,8 @@ void save_folder(const std::string& dir, const std::function<void(const std::str
                   ")");
     }
   }
+  struct stat old {};
+  if (exists && ::stat(s.target.c_str(), &old) == 0) (void)::chmod(s.temp.c_str(), old.st_mode & 07777);
   std::string shown = dir;
   while (shown.size() > 1 && shown.back() == '/') shown.pop_back();
   try {

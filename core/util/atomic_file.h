@@ -91,8 +91,8 @@ void save_file(const std::string& path, std::string_view bytes);
 // training checkpoint or a README) are moved into the new folder, the old folder is
 // renamed aside (.NAME.old-PID-N), the new one renamed to dir, and the aside folder,
 // which then holds only the replaced files, removed. On any failure everything is moved
-// back: dir is as it was, and no temporary folder is left. dir's parent folders are
-// created when missing. Throws ds::Error naming dir and the reason.
+// back: dir is as it was, and no temporary folder is left. The new folder keeps the old
+// one's permission bits; dir's parent folders are created when missing. Throws ds::Error naming dir and the reason.
 void save_folder(const std::string& dir, const std::function<void(const std::string& temp_dir)>& fill);
 
 // Test seams, process-wide, for the tests of failed saves only: after

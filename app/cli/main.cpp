@@ -1,5 +1,6 @@
 // decoderscope-cli: the engine without a window, for scripts, tests and slides.
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -114,7 +115,7 @@ random: writes a llama2.c checkpoint with random weights (for benchmarks); with 
 
   decoderscope-cli train --task dates|adder|stories --out DIR [--seed S] [--steps N] [--threads N]
                          [--norm pre|post] [--pos learned|sinusoidal] [--ffn gelu|relu]
-                         [--scale-embed] [--lr X] [--warmup N]
+                         [--scale-embed] [--lr X] [--warmup N] [--force]
   decoderscope-cli eval  --model DIR --task dates|adder|stories [--samples N] [--seed S] [--attention]
                          [--show-wrong]
   decoderscope-cli batch --model DIR    (one input per line on stdin, the greedy output per line)
@@ -128,11 +129,60 @@ train: trains a built-in model from scratch, or resumes from DIR/checkpoint.bin 
   Transformer's: --task dates --norm post --pos sinusoidal --ffn relu --scale-embed is
   how builtin:dates-postnorm was trained. --lr and --warmup override the peak rate and
   the warm-up steps. The command that reproduces a run is saved in DIR/config.json.
+  A DIR that already holds a finished model (config.json + model.safetensors) is refused
+  unless --force is given; the folder is replaced only once the new model is written
+  (its other files are kept).
   --task stories trains builtin:stories, a word-level GPT on the story grammar; its
   figures (perplexity against a Kneser-Ney trigram, the grammar of sampled stories,
   copying names, induction heads) are printed, saved in config.json, and printed again
   by eval --task stories.
 )";
+
+// The part of kUsage about one command: its usage lines ("  decoderscope-cli CMD ..."
+// and their continuations), the paragraphs that begin with CMD at the left margin, and
+// those about an option ("--X ...") that its usage lines list. Empty for an unknown
+// command.
+std::string command_usage(const std::string& cmd) {
+  std::vector<std::string> lines;
+  std::istringstream in(kUsage);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  const std::string head = "  decoderscope-cli ";
+  std::string usage, text;
+  std::vector<std::string> options;
+  bool in_usage = false;
+  for (const std::string& l : lines) {
+    if (l.rfind(head, 0) == 0)
+      in_usage = l.compare(head.size(), cmd.size() + 1, cmd + " ") == 0;
+    else if (l.rfind("    ", 0) != 0)
+      in_usage = false;
+    if (!in_usage) continue;
+    usage += l + "\n";
+    for (size_t p = l.find("--"); p != std::string::npos; p = l.find("--", p + 2)) {
+      size_t e = p + 2;
+      while (e < l.size() && (std::isalnum(static_cast<unsigned char>(l[e])) || l[e] == '-')) ++e;
+      options.push_back(l.substr(p, e - p));
+    }
+  }
+  if (usage.empty()) return "";
+  bool keep = false;
+  for (const std::string& l : lines) {
+    if (!l.empty() && l[0] != ' ') {
+      const std::string word = l.substr(0, l.find_first_of(" :"));
+      keep = word == cmd || (word.rfind("--", 0) == 0 && std::count(options.begin(), options.end(), word));
+    } else if (l.empty() || l.rfind(head, 0) == 0) {
+      keep = false;
+    }
+    if (keep) text += l + "\n";
+  }
+  return "usage:\n" + usage + (text.empty() ? "" : "\n" + text);
+}
+
+// Whether a command's arguments ask for its usage (--help or -h anywhere after it).
+bool wants_help(int argc, char** argv) {
+  for (int i = 2; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) return true;
+  return false;
+}
 
 struct Args {
   std::string cmd;
@@ -414,8 +464,9 @@ int cmd_generate(const Args& a) {
   if (a.has("beam")) return generate_beam(a);
   if (a.has("length-penalty") || a.has("all-beams"))
     throw Error("--length-penalty and --all-beams are options of beam search: give --beam W");
-  only(a, {"model", "tokenizer", "steps", "prompt", "prompt-ids", "source", "source-ids", "temperature", "top-k",
-           "top-p", "seed", "ids", "trace", "hooks", "threads", "repetition-penalty", "penalty-alpha", "no-kv-cache"});
+  only(a,
+       {"model", "tokenizer", "steps", "prompt", "prompt-ids", "source", "source-ids", "temperature", "top-k", "top-p",
+        "seed", "ids", "trace", "hooks", "threads", "repetition-penalty", "penalty-alpha", "no-kv-cache", "precision"});
   auto m = open_model(a);
   ds::SessionOptions o;
   o.kv_cache = !a.has("no-kv-cache");
@@ -791,6 +842,12 @@ int main(int argc, char** argv) {
     if (argc >= 2 &&
         (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help"))) {
       std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (wants_help(argc, argv)) {
+      const std::string u = command_usage(argv[1]);
+      if (u.empty()) throw Error(std::string("unknown command '") + argv[1] + "'; try decoderscope-cli --help");
+      std::fputs(u.c_str(), stdout);
       return 0;
     }
     // train, eval and batch parse their own options (app/cli/train_cmds.cpp).

@@ -3,7 +3,7 @@
 //
 //   train --task dates|adder|stories --out DIR [--seed S] [--steps N] [--threads N]
 //         [--norm pre|post] [--pos learned|sinusoidal] [--ffn gelu|relu] [--scale-embed]
-//         [--lr X] [--warmup N]
+//         [--lr X] [--warmup N] [--force]
 //   eval  --model DIR --task dates|adder|stories --samples N [--seed S] [--attention]
 //   batch --model DIR [--threads N]
 #include "train_cmds.h"
@@ -267,13 +267,26 @@ int finish_stories(const Opts& o, const ds::train::TrainSpec& spec, const ds::tr
   return 0;
 }
 
+// A finished model (config.json and model.safetensors) in DIR is replaced only with
+// --force: a second run into the same folder would otherwise write over a model that
+// took minutes to train. A folder with only a checkpoint (an interrupted run) resumes.
+void refuse_finished_model(const std::string& out, bool force) {
+  std::error_code ec;
+  const fs::path d(out);
+  if (force || !fs::exists(d / "config.json", ec) || !fs::exists(d / "model.safetensors", ec)) return;
+  throw Error("train: " + out +
+              " already holds a finished model (config.json and model.safetensors); give --force to train again and "
+              "replace it, or choose another --out folder");
+}
+
 }  // namespace
 
 int cmd_train(int argc, char** argv) {
   Opts o = parse(argc, argv, {"task", "out", "seed", "steps", "threads", "norm", "pos", "ffn", "lr", "warmup"},
-                 {"scale-embed"});
+                 {"scale-embed", "force"});
   if (!o.has("task")) throw Error("train: --task dates|adder|stories is required");
   if (!o.has("out")) throw Error("train: --out DIR is required");
+  refuse_finished_model(o.str("out"), o.has("force"));
   const ds::train::TrainSpec spec = spec_from(o);
   const int threads = int(o.integer("threads", 2, 1, 256));
   const std::string out = o.str("out");

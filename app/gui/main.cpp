@@ -165,20 +165,22 @@ void serve_save_requests(App& app, int fw, int fh) {
     auto it = app.targets.find(app.last_heatmap);
     if (it != app.targets.end() && it->second) {
       auto px = it->second->read();
-      if (write_png(app.heatmap_png_request, it->second->width(), it->second->height(), px))
+      std::string why;
+      if (write_png(app.heatmap_png_request, it->second->width(), it->second->height(), px, &why))
         app.say("saved the heatmap to " + app.heatmap_png_request);
       else
-        app.fail("cannot write " + app.heatmap_png_request);
+        app.fail(why);
     } else {
       app.fail("there is no heatmap on screen to save");
     }
     app.heatmap_png_request.clear();
   }
   if (!app.screenshot_request.empty()) {
-    if (save_window(app.screenshot_request, fw, fh))
+    std::string why;
+    if (save_window(app.screenshot_request, fw, fh, &why))
       app.say("saved the window to " + app.screenshot_request);
     else
-      app.fail("cannot write " + app.screenshot_request);
+      app.fail(why);
     app.screenshot_request.clear();
   }
 }

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <filesystem>
 
 #include "app.h"
@@ -9,6 +10,8 @@
 #include "gl.h"
 #include "imgui.h"
 #include "stb_image_write.h"
+#include "util/atomic_file.h"
+#include "util/error.h"
 
 namespace dsgui {
 
@@ -68,21 +71,54 @@ void apply_fonts_and_style(App& app, bool first) {
   app.font_dirty = false;
 }
 
-bool write_png(const std::string& path, int w, int h, const std::vector<uint8_t>& rgba_top_down) {
-  stbi_flip_vertically_on_write(0);
-  return stbi_write_png(path.c_str(), w, h, 4, rgba_top_down.data(), w * 4) != 0;
+namespace {
+
+// A PNG of w x h pixels of `channels` bytes each, written through stb_image_write's
+// callback into an atomic save (util/atomic_file.h): a failed or interrupted save
+// leaves the previous file at path as it was. The callback is called from C code, so
+// it never throws: the first failure is kept and reported when stb returns.
+bool save_png(const std::string& path, int w, int h, int channels, const uint8_t* px, bool flip, std::string* error) {
+  try {
+    ds::save_file(path, [&](ds::SaveFile& f) {
+      struct Sink {
+        ds::SaveFile* file;
+        std::exception_ptr failed;
+      } sink{&f, nullptr};
+      auto put = [](void* ctx, void* data, int size) {
+        auto* s = static_cast<Sink*>(ctx);
+        if (s->failed || size <= 0) return;
+        try {
+          s->file->write(data, size_t(size));
+        } catch (...) {
+          s->failed = std::current_exception();
+        }
+      };
+      stbi_flip_vertically_on_write(flip ? 1 : 0);
+      const int ok = stbi_write_png_to_func(put, &sink, w, h, channels, px, w * channels);
+      stbi_flip_vertically_on_write(0);
+      if (sink.failed) std::rethrow_exception(sink.failed);
+      if (!ok) throw ds::Error(path + ": cannot save: the PNG encoder failed");
+    });
+    return true;
+  } catch (const std::exception& e) {
+    if (error) *error = e.what();
+    return false;
+  }
+}
+
+}  // namespace
+
+bool write_png(const std::string& path, int w, int h, const std::vector<uint8_t>& rgba_top_down, std::string* error) {
+  return save_png(path, w, h, 4, rgba_top_down.data(), false, error);
 }
 
 // The whole window: read the back buffer before the swap.
-bool save_window(const std::string& path, int w, int h) {
+bool save_window(const std::string& path, int w, int h, std::string* error) {
   std::vector<uint8_t> px(size_t(w) * h * 3);
   glReadBuffer(GL_BACK);
   glPixelStorei(GL_PACK_ALIGNMENT, 1);
   glReadPixels(0, 0, w, h, GL_RGB, GL_UNSIGNED_BYTE, px.data());
-  stbi_flip_vertically_on_write(1);
-  bool ok = stbi_write_png(path.c_str(), w, h, 3, px.data(), w * 3) != 0;
-  stbi_flip_vertically_on_write(0);
-  return ok;
+  return save_png(path, w, h, 3, px.data(), true, error);
 }
 
 double now_s() {

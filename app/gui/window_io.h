@@ -12,10 +12,13 @@ class App;
 // Fonts and style for the current scale and theme. The first call happens before the
 // backend builds its font texture; later ones rebuild it.
 void apply_fonts_and_style(App& app, bool first);
-// RGBA pixels, top row first, to a PNG file.
-bool write_png(const std::string& path, int w, int h, const std::vector<uint8_t>& rgba_top_down);
+// RGBA pixels, top row first, to a PNG file. Both PNG saves replace the file
+// atomically (util/atomic_file.h); on failure they return false, leave the previous
+// file as it was and, given error, set it to the reason.
+bool write_png(const std::string& path, int w, int h, const std::vector<uint8_t>& rgba_top_down,
+               std::string* error = nullptr);
 // The whole window (the back buffer, before the swap) to a PNG file.
-bool save_window(const std::string& path, int w, int h);
+bool save_window(const std::string& path, int w, int h, std::string* error = nullptr);
 // Seconds on a steady clock.
 double now_s();
 

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <vector>
 
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace ds {
@@ -97,7 +98,7 @@ std::string tensor_label(const std::string& llama_name, int layer) {
   return llama_name + (layer >= 0 ? " (layer " + std::to_string(layer) + ")" : std::string());
 }
 
-// Rejects NaN or infinity among the count values at v, which are values first ..
+// Rejects NaN, infinity or magnitudes beyond kMaxWeightMagnitude among the count values at v, which are values first ..
 // first+count-1 of the tensor, naming it.
 void check_finite(const std::string& path, const float* v, int64_t count, int64_t first, const std::string& what,
                   const std::string& our_name) {
@@ -105,6 +106,13 @@ void check_finite(const std::string& path, const float* v, int64_t count, int64_
     if (!std::isfinite(v[i])) {
       throw Error(path + ": tensor " + what + " [" + our_name + "] holds " +
                   (std::isnan(v[i]) ? "a NaN" : "an infinite value") + " at index " + std::to_string(first + i));
+    }
+    if (std::fabs(v[i]) > kMaxWeightMagnitude) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v[i]));
+      throw Error(path + ": tensor " + what + " [" + our_name + "] holds " + buf + " at index " +
+                  std::to_string(first + i) +
+                  ", beyond the 1e10 in magnitude that any trained model stays far below (a corrupted file?)");
     }
   }
 }
@@ -355,60 +363,58 @@ void save_llama2c(const std::string& path, const Config& c, const Weights& w) {
   shape("ln_final.g", w.ln_final.g.size(), 1, d, 1);
   if (!shared) matrix("lm_head", w.head_view(), v, d);
 
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) throw Error(path + ": cannot create file (" + std::strerror(errno) + ")");
-  auto put = [&](const float* p, int64_t n) {
-    if constexpr (std::endian::native == std::endian::big) {
-      std::vector<float> tmp(p, p + n);
-      to_host(tmp.data(), n);
-      f.write(reinterpret_cast<const char*>(tmp.data()), static_cast<std::streamsize>(n * 4));
-    } else {
-      f.write(reinterpret_cast<const char*>(p), static_cast<std::streamsize>(n * 4));
-    }
-  };
-  std::vector<float> wide;
-  auto put_matrix = [&](const MatView& m) {
-    if (m.type == Precision::F32 && m.tile_rows == 0) return put(static_cast<const float*>(m.data), m.rows * m.cols);
-    const int64_t step = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(m.cols, 1));
-    for (int64_t r0 = 0; r0 < m.rows; r0 += step) {
-      const int64_t r1 = std::min(m.rows, r0 + step);
-      wide.resize(static_cast<size_t>((r1 - r0) * m.cols));
-      m.rows_f32(r0, r1, wide.data());
-      put(wide.data(), (r1 - r0) * m.cols);
-    }
-  };
-  int32_t header[7] = {c.d_model, c.d_ff, c.n_layers, c.n_heads, c.n_kv_heads, shared ? c.vocab_size : -c.vocab_size,
-                       c.max_seq};
-  to_host(header, 7);
-  f.write(reinterpret_cast<const char*>(header), sizeof header);
+  save_file(path, [&](SaveFile& f) {
+    auto put = [&](const float* p, int64_t n) {
+      if constexpr (std::endian::native == std::endian::big) {
+        std::vector<float> tmp(p, p + n);
+        to_host(tmp.data(), n);
+        f.write(tmp.data(), static_cast<size_t>(n) * 4);
+      } else {
+        f.write(p, static_cast<size_t>(n) * 4);
+      }
+    };
+    std::vector<float> wide;
+    auto put_matrix = [&](const MatView& m) {
+      if (m.type == Precision::F32 && m.tile_rows == 0) return put(static_cast<const float*>(m.data), m.rows * m.cols);
+      const int64_t step = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(m.cols, 1));
+      for (int64_t r0 = 0; r0 < m.rows; r0 += step) {
+        const int64_t r1 = std::min(m.rows, r0 + step);
+        wide.resize(static_cast<size_t>((r1 - r0) * m.cols));
+        m.rows_f32(r0, r1, wide.data());
+        put(wide.data(), (r1 - r0) * m.cols);
+      }
+    };
+    int32_t header[7] = {c.d_model, c.d_ff, c.n_layers, c.n_heads, c.n_kv_heads, shared ? c.vocab_size : -c.vocab_size,
+                         c.max_seq};
+    to_host(header, 7);
+    f.write(header, sizeof header);
 
-  put_matrix(w.embed_view());
-  for (const Block& b : w.blocks) put(b.ln1.g.data(), d);
-  for (const Block& b : w.blocks) put_matrix(b.attn.q.view());
-  for (const Block& b : w.blocks) put_matrix(b.attn.k.view());
-  for (const Block& b : w.blocks) put_matrix(b.attn.v.view());
-  for (const Block& b : w.blocks) put_matrix(b.attn.o.view());
-  for (const Block& b : w.blocks) put(b.ln3.g.data(), d);
-  for (const Block& b : w.blocks) put_matrix(b.ffn.gate.view());
-  for (const Block& b : w.blocks) put_matrix(b.ffn.down.view());
-  for (const Block& b : w.blocks) put_matrix(b.ffn.up.view());
-  put(w.ln_final.g.data(), d);
-  // freq_cis_real then freq_cis_imag, [seq_len, head_size/2] each, as the legacy
-  // exporter wrote them (llama2.c's run.c ignores them).
-  const int half = c.d_head / 2;
-  std::vector<float> re(static_cast<size_t>(c.max_seq) * half), im(re.size());
-  for (int p = 0; p < c.max_seq; ++p) {
-    for (int i = 0; i < half; ++i) {
-      const double freq = 1.0 / std::pow(10000.0, (2.0 * i) / c.d_head);
-      re[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(p * freq));
-      im[static_cast<size_t>(p) * half + i] = static_cast<float>(std::sin(p * freq));
+    put_matrix(w.embed_view());
+    for (const Block& b : w.blocks) put(b.ln1.g.data(), d);
+    for (const Block& b : w.blocks) put_matrix(b.attn.q.view());
+    for (const Block& b : w.blocks) put_matrix(b.attn.k.view());
+    for (const Block& b : w.blocks) put_matrix(b.attn.v.view());
+    for (const Block& b : w.blocks) put_matrix(b.attn.o.view());
+    for (const Block& b : w.blocks) put(b.ln3.g.data(), d);
+    for (const Block& b : w.blocks) put_matrix(b.ffn.gate.view());
+    for (const Block& b : w.blocks) put_matrix(b.ffn.down.view());
+    for (const Block& b : w.blocks) put_matrix(b.ffn.up.view());
+    put(w.ln_final.g.data(), d);
+    // freq_cis_real then freq_cis_imag, [seq_len, head_size/2] each, as the legacy
+    // exporter wrote them (llama2.c's run.c ignores them).
+    const int half = c.d_head / 2;
+    std::vector<float> re(static_cast<size_t>(c.max_seq) * half), im(re.size());
+    for (int p = 0; p < c.max_seq; ++p) {
+      for (int i = 0; i < half; ++i) {
+        const double freq = 1.0 / std::pow(10000.0, (2.0 * i) / c.d_head);
+        re[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(p * freq));
+        im[static_cast<size_t>(p) * half + i] = static_cast<float>(std::sin(p * freq));
+      }
     }
-  }
-  put(re.data(), static_cast<int64_t>(re.size()));
-  put(im.data(), static_cast<int64_t>(im.size()));
-  if (!shared) put_matrix(w.head_view());
-  f.flush();
-  if (!f) throw Error(path + ": write failed");
+    put(re.data(), static_cast<int64_t>(re.size()));
+    put(im.data(), static_cast<int64_t>(im.size()));
+    if (!shared) put_matrix(w.head_view());
+  });
 }
 
 }  // namespace ds

@@ -30,7 +30,7 @@ Config llama2c_config(int dim, int hidden_dim, int n_layers, int n_heads, int n_
 
 // Loads a checkpoint. Every header value and the exact file size are checked before
 // anything is allocated; any problem (missing, truncated or oversized file, absurd or
-// inconsistent sizes, NaN or infinite weights, weights too large for float16 when
+// inconsistent sizes, NaN, infinite or absurdly large weights (model/weights.h), weights too large for float16 when
 // loading as F16) throws ds::Error with a one-line message starting with the path.
 // precision: the storage of the linear layers, token embedding and classifier. With
 // BF16 or F16 each of them is read in float32 a piece at a time and rounded to
@@ -43,6 +43,7 @@ std::string llama2c_incompatibility(const Config& cfg);
 // Writes cfg and w in the same format (float32; weights kept as 16-bit floats are
 // widened, which is exact); the classifier is shared iff w has no lm_head. Throws ds::Error if the config is not a
 // llama2.c architecture (see llama2c_incompatibility), a tensor has the wrong shape, or writing fails.
+// The file is replaced atomically (util/atomic_file.h): a failed save leaves the previous file.
 void save_llama2c(const std::string& path, const Config& cfg, const Weights& w);
 
 }  // namespace ds

@@ -23,7 +23,9 @@
 #include "perf/transpose.h"
 #include "text/char_tokenizer.h"
 #include "text/word_tokenizer.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/excerpt.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -49,7 +51,7 @@ std::string list_names(const std::vector<std::string>& names) {
   std::string o;
   for (size_t i = 0; i < names.size() && i < 8; ++i) {
     json n = names[i];
-    o += (i ? ", " : "") + n.dump(-1, ' ', true, json::error_handler_t::replace);
+    o += (i ? ", " : "") + excerpt(n.dump(-1, ' ', true, json::error_handler_t::replace));
   }
   if (names.size() > 8) o += " and " + std::to_string(names.size() - 8) + " more";
   return o;
@@ -71,7 +73,7 @@ json read_json_file(const std::string& path) {
   try {
     j = json::parse(text);
   } catch (const json::exception& e) {
-    std::string what = e.what();
+    std::string what = shorten_json_error(e.what());
     for (char& c : what)
       if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7F) c = '?';
     throw Error(path + ": not valid JSON: " + what);
@@ -105,17 +107,29 @@ Dest dest_of(const Weights::TensorRef& t, bool tiles) {
   return dest_of(t.rows, t.cols, tiles && t.matrix, t.data, t.data16, t.type);
 }
 
-// Whether all n values are finite (no NaN or infinity): a branch-free scan of the
-// exponent bits, cheap enough to run on every chunk as it is read.
-bool all_finite(const float* v, int64_t n) {
+// Whether all n values are finite and at most kMaxWeightMagnitude (model/weights.h) in
+// magnitude: a branch-free scan of the bits (NaN and infinity compare above the bound),
+// cheap enough to run on every chunk as it is read.
+constexpr uint32_t kMaxWeightBits = std::bit_cast<uint32_t>(kMaxWeightMagnitude);
+bool in_range(float v) { return (std::bit_cast<uint32_t>(v) & 0x7FFFFFFFu) <= kMaxWeightBits; }
+bool all_in_range(const float* v, int64_t n) {
   uint32_t bad = 0;
-  for (int64_t i = 0; i < n; ++i) bad |= (~std::bit_cast<uint32_t>(v[i]) & 0x7F800000u) == 0 ? 1u : 0u;
+  for (int64_t i = 0; i < n; ++i) bad |= (std::bit_cast<uint32_t>(v[i]) & 0x7FFFFFFFu) > kMaxWeightBits ? 1u : 0u;
   return bad == 0;
 }
-bool all_finite(const uint16_t* v, int64_t n, Precision p) {
-  const uint16_t exp = p == Precision::BF16 ? 0x7F80 : 0x7C00;
+// bfloat16 is the top half of a float32; float16 stays below 65504, so only its
+// infinities and NaNs (all exponent bits set) are out of range.
+bool in_range(uint16_t v, Precision p) {
+  if (p == Precision::BF16) return (uint32_t{v} << 16 & 0x7FFFFFFFu) <= kMaxWeightBits;
+  return (~v & 0x7C00) != 0;
+}
+bool all_in_range(const uint16_t* v, int64_t n, Precision p) {
   uint32_t bad = 0;
-  for (int64_t i = 0; i < n; ++i) bad |= (~v[i] & exp) == 0 ? 1u : 0u;
+  if (p == Precision::BF16) {
+    for (int64_t i = 0; i < n; ++i) bad |= (uint32_t{v[i]} << 16 & 0x7FFFFFFFu) > kMaxWeightBits ? 1u : 0u;
+  } else {
+    for (int64_t i = 0; i < n; ++i) bad |= (~v[i] & 0x7C00) == 0 ? 1u : 0u;
+  }
   return bad == 0;
 }
 std::string number(float v) {
@@ -235,19 +249,23 @@ class Filler {
   static constexpr int64_t kChunk = int64_t{1} << 18;  // values per read: 1 MB of float32
 
   void check(const SafeTensors::Entry& e, int64_t first, const float* v, int64_t n) const {
-    if (all_finite(v, n)) return;
+    if (all_in_range(v, n)) return;
     for (int64_t i = 0; i < n; ++i)
-      if (!std::isfinite(v[i])) bad_value(e, first + i, v[i], Precision::F32);
+      if (!in_range(v[i])) bad_value(e, first + i, v[i], Precision::F32);
   }
   void check(const SafeTensors::Entry& e, int64_t first, const uint16_t* v, int64_t n, Precision p) const {
-    if (all_finite(v, n, p)) return;
+    if (all_in_range(v, n, p)) return;
     for (int64_t i = 0; i < n; ++i)
-      if (!std::isfinite(widen(v[i], p))) bad_value(e, first + i, widen(v[i], p), p);
+      if (!in_range(v[i], p)) bad_value(e, first + i, widen(v[i], p), p);
   }
   // Throws for the value at flat index i of e, which is `got` once stored as p.
   [[noreturn]] void bad_value(const SafeTensors::Entry& e, int64_t i, float got, Precision p) const {
     float file_value = got;
     if (p != Precision::F32) st_.read_f32(e, i, 1, &file_value);
+    if (std::isfinite(file_value) && std::fabs(file_value) > kMaxWeightMagnitude)
+      throw Error(st_.path() + ": tensor " + e.name + " holds " + number(file_value) + " at flat index " +
+                  std::to_string(i) +
+                  ", beyond the 1e10 in magnitude that any trained model stays far below (a corrupted file?)");
     if (std::isfinite(file_value))  // finite in the file, out of range once narrowed
       throw Error(st_.path() + ": tensor " + e.name + " holds " + number(file_value) + " at flat index " +
                   std::to_string(i) + ", beyond the range of " + precision_name(p) + " (load it as " +
@@ -419,7 +437,7 @@ Config gpt2_config_from(const json& j, const std::string& path) {
     if (j.contains("model_type")) {
       const std::string mt = json_string(j, "model_type");
       if (mt != "gpt2")
-        throw Error("model_type " + json(mt).dump(-1, ' ', true, json::error_handler_t::replace) +
+        throw Error("model_type " + excerpt(json(mt).dump(-1, ' ', true, json::error_handler_t::replace)) +
                     " is not supported (decoderscope reads GPT-2 folders and its own)");
     }
     const int d = json_int(j, "n_embd");
@@ -441,7 +459,8 @@ Config gpt2_config_from(const json& j, const std::string& path) {
     else if (act == "relu")
       c.ffn = FFNKind::ReLU;
     else
-      throw Error("field \"activation_function\" " + json(act).dump(-1, ' ', true, json::error_handler_t::replace) +
+      throw Error("field \"activation_function\" " +
+                  excerpt(json(act).dump(-1, ' ', true, json::error_handler_t::replace)) +
                   " is not supported (gelu_new, gelu, relu)");
     if (!json_bool(j, "scale_attn_weights", true))
       throw Error("field \"scale_attn_weights\" is false: unscaled attention is not supported");
@@ -678,7 +697,7 @@ void load_own(FolderModel& m, const json& j, const std::string& config_path, con
       m.words_vocab = checked_vocab(tok, m.cfg, "words");
     } else if (m.tokenizer_kind != "gpt2-bpe") {
       throw Error("field \"tokenizer\".\"kind\" must be \"chars\", \"words\" or \"gpt2-bpe\", is " +
-                  json(m.tokenizer_kind).dump(-1, ' ', true, json::error_handler_t::replace));
+                  excerpt(json(m.tokenizer_kind).dump(-1, ' ', true, json::error_handler_t::replace)));
     }
     if (j.contains("training")) m.training = j["training"].dump();
     const Config& c = m.cfg;
@@ -758,7 +777,8 @@ FolderModel load_model_folder(const std::string& dir, Precision precision, bool 
     }
     if (format != "decoderscope")
       throw Error(config_path + ": field \"format\" is " +
-                  json(format).dump(-1, ' ', true, json::error_handler_t::replace) + ", expected \"decoderscope\"");
+                  excerpt(json(format).dump(-1, ' ', true, json::error_handler_t::replace)) +
+                  ", expected \"decoderscope\"");
     load_own(m, j, config_path, st_path, precision, tiles);
   } else {
     load_gpt2(m, j, config_path, st_path, precision, tiles);
@@ -841,16 +861,13 @@ void save_model_folder(const std::string& dir, const Config& cfg, const Weights&
     throw Error(dir + ": cannot save: a string in the config or vocabulary is not valid UTF-8");
   }
 
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw Error(dir + ": cannot create the folder (" + ec.message() + ")");
-  const fs::path d(dir);
-  save_safetensors((d / "model.safetensors").string(), out, {{"format", "pt"}, {"producer", "decoderscope"}});
-  std::ofstream f(d / "config.json", std::ios::binary | std::ios::trunc);
-  if (!f) throw Error((d / "config.json").string() + ": cannot create file (" + std::strerror(errno) + ")");
-  f << text;
-  f.flush();
-  if (!f) throw Error((d / "config.json").string() + ": write failed");
+  // Both files are written into a temporary folder that then replaces dir (keeping
+  // dir's other files): a failed save leaves the previous model whole.
+  save_folder(dir, [&](const std::string& temp) {
+    const fs::path d(temp);
+    save_safetensors((d / "model.safetensors").string(), out, {{"format", "pt"}, {"producer", "decoderscope"}});
+    save_file((d / "config.json").string(), text);
+  });
 }
 
 }  // namespace ds

@@ -49,7 +49,8 @@ struct FolderModel {
 // Throws ds::Error naming the folder or file and the problem: missing files (with a
 // hint when only pytorch_model.bin is there), bad JSON, wrong or missing config
 // fields, missing or mis-shaped tensors, unexpected weight tensors, unsupported
-// dtypes, NaN or infinite values, values too large for float16 when loading as F16
+// dtypes, NaN or infinite values or values beyond kMaxWeightMagnitude (model/weights.h),
+// values too large for float16 when loading as F16
 // (naming the tensor).
 // tiles: the large matrices are written in tiles (perf/gemv.h) as they are read, as
 // load_model keeps them, instead of row-major.
@@ -62,7 +63,9 @@ FolderModel load_model_folder(const std::string& dir, Precision precision = Prec
 // {"training": {...}}); they may not replace the format's own keys. dtype: "F32",
 // "F16" or "BF16": the type of the float32 tensors in the file; tensors w keeps as
 // 16-bit floats are written in their own type, bit for bit. Throws ds::Error if a
-// tensor does not have the shape cfg implies.
+// tensor does not have the shape cfg implies. The folder is replaced atomically
+// (save_folder, util/atomic_file.h): other files in it are kept, and a failed save
+// leaves the previous config.json and model.safetensors as they were.
 void save_model_folder(const std::string& dir, const Config& cfg, const Weights& w, const nlohmann::json& tokenizer,
                        const nlohmann::json& extra = {}, const std::string& dtype = "F32");
 

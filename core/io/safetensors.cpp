@@ -13,7 +13,9 @@
 #include <set>
 #include <utility>
 
+#include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/excerpt.h"
 
 namespace ds {
 
@@ -40,7 +42,8 @@ std::string printable(const std::string& s, bool ascii_only = false) {
   return out;
 }
 
-std::string qname(const std::string& name) { return "\"" + printable(name) + "\""; }
+// A tensor name from the file, quoted and cut short if long (util/excerpt.h).
+std::string qname(const std::string& name) { return quoted_excerpt(name); }
 
 // A JSON value for a message, cut short if long.
 std::string brief(const nlohmann::ordered_json& j) {
@@ -279,7 +282,7 @@ SafeTensors SafeTensors::open(const std::string& path) {
     header = ojson::parse(text.begin(), text.end(), cb);
   } catch (const nlohmann::json::exception& e) {
     throw Error(file + "safetensors header (bytes 8-" + std::to_string(8 + n) +
-                ") is not valid JSON: " + printable(e.what(), true));
+                ") is not valid JSON: " + printable(shorten_json_error(e.what()), true));
   }
   if (!header.is_object()) throw Error(file + "safetensors header is JSON but not an object");
   if (!duplicate.empty()) throw Error(file + "safetensors header names " + qname(duplicate) + " twice");
@@ -418,38 +421,36 @@ void save_safetensors(const std::string& path, const std::vector<SafeTensorOut>&
   }
   while ((8 + text.size()) % 8 != 0) text += ' ';
 
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) throw Error(path + ": cannot create file (" + std::strerror(errno) + ")");
-  unsigned char len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>((uint64_t{text.size()} >> (8 * i)) & 0xFF);
-  f.write(reinterpret_cast<const char*>(len), 8);
-  f.write(text.data(), static_cast<std::streamsize>(text.size()));
-  std::vector<unsigned char> buf;
-  constexpr uint64_t kChunk = uint64_t{1} << 18;
-  auto put16 = [&](uint16_t u) {
-    buf.push_back(static_cast<unsigned char>(u & 0xFF));
-    buf.push_back(static_cast<unsigned char>(u >> 8));
-  };
-  for (size_t ti = 0; ti < tensors.size(); ++ti) {
-    const SafeTensorOut& t = tensors[ti];
-    for (uint64_t i0 = 0; i0 < counts[ti]; i0 += kChunk) {
-      const uint64_t m = std::min(kChunk, counts[ti] - i0);
-      buf.clear();
-      for (uint64_t i = i0; i < i0 + m; ++i) {
-        if (t.data16) {
-          put16(t.data16[i]);
-        } else if (t.dtype == "F32") {
-          const uint32_t u = std::bit_cast<uint32_t>(t.data[i]);
-          for (int b = 0; b < 4; ++b) buf.push_back(static_cast<unsigned char>((u >> (8 * b)) & 0xFF));
-        } else {
-          put16(t.dtype == "F16" ? f32_to_f16(t.data[i]) : f32_to_bf16(t.data[i]));
+  save_file(path, [&](SaveFile& f) {
+    unsigned char len[8];
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>((uint64_t{text.size()} >> (8 * i)) & 0xFF);
+    f.write(len, 8);
+    f.write(text);
+    std::vector<unsigned char> buf;
+    constexpr uint64_t kChunk = uint64_t{1} << 18;
+    auto put16 = [&](uint16_t u) {
+      buf.push_back(static_cast<unsigned char>(u & 0xFF));
+      buf.push_back(static_cast<unsigned char>(u >> 8));
+    };
+    for (size_t ti = 0; ti < tensors.size(); ++ti) {
+      const SafeTensorOut& t = tensors[ti];
+      for (uint64_t i0 = 0; i0 < counts[ti]; i0 += kChunk) {
+        const uint64_t m = std::min(kChunk, counts[ti] - i0);
+        buf.clear();
+        for (uint64_t i = i0; i < i0 + m; ++i) {
+          if (t.data16) {
+            put16(t.data16[i]);
+          } else if (t.dtype == "F32") {
+            const uint32_t u = std::bit_cast<uint32_t>(t.data[i]);
+            for (int b = 0; b < 4; ++b) buf.push_back(static_cast<unsigned char>((u >> (8 * b)) & 0xFF));
+          } else {
+            put16(t.dtype == "F16" ? f32_to_f16(t.data[i]) : f32_to_bf16(t.data[i]));
+          }
         }
+        f.write(buf.data(), buf.size());
       }
-      f.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
     }
-  }
-  f.flush();
-  if (!f) throw Error(path + ": write failed (" + std::strerror(errno) + ")");
+  });
 }
 
 }  // namespace ds

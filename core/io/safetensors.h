@@ -107,7 +107,8 @@ struct SafeTensorOut {
 
 // Writes a safetensors file: tensors in the given order, contiguous, the header
 // padded with spaces to a multiple of 8 bytes. Throws ds::Error on a duplicate or
-// reserved name, a bad dtype or a write failure.
+// reserved name, a bad dtype or a write failure. The file is replaced atomically
+// (util/atomic_file.h): a failed save leaves the previous file as it was.
 void save_safetensors(const std::string& path, const std::vector<SafeTensorOut>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 

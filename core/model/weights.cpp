@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 
 #include "perf/memory.h"
@@ -320,6 +321,12 @@ void Weights::check_finite() const {
       if (!std::isfinite(v)) {
         throw Error("weight tensor " + t.name + " holds a " + (std::isnan(v) ? "NaN" : "infinite") +
                     " value at flat index " + std::to_string(i));
+      }
+      if (std::fabs(v) > kMaxWeightMagnitude) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
+        throw Error("weight tensor " + t.name + " holds " + buf + " at flat index " + std::to_string(i) +
+                    ", beyond the 1e10 in magnitude that any trained model stays far below (corrupted weights?)");
       }
     }
   }

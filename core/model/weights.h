@@ -14,6 +14,17 @@
 
 namespace ds {
 
+// The largest weight magnitude a loader accepts. Trained models stay far below it:
+// GPT-2's largest weights are about 30 in magnitude, and the outliers reported in
+// large language models stay within a few thousand. Far above it the engine breaks
+// without a NaN in sight: LayerNorm's variance of d_model values of size x overflows
+// float32 once x^2 * d_model > 3.4e38, at x ~ 2e17 for d_model 10,000 (and logits
+// made of products of two such weights overflow sooner), leaving all-zero logits that
+// sample uniform-random ids. 1e10 keeps squares (1e20) times any width (1e5) at
+// 1e25, 13 orders of magnitude below the overflow, and flags corrupted files (such
+// as random bytes read as float32, up to 3.4e38) as such.
+constexpr float kMaxWeightMagnitude = 1e10f;
+
 using MatRM = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using Vec = Eigen::VectorXf;
 
@@ -247,7 +258,8 @@ struct Weights {
   };
   std::vector<TensorRef> tensors();
   int64_t parameter_count() const;
-  // Throws ds::Error naming the first tensor that holds a NaN or infinity.
+  // Throws ds::Error naming the first tensor that holds a NaN, an infinity or a value
+  // beyond kMaxWeightMagnitude, and its flat index.
   void check_finite() const;
 };
 

@@ -9,6 +9,7 @@
 
 #include "model/config_json.h"
 #include "probe/lens.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/precision.h"
 
@@ -268,11 +269,10 @@ void Trace::write_json(std::ostream& os) const {
   os << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
 }
 
+// Written to a temporary file renamed over path (util/atomic_file.h): a save that
+// fails or is killed halfway leaves the previous trace file as it was.
 void Trace::save(const std::string& path) const {
-  std::ofstream f(path);
-  if (!f) throw Error("cannot write trace file " + path);
-  write_json(f);
-  if (!f) throw Error("error while writing trace file " + path);
+  save_file(path, [&](SaveFile& f) { write_json(f.stream()); });
 }
 
 Trace Trace::load(const std::string& path) {

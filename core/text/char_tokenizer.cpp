@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "util/error.h"
+#include "util/excerpt.h"
 
 namespace ds {
 
@@ -65,20 +66,8 @@ std::string shown_char(std::string_view ch, char32_t cp) {
 
 }  // namespace
 
-// An entry for a message: control bytes escaped (tokenizer.h).
-std::string escaped(std::string_view s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (c < 0x20 || c == 0x7F) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02X", static_cast<unsigned>(c));
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
-}
+// An entry for a message: control bytes escaped, cut short if long (tokenizer.h).
+std::string escaped(std::string_view s) { return excerpt(s); }
 
 CharTokenizer::CharTokenizer(std::vector<std::string> vocab, int bos_id) : vocab_(std::move(vocab)), bos_id_(bos_id) {
   if (vocab_.empty()) throw Error("character vocabulary is empty");

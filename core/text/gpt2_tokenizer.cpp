@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "util/error.h"
+#include "util/excerpt.h"
 
 namespace ds {
 
@@ -392,7 +393,7 @@ class JsonWalker {
     }
     (void)last_token;
     throw Error(file_ + ":" + std::to_string(line()) + ": invalid JSON at byte " + std::to_string(position) + ": " +
-                msg);
+                shorten_json_error(msg));
   }
 
  protected:
@@ -475,14 +476,14 @@ class VocabJsonReader : public JsonWalker {
     if (path().empty()) throw Error(at(line).str() + "vocab.json must hold a JSON object, got " + v.describe());
     if (path().size() != 1) return;
     if (v.kind != JsonScalar::kInt)
-      throw Error(at(key_line()).str() + "the id of token \"" + path()[0] + "\" must be an integer, got " +
+      throw Error(at(key_line()).str() + "the id of token " + quoted_excerpt(path()[0]) + " must be an integer, got " +
                   v.describe());
     entries.push_back({path()[0], v.i, key_line()});
   }
   void on_start(bool object, size_t line) override {
     if (path().empty() && !object) throw Error(at(line).str() + "vocab.json must hold a JSON object, got an array");
     if (path().size() == 1)
-      throw Error(at(key_line()).str() + "the id of token \"" + path()[0] + "\" must be an integer, got " +
+      throw Error(at(key_line()).str() + "the id of token " + quoted_excerpt(path()[0]) + " must be an integer, got " +
                   (object ? "an object" : "an array"));
   }
 };
@@ -506,7 +507,7 @@ class TokenizerJsonReader : public JsonWalker {
       if (p[1] == "type") {
         if (v.kind != JsonScalar::kString || v.s != "BPE")
           throw Error(at(line).str() + "model.type is " +
-                      (v.kind == JsonScalar::kString ? "\"" + v.s + "\"" : v.describe()) +
+                      (v.kind == JsonScalar::kString ? quoted_excerpt(v.s) : v.describe()) +
                       ": only a \"BPE\" model is supported");
       } else if (p[1] == "vocab" || p[1] == "merges") {
         throw Error(at(line).str() + "model." + p[1] + " must be " + (p[1] == "vocab" ? "an object" : "an array") +
@@ -516,7 +517,8 @@ class TokenizerJsonReader : public JsonWalker {
     }
     if (d == 3 && p[0] == "model" && p[1] == "vocab") {
       if (v.kind != JsonScalar::kInt)
-        throw Error(at(key_line()).str() + "the id of token \"" + p[2] + "\" must be an integer, got " + v.describe());
+        throw Error(at(key_line()).str() + "the id of token " + quoted_excerpt(p[2]) + " must be an integer, got " +
+                    v.describe());
       vocab.push_back({p[2], v.i, key_line()});
       return;
     }
@@ -526,7 +528,8 @@ class TokenizerJsonReader : public JsonWalker {
                     v.describe());
       const size_t sp = v.s.find(' ');
       if (sp == std::string::npos || sp == 0 || sp + 1 == v.s.size() || v.s.find(' ', sp + 1) != std::string::npos)
-        throw Error(at(line).str() + path_string() + " \"" + v.s + "\" is not two symbols separated by one space");
+        throw Error(at(line).str() + path_string() + " " + quoted_excerpt(v.s) +
+                    " is not two symbols separated by one space");
       merges.push_back({v.s.substr(0, sp), v.s.substr(sp + 1), line});
       return;
     }
@@ -561,7 +564,7 @@ class TokenizerJsonReader : public JsonWalker {
     if (d == 2 && p[0] == "pre_tokenizer" && p[1] == "type") {
       if (v.kind != JsonScalar::kString || v.s != "ByteLevel")
         throw Error(at(line).str() + "pre_tokenizer.type is " +
-                    (v.kind == JsonScalar::kString ? "\"" + v.s + "\"" : v.describe()) +
+                    (v.kind == JsonScalar::kString ? quoted_excerpt(v.s) : v.describe()) +
                     ": only GPT-2's \"ByteLevel\" pre-tokenizer is supported");
     }
   }
@@ -584,7 +587,7 @@ class TokenizerJsonReader : public JsonWalker {
     }
     if (d == 2 && p[0] == "model" && p[1] == "type") throw Error(at(line).str() + "model.type must be a string");
     if (d == 3 && p[0] == "model" && p[1] == "vocab")
-      throw Error(at(key_line()).str() + "the id of token \"" + p[2] + "\" must be an integer, got " +
+      throw Error(at(key_line()).str() + "the id of token " + quoted_excerpt(p[2]) + " must be an integer, got " +
                   (object ? "an object" : "an array"));
     if (d == 3 && p[0] == "model" && p[1] == "merges") {
       if (object)
@@ -651,7 +654,7 @@ std::vector<MergeEntry> read_merges_txt(const std::string& path, const std::stri
     const size_t sp = line.find(' ');
     if (sp == std::string_view::npos || sp == 0 || sp + 1 == line.size() ||
         line.find(' ', sp + 1) != std::string_view::npos)
-      throw Error(w.str() + "expected two symbols separated by one space, got \"" + std::string(line) + "\"");
+      throw Error(w.str() + "expected two symbols separated by one space, got " + quoted_excerpt(line));
     merges.push_back({std::string(line.substr(0, sp)), std::string(line.substr(sp + 1)), line_no});
   }
   return merges;
@@ -695,13 +698,13 @@ static void build_tokenizer(const std::string& vocab_file, std::vector<VocabEntr
   int64_t max_id = -1;
   for (const VocabEntry& e : vocab) {
     if (e.id < 0 || e.id > kMaxId)
-      throw Error(Where{&vocab_file, e.line}.str() + "token \"" + e.str + "\" has id " + std::to_string(e.id) +
-                  ", outside 0.." + std::to_string(kMaxId));
+      throw Error(Where{&vocab_file, e.line}.str() + "token " + quoted_excerpt(e.str) + " has id " +
+                  std::to_string(e.id) + ", outside 0.." + std::to_string(kMaxId));
     max_id = std::max(max_id, e.id);
   }
   for (const AddedEntry& a : added) {
     if (a.id < 0 || a.id > kMaxId)
-      throw Error(Where{&vocab_file, a.line}.str() + "added token \"" + a.content + "\" has id " +
+      throw Error(Where{&vocab_file, a.line}.str() + "added token " + quoted_excerpt(a.content) + " has id " +
                   std::to_string(a.id) + ", outside 0.." + std::to_string(kMaxId));
     max_id = std::max(max_id, a.id);
   }
@@ -716,11 +719,11 @@ static void build_tokenizer(const std::string& vocab_file, std::vector<VocabEntr
     const auto id = static_cast<size_t>(e.id);
     const Where w{&vocab_file, e.line};
     if (line_of[id])
-      throw Error(w.str() + "duplicate id " + std::to_string(id) + ": \"" + e.str + "\" and \"" + strings[id] +
-                  "\" (line " + std::to_string(line_of[id]) + ")");
+      throw Error(w.str() + "duplicate id " + std::to_string(id) + ": " + quoted_excerpt(e.str) + " and " +
+                  quoted_excerpt(strings[id]) + " (line " + std::to_string(line_of[id]) + ")");
     if (auto [it, fresh] = index.emplace(e.str, static_cast<int>(id)); !fresh)
-      throw Error(w.str() + "duplicate token \"" + e.str + "\" (ids " + std::to_string(it->second) + " and " +
-                  std::to_string(id) + ")");
+      throw Error(w.str() + "duplicate token " + quoted_excerpt(e.str) + " (ids " + std::to_string(it->second) +
+                  " and " + std::to_string(id) + ")");
     line_of[id] = e.line;
     pieces[id] = unmap_bytes(e.str, bytes) ? bytes : e.str;
     strings[id] = std::move(e.str);
@@ -730,13 +733,13 @@ static void build_tokenizer(const std::string& vocab_file, std::vector<VocabEntr
     const Where w{&vocab_file, a.line};
     if (line_of[id]) {
       if (strings[id] != a.content)
-        throw Error(w.str() + "added token \"" + a.content + "\" has id " + std::to_string(id) +
-                    ", which is the vocabulary's \"" + strings[id] + "\"");
+        throw Error(w.str() + "added token " + quoted_excerpt(a.content) + " has id " + std::to_string(id) +
+                    ", which is the vocabulary's " + quoted_excerpt(strings[id]));
       continue;
     }
     if (auto [it, fresh] = index.emplace(a.content, static_cast<int>(id)); !fresh)
-      throw Error(w.str() + "added token \"" + a.content + "\" has id " + std::to_string(id) + " but is already id " +
-                  std::to_string(it->second));
+      throw Error(w.str() + "added token " + quoted_excerpt(a.content) + " has id " + std::to_string(id) +
+                  " but is already id " + std::to_string(it->second));
     line_of[id] = a.line;
     pieces[id] = a.content;  // added tokens are plain text
     strings[id] = a.content;
@@ -760,14 +763,17 @@ static void build_tokenizer(const std::string& vocab_file, std::vector<VocabEntr
     const Where w{&merges_file, m.line};
     auto a = index.find(m.a);
     if (a == index.end())
-      throw Error(w.str() + "merge \"" + m.a + " " + m.b + "\": \"" + m.a + "\" is not in the vocabulary");
+      throw Error(w.str() + "merge " + quoted_excerpt(m.a + " " + m.b) + ": " + quoted_excerpt(m.a) +
+                  " is not in the vocabulary");
     auto b = index.find(m.b);
     if (b == index.end())
-      throw Error(w.str() + "merge \"" + m.a + " " + m.b + "\": \"" + m.b + "\" is not in the vocabulary");
+      throw Error(w.str() + "merge " + quoted_excerpt(m.a + " " + m.b) + ": " + quoted_excerpt(m.b) +
+                  " is not in the vocabulary");
     cat = m.a + m.b;
     auto ab = index.find(cat);
     if (ab == index.end())
-      throw Error(w.str() + "merge \"" + m.a + " " + m.b + "\": the result \"" + cat + "\" is not in the vocabulary");
+      throw Error(w.str() + "merge " + quoted_excerpt(m.a + " " + m.b) + ": the result " + quoted_excerpt(cat) +
+                  " is not in the vocabulary");
     const uint64_t key = static_cast<uint64_t>(a->second) << 32 | static_cast<uint32_t>(b->second);
     merge_rank.emplace(key, std::make_pair(rank++, ab->second));  // the first of duplicates wins
   }

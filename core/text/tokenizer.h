@@ -19,7 +19,8 @@ class Tokenizer {
   virtual std::string decode(int prev, int id) const = 0;
 };
 
-// A vocabulary entry for an error message: control bytes written as \xNN.
+// A vocabulary entry for an error message: control bytes written as \xNN, at most
+// kExcerptBytes of it (util/excerpt.h) followed by "... (N bytes)".
 std::string escaped(std::string_view s);
 
 }  // namespace ds

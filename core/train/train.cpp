@@ -13,6 +13,7 @@
 #include <Eigen/Core>
 
 #include "train/trainer.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace fs = std::filesystem;
@@ -256,22 +257,15 @@ void save_checkpoint(const std::string& dir, const TrainSpec& spec, const State&
   json h = {{"spec", spec_json(spec)},     {"step", st.step},     {"rng", st.rng}, {"elapsed", st.elapsed},
             {"first_loss", st.first_loss}, {"n", st.theta.size()}};
   std::string hs = h.dump();
-  std::string path = checkpoint_path(dir), tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw Error(tmp + ": cannot write the checkpoint");
-    uint64_t len = hs.size();
+  // Atomic (util/atomic_file.h): a run killed while saving resumes from the previous
+  // checkpoint, which stays whole until the new one has reached the disk.
+  save_file(checkpoint_path(dir), [&](SaveFile& f) {
+    const uint64_t len = hs.size();
     f.write(kMagic, 8);
-    f.write(reinterpret_cast<const char*>(&len), 8);
-    f.write(hs.data(), std::streamsize(hs.size()));
-    for (auto* v : {&st.theta, &st.m, &st.v})
-      f.write(reinterpret_cast<const char*>(v->data()), std::streamsize(v->size() * sizeof(float)));
-    f.flush();
-    if (!f) throw Error(tmp + ": writing the checkpoint failed");
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw Error(path + ": cannot replace the checkpoint: " + ec.message());
+    f.write(&len, 8);
+    f.write(hs);
+    for (auto* v : {&st.theta, &st.m, &st.v}) f.write(v->data(), v->size() * sizeof(float));
+  });
 }
 
 // Returns false when there is no checkpoint.

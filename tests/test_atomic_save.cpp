@@ -271,6 +271,8 @@ TEST(AtomicSave, ModelFolderLlama2cAndTraceSavesAreAtomic) {
   ds::Trace t;
   t.model_name = "first";
   t.config = c;
+  t.steps.emplace_back();
+  t.steps.back().input = {1, 2};  // a trace has at least one step to replay
   t.save(trace);
   const auto folder_before = snapshot(dir);
   const std::string ckpt_before = read_file(ckpt), trace_before = read_file(trace);

@@ -268,7 +268,13 @@ TEST(Train, ShortRunLowersTheLossAndExportsWhatItTrained) {
                 r.step, r.elapsed);
     EXPECT_EQ(r.cfg.norm_place, std::string(norm) == "post" ? ds::NormPlace::Post : ds::NormPlace::Pre);
     EXPECT_GT(r.first_loss, 2.0);
-    EXPECT_LT(r.last_loss, 0.6 * r.first_loss);
+    // stories: the training loss also counts the copying exercises' first span, random
+    // words no model can predict (about ln V each), so the held-out stories' loss is the
+    // figure that must fall.
+    if (name == "stories") {
+      EXPECT_GT(r.val_loss, 0.0);
+    }
+    EXPECT_LT(name == "stories" ? r.val_loss : r.last_loss, 0.6 * r.first_loss);
     // The exported (trained) weights run in the engine exactly as in the trainer.
     Trainer<float> tr(r.cfg);
     tr.from_weights(r.weights);

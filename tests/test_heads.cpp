@@ -526,13 +526,12 @@ TEST(DetectHeads, StoriesModelHasAnInductionHead) {
   const HeadRoles r = detect_heads(m.model, o);
   report_and_check(r, "stories, excluding position 0");
   const int best = r.strongest(kInductionHead);
-  // TransformerLens's measure counts every row, and the probe's first half (nothing to
-  // copy yet) reads nearby words rather than <s>: the shipped model's best head scores
-  // about 0.5 here (0.53 with position 0 left out, 0.57 with the diagonal too), short of
-  // the 0.6 the issue asks for. What the head does where there is something to copy is
-  // checked directly: the rows of the second half, each row's share of attention on the
-  // token after the earlier copy of its token.
-  EXPECT_GE(r.induction[size_t(best)], 0.45f) << "no head of the stories model attends like an induction head";
+  // The issue's bar: TransformerLens's induction score of at least 0.6 (position 0 left
+  // out, as TransformerLens's exclude_bos: a head with nothing to copy rests on <s>).
+  EXPECT_GE(r.induction[size_t(best)], 0.6f) << "no head of the stories model scores 0.6 as an induction head";
+  // What the head does where there is something to copy, checked directly: the rows of
+  // the second half, each row's share of attention on the token after the earlier copy
+  // of its token.
   const ds::MatRM& A = r.patterns[size_t(best)];
   const ds::MatRM D = induction_detection(r.probe);
   const int T = int(A.rows()), first = T - r.half;

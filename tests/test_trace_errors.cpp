@@ -38,7 +38,8 @@ TEST(TraceErrors, CutShortFileSaysWhereTheJsonBroke) {
 }
 
 TEST(TraceErrors, WrongTypeIsMalformedWithoutTheLibraryTag) {
-  const std::string m = message_of(R"({"format": "decoderscope-trace", "version": 1, "model": "not an object", "steps": []})");
+  const std::string m =
+      message_of(R"({"format": "decoderscope-trace", "version": 1, "model": "not an object", "steps": []})");
   EXPECT_NE(m.find("model"), std::string::npos) << m;  // names the field
   EXPECT_EQ(m.find("[json.exception"), std::string::npos) << m;
 }

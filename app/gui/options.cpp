@@ -115,6 +115,20 @@ void sampler_option(Options& o, const std::string& a, const std::string& v) {
   o.has_sampler = true;
 }
 
+// Defaults that depend on other options, and the ranges of the values given.
+void check_options(Options& o) {
+  if (view_index(o.view) < 0) die("unknown view '" + o.view + "': use " + view_id_list());
+  if (o.bench && o.model.empty()) o.model = "random:gpt2-small";
+  if (o.bench && !o.has_steps) o.steps = 50;
+  if (o.steps < 0 || o.steps > 100000) die("--steps out of range");
+  if (o.threads < 1 || o.threads > 256) die("--threads must be between 1 and 256");
+  if (o.scale < 0.5f || o.scale > 4.0f) die("--scale must be between 0.5 and 4");
+  if (o.width < 320 || o.height < 240) die("--size too small");
+  if (o.width > kMaxWindowSide || o.height > kMaxWindowSide)
+    die("--size " + std::to_string(o.width) + "x" + std::to_string(o.height) + " is too large (at most " +
+        std::to_string(kMaxWindowSide) + " on each side)");
+}
+
 }  // namespace
 
 Options parse_options(int argc, char** argv) {
@@ -208,16 +222,7 @@ Options parse_options(int argc, char** argv) {
     } else
       die("unknown option '" + a + "' (try --help)");
   }
-  if (view_index(o.view) < 0) die("unknown view '" + o.view + "': use " + view_id_list());
-  if (o.bench && o.model.empty()) o.model = "random:gpt2-small";
-  if (o.bench && !o.has_steps) o.steps = 50;
-  if (o.steps < 0 || o.steps > 100000) die("--steps out of range");
-  if (o.threads < 1 || o.threads > 256) die("--threads must be between 1 and 256");
-  if (o.scale < 0.5f || o.scale > 4.0f) die("--scale must be between 0.5 and 4");
-  if (o.width < 320 || o.height < 240) die("--size too small");
-  if (o.width > kMaxWindowSide || o.height > kMaxWindowSide)
-    die("--size " + std::to_string(o.width) + "x" + std::to_string(o.height) + " is too large (at most " +
-        std::to_string(kMaxWindowSide) + " on each side)");
+  check_options(o);
   return o;
 }
 

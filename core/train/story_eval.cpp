@@ -99,7 +99,7 @@ std::vector<std::vector<int>> training_stories(const TrainSpec& spec, int steps)
   for (long k = 0; k < long(steps) * spec.batch; ++k) {
     Example ex = task.example(rng);
     if (ex.targets.empty() || ex.copy) continue;  // a copying exercise
-    ex.tokens.push_back(ex.targets.back());                 // </s>
+    ex.tokens.push_back(ex.targets.back());       // </s>
     out.push_back(std::move(ex.tokens));
   }
   return out;

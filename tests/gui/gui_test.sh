@@ -294,10 +294,9 @@ fi
 
 # The soak: random user actions through the functions the widgets call (--soak), with
 # frames drawn between them; exits non-zero naming the action when one fails (an error
-# that is not an expected refusal, an OpenGL error, an abort, a hang). The sanitizer
-# build (AddressSanitizer in the program) runs fewer actions to stay within minutes.
-SOAK_N=300
-if ldd "$APP" 2>/dev/null | grep -q libasan; then SOAK_N=${DS_SOAK_SANITIZE_ACTIONS:-150}; fi
+# that is not an expected refusal, an OpenGL error, an abort, a hang). The same 300
+# actions run in the sanitizer build (AddressSanitizer and UBSan in the program).
+SOAK_N=${DS_SOAK_ACTIONS:-300}
 if xvfb-run -a -s "-screen 0 1280x800x24" "$APP" --soak "$SOAK_N" --seed 1 >"$OUT/soak.log" 2>&1; then
   passed=$((passed + 1))
   grep '^soak:' "$OUT/soak.log" | tail -1

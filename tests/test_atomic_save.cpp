@@ -57,18 +57,8 @@ std::vector<std::string> names(const fs::path& dir) {
   return v;
 }
 
-// The message of the ds::Error that f throws, or "" when it throws none.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const ds::Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using ds::test::contains;
+using ds::test::error_of;
 
 // The new content, written in pieces through both interfaces: raw writes of a large
 // block and a few small ones, and text through the buffered stream.

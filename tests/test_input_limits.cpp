@@ -24,17 +24,8 @@ namespace {
 namespace fs = std::filesystem;
 using ds::test::TempDir;
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const ds::Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using ds::test::contains;
+using ds::test::error_of;
 
 nlohmann::json chars_tokenizer(int n) {
   nlohmann::json v = nlohmann::json::array();

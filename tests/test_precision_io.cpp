@@ -41,17 +41,8 @@ namespace {
 
 using ds::test::TempDir;
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const ds::Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using ds::test::contains;
+using ds::test::error_of;
 
 // ------------------------------------------------------------ an independent reader
 

@@ -17,6 +17,7 @@
 #include "model/config.h"
 #include "model/model.h"
 #include "model/weights.h"
+#include "util/error.h"
 
 namespace ds::test {
 
@@ -67,6 +68,19 @@ inline std::string read_file(const fs::path& p) {
   s << f.rdbuf();
   return s.str();
 }
+
+// The message of the ds::Error that f throws, or "" when it throws none.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const ds::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // A path in single quotes for a shell command.
 inline std::string quoted(const fs::path& p) { return "'" + p.string() + "'"; }

@@ -231,6 +231,7 @@ json candidate_json(const Candidate& c) {
 }  // namespace
 
 void Trace::write_json(std::ostream& os) const {
+  check_json_size();
   json j;
   j["format"] = "decoderscope-trace";
   j["version"] = 1;
@@ -267,22 +268,6 @@ void Trace::write_json(std::ostream& os) const {
   j["steps"] = std::move(st);
   // Invalid UTF-8 in token text (a piece that is part of a character) is replaced.
   os << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
-}
-
-// Written to a temporary file renamed over path (util/atomic_file.h): a save that
-// fails or is killed halfway leaves the previous trace file as it was.
-void Trace::save(const std::string& path) const {
-  save_file(path, [&](SaveFile& f) { write_json(f.stream()); });
-}
-
-Trace Trace::load(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw Error("cannot open trace file " + path);
-  try {
-    return read_json(f);
-  } catch (const Error& e) {
-    throw Error(path + ": " + e.what());
-  }
 }
 
 // ---- recorder

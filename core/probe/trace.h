@@ -4,7 +4,10 @@
 // step stores only its own rows ([n_heads, 1, S] for an attention pattern); the
 // full attention matrix of any layer and head at any step is rebuilt on demand.
 // The GUI, the CLI and the tests all read this one structure; it round-trips
-// through JSON (schema in the README).
+// through JSON (schema in the README) and through the compact binary format (".dstrace",
+// also in the README) that holds long generations of real models.
+#include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <map>
 #include <memory>
@@ -83,6 +86,10 @@ struct TraceStep {
   bool kv_cache = true;
 };
 
+// Progress of a save or an open: bytes done of the total. It may throw to stop (a save
+// then leaves the previous file in place).
+using TraceProgress = std::function<void(uint64_t done, uint64_t total)>;
+
 struct Trace {
   std::string model_name;
   Config config;
@@ -121,11 +128,25 @@ struct Trace {
   // counts the values, not the allocator's bookkeeping).
   size_t bytes() const;
 
+  // JSON, for small runs: throws ds::Error pointing to the binary format when the text
+  // would be over 200 MB (check_json_size; json_bytes_estimate is a lower estimate).
   void write_json(std::ostream& os) const;
-  void save(const std::string& path) const;
+  uint64_t json_bytes_estimate() const;
+  void check_json_size() const;
+  // The binary format (trace_bin.cpp); binary_bytes() is the size it writes.
+  void write_binary(std::ostream& os, const TraceProgress& progress = {}) const;
+  uint64_t binary_bytes() const;
+  // A path ending in ".json" is written as JSON, any other in the binary format, through a
+  // temporary file renamed over path (util/atomic_file.h).
+  void save(const std::string& path, const TraceProgress& progress = {}) const;
   // Throws ds::Error naming what is wrong in a malformed file.
   static Trace read_json(std::istream& is);
-  static Trace load(const std::string& path);
+  // size: the bytes the stream holds from its position (nothing past them is read).
+  static Trace read_binary(std::istream& is, uint64_t size, const TraceProgress& progress = {});
+  static Trace read_binary(const void* data, size_t size);
+  // Either format, told by the file's first bytes (the binary magic "DSTRACE\x1a").
+  static Trace load(const std::string& path, const TraceProgress& progress = {});
+  static bool is_binary(const std::string& path);
 };
 
 struct TraceOptions {

@@ -17,6 +17,7 @@
 #include "model/config_json.h"
 #include "probe/lens.h"
 #include "probe/trace.h"
+#include "probe/trace_rules.h"
 #include "util/error.h"
 
 namespace ds {
@@ -24,13 +25,12 @@ namespace ds {
 namespace {
 
 using nlohmann::json;
+using namespace trace_rules;
 
 // The one format version this program reads (and writes).
 constexpr int kTraceVersion = 1;
 // Deeper nesting than this is no trace (the deepest a trace has is 5).
 constexpr int kMaxDepth = 32;
-// Largest dimension of a recorded tensor.
-constexpr int kMaxDim = 1 << 24;
 
 // A value for a message: short, one line, never a whole array or object.
 std::string shown(const json& v) {
@@ -41,15 +41,6 @@ std::string shown(const json& v) {
   if (s.size() > 40) s = s.substr(0, 40) + "...";
   return s;
 }
-
-// Where the values being read are ("trace step 2", "trace header"): every message
-// starts with it and names the field.
-struct Where {
-  std::string at;
-  [[noreturn]] void bad(const std::string& field, const std::string& what) const {
-    throw Error(at + ": " + field + " " + what);
-  }
-};
 
 const json& need(const json& obj, const char* key, const Where& w) {
   auto it = obj.find(key);
@@ -73,9 +64,9 @@ int64_t get_int(const json& v, const std::string& field, int64_t lo, int64_t hi,
 // A token id: 0 .. vocab - 1.
 int get_id(const json& v, const std::string& field, const Config& c, const Where& w) {
   if (!v.is_number_integer()) w.bad(field, "must be a token id (an integer), is " + shown(v));
-  const bool neg = !v.is_number_unsigned() && v.get<int64_t>() < 0;
-  if (neg || v.get<uint64_t>() >= uint64_t(c.vocab_size))
+  if (v.is_number_unsigned() && v.get<uint64_t>() >= uint64_t(c.vocab_size))
     w.bad(field, "is " + shown(v) + ", outside the vocabulary (0 to " + std::to_string(c.vocab_size - 1) + ")");
+  check_id(v.get<int64_t>(), field, c, w);
   return int(v.get<int64_t>());
 }
 double get_double(const json& v, const std::string& field, const Where& w) {
@@ -127,98 +118,6 @@ float tensor_value(const json& v, const std::string& field, const Where& w) {
   w.bad(field, "must hold numbers (or \"inf\", \"-inf\", \"nan\"), has " + shown(v));
 }
 
-// What the steps and the source say about the sizes every tensor must have.
-struct Sizes {
-  int T = 0;    // the step's rows (its input tokens)
-  int S = 0;    // the keys as of the step (its positions)
-  int src = 0;  // the source length
-};
-
-std::string dims(const std::vector<int>& s) {
-  std::string o = "[";
-  for (size_t i = 0; i < s.size(); ++i) o += (i ? ", " : "") + std::to_string(s[i]);
-  return o + "]";
-}
-
-// The shape hook point p of stack s publishes (hooks.h), for the sizes of a step (the
-// encoder: T = S = the source length). logits: the first axis may be 1..T.
-std::vector<int> hook_shape(const Config& c, Stack s, Point p, Sizes z) {
-  if (s == Stack::Encoder) z.T = z.S = z.src;
-  switch (p) {
-    case Point::AttnQ:
-    case Point::CrossQ:
-      return {z.T, c.n_heads, c.d_head};
-    case Point::AttnK:
-    case Point::AttnV:
-      return {z.T, c.n_kv_heads, c.d_head};
-    case Point::CrossK:
-    case Point::CrossV:
-      return {z.src, c.n_kv_heads, c.d_head};
-    case Point::AttnScores:
-    case Point::AttnPattern:
-      return {c.n_heads, z.T, z.S};
-    case Point::CrossScores:
-    case Point::CrossPattern:
-      return {c.n_heads, z.T, z.src};
-    case Point::AttnMask:
-      return {z.T, z.S};
-    case Point::CrossMask:
-      return {z.T, z.src};
-    case Point::AttnZ:
-    case Point::CrossZ:
-      return {z.T, c.q_dim()};
-    case Point::MlpPre:
-    case Point::MlpPost:
-      return {z.T, c.d_ff};
-    case Point::Logits:
-      return {z.T, c.vocab_size};
-    default:
-      return {z.T, c.d_model};
-  }
-}
-
-// The hook points of the model: a name is one when it is spelled as the model names
-// it, its layer exists, and a one-layer model of the same config has that point.
-class HookNames {
- public:
-  explicit HookNames(const Config& c) : cfg_(c) {
-    Config one = c;
-    one.n_layers = std::min(c.n_layers, 1);
-    one.n_enc_layers = std::min(c.n_enc_layers, 1);
-    for (auto& n : Hooks::names(one)) names_.insert(n);
-  }
-  bool find(const std::string& name, Stack& s, int& layer, Point& p) const {
-    if (!Hooks::parse(name, s, layer, p) || Hooks::name(s, layer, p) != name) return false;
-    if (s == Stack::Encoder && !cfg_.encoder_decoder) return false;
-    if (layer >= (s == Stack::Encoder ? cfg_.n_enc_layers : cfg_.n_layers)) return false;
-    return names_.count(Hooks::name(s, std::min(layer, 0), p)) > 0;
-  }
-
- private:
-  const Config& cfg_;
-  std::set<std::string> names_;
-};
-
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
-// A logit-lens tensor (lens.h) of a step: H.lens.ids or H.lens.probs, [T, k] with
-// 1 <= k <= vocab, for a source H the lens reads. Returns false for other names.
-bool lens_shape(const Config& c, const std::string& name, int T, std::vector<int>& want, bool& ids) {
-  for (const char* tail : {".lens.ids", ".lens.probs"}) {
-    if (!ends_with(name, tail)) continue;
-    const std::string hook = name.substr(0, name.size() - std::string(tail).size());
-    for (auto& src : lens_sources(c))
-      if (src.hook == hook) {
-        ids = tail == std::string(".lens.ids");
-        want = {T, -1};  // -1: any k in 1..vocab
-        return true;
-      }
-  }
-  return false;
-}
-
 // Reads one tensor's values after its shape is checked: data must hold exactly the
 // values the shape declares (one norm a row for "row_norms").
 Tensor read_tensor_data(const json& j, std::vector<int> shape, const std::string& field, const Where& w) {
@@ -229,8 +128,7 @@ Tensor read_tensor_data(const json& j, std::vector<int> shape, const std::string
     w.bad(field + " storage", "is " + shown(*st) + " (must be \"row_norms\" or absent)");
   if (st) t.storage = Storage::RowNorms;
   const json& d = get_array(need(j, "data", w), field + " data", w);
-  int64_t want = 1;
-  for (size_t i = 0; i + (st ? 1 : 0) < t.shape.size(); ++i) want *= t.shape[i];
+  const int64_t want = stored_values(t.shape, st != nullptr);
   if (int64_t(d.size()) != want)
     w.bad(field + " data",
           "has " + std::to_string(d.size()) + " values, its shape " + dims(t.shape) + " needs " + std::to_string(want));
@@ -239,23 +137,14 @@ Tensor read_tensor_data(const json& j, std::vector<int> shape, const std::string
   return t;
 }
 
-// The declared shape: 1 to 3 dimensions of 1..2^24, each equal to the one the config
-// and the step's sizes give (want; -1: any k of a lens, 1..vocab; logits: 1..T rows).
-std::vector<int> read_shape(const json& j, const std::vector<int>& want, bool logits, const Config& c,
-                            const std::string& field, const Where& w) {
+// The declared shape, checked against the rule (trace_rules.h).
+std::vector<int> read_shape(const json& j, const TensorRule& r, const Config& c, const std::string& field,
+                            const Where& w) {
   const json& sj = get_array(need(get_object(j, field, w), "shape", w), field + " shape", w);
-  if (sj.size() != want.size())
-    w.bad(field + " shape", "has " + std::to_string(sj.size()) + " dimensions, the model's is " + dims(want));
-  std::vector<int> shape;
-  for (auto& v : sj) shape.push_back(int(get_int(v, field + " shape", 1, kMaxDim, w)));
-  for (size_t i = 0; i < want.size(); ++i) {
-    const bool ok = want[i] < 0 ? shape[i] <= c.vocab_size : logits && !i ? shape[i] <= want[i] : shape[i] == want[i];
-    if (!ok)
-      w.bad(field + " shape", "is " + dims(shape) + ", this model and step give " + dims(want) +
-                                  " (config: " + std::to_string(c.n_heads) + " heads, d_model " +
-                                  std::to_string(c.d_model) + ", vocab " + std::to_string(c.vocab_size) + ")");
-  }
-  return shape;
+  std::vector<int64_t> shape;
+  for (auto& v : sj) shape.push_back(get_int(v, field + " shape", 1, kMaxDim, w));
+  check_shape(shape, r, c, field, w);
+  return std::vector<int>(shape.begin(), shape.end());
 }
 
 // The tensors of a step (encoder = false) or of the encoder map (true).
@@ -264,27 +153,9 @@ std::map<std::string, Tensor> read_tensors(const json& j, const Config& c, const
   std::map<std::string, Tensor> out;
   for (auto& [name, v] : get_object(j, encoder ? "encoder" : "tensors", w).items()) {
     const std::string field = "tensor \"" + name + "\"";
-    Stack s;
-    int layer;
-    Point p;
-    std::vector<int> want;
-    bool ids = false, logits = false;
-    if (hooks.find(name, s, layer, p)) {
-      const bool source_side = s == Stack::Decoder && (p == Point::CrossK || p == Point::CrossV);
-      if (encoder != (s == Stack::Encoder || source_side))
-        w.bad(field, encoder ? "belongs in a step, not in \"encoder\"" : "belongs in \"encoder\", not in a step");
-      want = hook_shape(c, s, p, z);
-      logits = p == Point::Logits;
-    } else if (encoder || !lens_shape(c, name, z.T, want, ids)) {
-      w.bad(field, "is not a hook point of this model (" + std::to_string(c.n_layers) + " layers" +
-                       (c.encoder_decoder ? ", " + std::to_string(c.n_enc_layers) + " encoder layers)" : ")"));
-    }
-    Tensor t = read_tensor_data(v, read_shape(v, want, logits, c, field, w), field, w);
-    if (ids)
-      for (float f : t.data)
-        if (!(f >= 0 && f < float(c.vocab_size) && f == std::floor(f)))
-          w.bad(field + " data", "has " + std::to_string(f) + ", not a token id of the vocabulary (0 to " +
-                                     std::to_string(c.vocab_size - 1) + ")");
+    const TensorRule r = tensor_rule(c, hooks, name, z, encoder, field, w);
+    Tensor t = read_tensor_data(v, read_shape(v, r, c, field, w), field, w);
+    if (r.ids) check_ids(t.data, c, field, w);
     out.emplace(name, std::move(t));
   }
   return out;
@@ -361,15 +232,8 @@ SampleRecord read_sample(const json& r, const Config& c, const Where& w) {
     s.repetition_penalty = get_float(*v, "sample repetition_penalty", w);
   if (const json* v = maybe(r, "contrastive")) s.contrastive = get_bool(*v, "sample contrastive", w);
   if (const json* v = maybe(r, "penalty_alpha")) s.penalty_alpha = get_float(*v, "sample penalty_alpha", w);
-  try {
-    validate(s);
-  } catch (const Error& e) {
-    w.bad("sample", std::string("settings are invalid: ") + e.what());
-  }
   rec.greedy = get_bool(need(r, "greedy", w), "sample greedy", w);
   rec.u = get_double(need(r, "u", w), "sample u", w);
-  if (rec.u != -1 && !(rec.u >= 0 && rec.u < 1))
-    w.bad("sample u", "is " + shown(r.at("u")) + " (must be -1 or 0 to 1)");
   rec.token = get_id(need(r, "token", w), "sample token", c, w);
   rec.rank = int(get_int(need(r, "rank", w), "sample rank", 0, c.vocab_size - 1, w));
   rec.n_kept = int(get_int(need(r, "n_kept", w), "sample n_kept", 0, c.vocab_size, w));
@@ -378,6 +242,7 @@ SampleRecord read_sample(const json& r, const Config& c, const Where& w) {
   for (auto& cj : cands)
     rec.candidates.push_back(
         read_candidate(cj, c, "sample candidates[" + std::to_string(rec.candidates.size()) + "]", w));
+  check_sample(rec, c, w);
   return rec;
 }
 
@@ -388,20 +253,11 @@ TraceStep read_step(const json& o, const Trace& t, const HookNames& hooks, int p
   TraceStep s;
   const int64_t p0 =
       get_int(need(o, "pos0", w), "pos0", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), w);
-  if (p0 < 0) w.bad("pos0", "is " + std::to_string(p0) + " (must be 0 or more)");
-  if (p0 >= c.max_seq)
-    w.bad("pos0", "is " + std::to_string(p0) + ", beyond the model's context of " + std::to_string(c.max_seq) +
-                      " positions (max_seq)");
+  if (p0 < 0 || p0 >= c.max_seq || p0 != pos) check_positions(p0, 1, pos, c, w);
   s.pos0 = int(p0);
-  if (s.pos0 != pos)
-    w.bad("pos0", "is " + std::to_string(s.pos0) + ", but the steps before it fed " + std::to_string(pos) +
-                      " tokens (pos0 must be " + std::to_string(pos) + "; steps out of order or repeated?)");
   s.input = read_ids(need(o, "input", w), "input", c, w);
-  if (s.input.empty()) w.bad("input", "is empty (a step feeds at least one token)");
+  check_positions(p0, int64_t(s.input.size()), pos, c, w);
   const int64_t end = int64_t(s.pos0) + int64_t(s.input.size());
-  if (end > c.max_seq)
-    w.bad("input", "takes positions " + std::to_string(s.pos0) + " to " + std::to_string(end - 1) +
-                       ", beyond the model's context of " + std::to_string(c.max_seq) + " (max_seq)");
   if (const json* v = maybe(o, "input_text")) s.input_text = read_texts(*v, "input_text", s.input.size(), w);
   const Sizes z{int(s.input.size()), int(end), int(t.source.size())};
   s.tensors = read_tensors(need(o, "tensors", w), c, hooks, z, false, w);
@@ -409,7 +265,7 @@ TraceStep read_step(const json& o, const Trace& t, const HookNames& hooks, int p
   // Optional (older traces have neither): -1 = not measured, and the cache was used.
   if (const json* v = maybe(o, "forward_ms")) {
     s.forward_ms = get_double(*v, "forward_ms", w);
-    if (s.forward_ms < 0 && s.forward_ms != -1) w.bad("forward_ms", "is negative (-1: not measured)");
+    check_forward_ms(s.forward_ms, w);
   }
   if (const json* v = maybe(o, "kv_cache")) s.kv_cache = get_bool(*v, "kv_cache", w);
   if (const json* v = maybe(o, "sample")) s.sample = read_sample(*v, c, w);
@@ -442,11 +298,7 @@ Trace read_header(const json& j) {
   const Config& c = t.config;
   const Where ws{"trace source"};
   if (const json* v = maybe(j, "source")) t.source = read_ids(*v, "source", c, ws);
-  if (!t.source.empty() && !c.encoder_decoder)
-    ws.bad("source", "has " + std::to_string(t.source.size()) + " tokens, but the model has no encoder");
-  if (int64_t(t.source.size()) > c.max_src)
-    ws.bad("source", "has " + std::to_string(t.source.size()) + " tokens, more than the encoder's " +
-                         std::to_string(c.max_src) + " positions (max_src)");
+  check_source(c, t.source.size(), ws);
   if (const json* v = maybe(j, "source_text")) t.source_text = read_texts(*v, "source_text", t.source.size(), ws);
   return t;
 }
@@ -479,6 +331,14 @@ json parse_text(const std::string& text) {
 }
 
 }  // namespace
+
+Trace trace_rules::trace_header_from_json(const std::string& text) {
+  try {
+    return read_header(parse_text(text));
+  } catch (const json::exception&) {
+    throw Error("the trace's header is malformed (a value has an unexpected type)");
+  }
+}
 
 Trace Trace::read_json(std::istream& is) {
   const std::string text{std::istreambuf_iterator<char>(is), std::istreambuf_iterator<char>()};

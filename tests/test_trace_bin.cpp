@@ -376,3 +376,45 @@ TEST(TraceBin, FlippedBytesNeverCrash) {
   EXPECT_GT(refused, 0);
   EXPECT_GT(loaded, 0);  // a flipped tensor value is still a trace
 }
+
+TEST(TraceBinCli, WindowRecordingAndConvertBothWays) {
+  test::TempDir dir;
+  const std::string model = dir.path("m.bin"), bin = dir.path("a.dstrace"), js = dir.path("b.json"),
+                    back = dir.path("c.dstrace");
+  ASSERT_EQ(test::run_cli("random --out " + model + " --dim 16 --layers 2 --heads 2 --vocab 50 --seq-len 32").code, 0);
+  const auto gen = test::run_cli("generate --model " + model + " --steps 12 --ids --window-recording --trace " + bin);
+  ASSERT_EQ(gen.code, 0) << gen.err;
+  ASSERT_TRUE(Trace::is_binary(bin));
+  const Trace t = Trace::load(bin);
+  // What the window records: float16 values, row norms, the logit lens's top 5.
+  EXPECT_GT(count_storage(t, Storage::F16), 0);
+  EXPECT_GT(count_storage(t, Storage::RowNorms), 0);
+  EXPECT_EQ(t.steps.back().tensors.at("blocks.1.resid_post.lens.ids").shape.back(), kWindowLensTopK);
+  const auto to_json = test::run_cli("convert --in " + bin + " --out " + js);
+  ASSERT_EQ(to_json.code, 0) << to_json.err;
+  EXPECT_NE(to_json.out.find("wrote " + js + " (JSON"), std::string::npos) << to_json.out;
+  ASSERT_EQ(test::run_cli("convert --in " + js + " --out " + back).code, 0);
+  // JSON widens float16 to float32: the values are the same numbers.
+  const Trace r = Trace::load(back);
+  ASSERT_EQ(r.steps.size(), t.steps.size());
+  for (size_t s = 0; s < t.steps.size(); ++s)
+    for (auto& [name, x] : t.steps[s].tensors) {
+      const Tensor& y = r.steps[s].tensors.at(name);
+      ASSERT_EQ(x.size(), y.size()) << name;
+      if (!x.has_values()) {
+        EXPECT_TRUE(same_bits(x.data, y.data)) << name;
+        continue;
+      }
+      for (int64_t i = 0; i < x.size(); ++i) {
+        const float a = x.at(i), b = y.at(i);
+        EXPECT_TRUE(a == b || (std::isnan(a) && std::isnan(b))) << name << " " << i;
+      }
+    }
+  const auto bad = test::run_cli("generate --model " + model + " --steps 4 --window-recording");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find("--window-recording chooses what --trace records"), std::string::npos) << bad.err;
+  const auto cut =
+      test::run_cli("convert --in " + dir.write("cut.dstrace", test::read_file(bin).substr(0, 500)) + " --out " + js);
+  EXPECT_EQ(cut.code, 1);
+  EXPECT_NE(cut.err.find("cut short"), std::string::npos) << cut.err;
+}

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/resource.h>
+
 #include <nlohmann/json.hpp>
 
 #include "bench/decode_bench.h"
@@ -39,7 +41,7 @@ usage:
                             [--prompt TEXT | --prompt-ids "1 2 3"] [--source TEXT | --source-ids "..."]
                             [--temperature T] [--top-k K] [--top-p P] [--seed S]
                             [--repetition-penalty R] [--penalty-alpha A --top-k K]
-                            [--ids] [--trace FILE.json [--hooks PATTERNS]] [--threads N] [--precision P]
+                            [--ids] [--trace FILE [--hooks PATTERNS | --window-recording]] [--threads N] [--precision P]
                             [--no-kv-cache]
   decoderscope-cli generate --beam W [--length-penalty A] [--all-beams] (model, prompt, source, --steps,
                             --ids, --threads as above)
@@ -58,6 +60,7 @@ usage:
                             [--kv-heads K] [--vocab V] [--seq-len S] [--seed S]
   decoderscope-cli random   --arch gpt2 --out DIR [--dim D] [--layers L] [--heads N] [--vocab V]
                             [--seq-len S] [--seed S] [--dtype F32|BF16|F16]
+  decoderscope-cli convert  --in TRACE --out TRACE
 
 generate: --steps counts positions in all, prompt included (llama2.c's -n; default and
   maximum: the model's context). Prints the text (or with --ids the generated ids).
@@ -100,6 +103,11 @@ heads: the head detector (TransformerLens's head_detector). Runs a probe of --ha
   scores (both off by default, as in TransformerLens). With the defaults the induction score
   of a perfect induction head is about 0.5: the BOS and the first half have no earlier copy to
   look at. --json prints one JSON object instead.
+--trace FILE.dstrace writes the compact binary format (README); FILE.json JSON, refused
+  above 200 MB. --window-recording records what the window records instead: float16
+  values, its hook points and the logit lens's top 5.
+convert: reads a trace in either format and writes it in the format --out's name gives
+  (.json: JSON, else binary); prints each file's size, the seconds taken and the peak memory.
 --precision f32|bf16|f16: how the weight matrices are kept in memory (default f32);
   16-bit weights halve the bytes each token reads, the arithmetic stays float32.
 bench: the machine's read bandwidth, the floor it sets for one token (weight and KV-cache
@@ -214,8 +222,15 @@ struct Args {
   }
 };
 
-const char* kFlags[] = {"ids",       "help",        "jsonl",       "json",
-                        "all-beams", "no-kv-cache", "exclude-bos", "exclude-current-token"};
+const char* kFlags[] = {"ids",
+                        "help",
+                        "jsonl",
+                        "json",
+                        "all-beams",
+                        "no-kv-cache",
+                        "exclude-bos",
+                        "exclude-current-token",
+                        "window-recording"};
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -464,9 +479,11 @@ int cmd_generate(const Args& a) {
   if (a.has("beam")) return generate_beam(a);
   if (a.has("length-penalty") || a.has("all-beams"))
     throw Error("--length-penalty and --all-beams are options of beam search: give --beam W");
-  only(a,
-       {"model", "tokenizer", "steps", "prompt", "prompt-ids", "source", "source-ids", "temperature", "top-k", "top-p",
-        "seed", "ids", "trace", "hooks", "threads", "repetition-penalty", "penalty-alpha", "no-kv-cache", "precision"});
+  only(a, {"model",         "tokenizer",   "steps",      "prompt",
+           "prompt-ids",    "source",      "source-ids", "temperature",
+           "top-k",         "top-p",       "seed",       "ids",
+           "trace",         "hooks",       "threads",    "repetition-penalty",
+           "penalty-alpha", "no-kv-cache", "precision",  "window-recording"});
   auto m = open_model(a);
   ds::SessionOptions o;
   o.kv_cache = !a.has("no-kv-cache");
@@ -475,7 +492,13 @@ int cmd_generate(const Args& a) {
   o.stop_ids = m.stop_ids;
   o.threads = int(a.integer("threads", 1, 1, 256));
   if (a.has("hooks") && !a.has("trace")) throw Error("--hooks chooses what --trace records; give --trace FILE.json");
-  if (a.has("trace")) {
+  if (a.has("window-recording") && (a.has("hooks") || !a.has("trace")))
+    throw Error("--window-recording chooses what --trace records: give --trace FILE and no --hooks");
+  if (a.has("window-recording")) {
+    o.record = ds::default_record_patterns(m.model->cfg);
+    o.trace_options.compact = true;
+    o.trace_options.lens_top_k = ds::kWindowLensTopK;
+  } else if (a.has("trace")) {
     o.record = a.has("hooks") ? hook_patterns(a.str("hooks")) : std::vector<std::string>{"**"};
     if (!a.has("hooks")) o.trace_options.lens_top_k = 10;
   }
@@ -837,6 +860,31 @@ int cmd_random(const Args& a) {
 
 }  // namespace
 
+// convert: a trace read in either format, written in the one --out names, each timed.
+int cmd_convert(const Args& a) {
+  only(a, {"in", "out"});
+  if (!a.has("in") || !a.has("out")) throw Error("convert needs --in TRACE and --out TRACE");
+  namespace fs = std::filesystem;
+  using clock = std::chrono::steady_clock;
+  const std::string in = a.str("in"), out = a.str("out");
+  auto secs = [](clock::time_point t0) { return std::chrono::duration<double>(clock::now() - t0).count(); };
+  auto mb = [](const std::string& f) { return double(fs::file_size(f)) / (1 << 20); };
+  auto t0 = clock::now();
+  const ds::Trace t = ds::Trace::load(in);
+  std::printf("read %s (%s, %.1f MB, %zu steps, %d positions) in %.2f s\n", in.c_str(),
+              ds::Trace::is_binary(in) ? "binary" : "JSON", mb(in), t.steps.size(),
+              t.positions(int(t.steps.size()) - 1), secs(t0));
+  t0 = clock::now();
+  t.save(out);
+  std::printf("wrote %s (%s, %.1f MB) in %.2f s\n", out.c_str(), ds::Trace::is_binary(out) ? "binary" : "JSON", mb(out),
+              secs(t0));
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  std::printf("peak memory (max RSS) %.1f MB; the trace holds %.1f MB\n", double(ru.ru_maxrss) / 1024,
+              double(t.bytes()) / (1 << 20));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   try {
     if (argc >= 2 &&
@@ -863,6 +911,7 @@ int main(int argc, char** argv) {
     if (a.cmd == "inspect") return cmd_inspect(a);
     if (a.cmd == "tokenize") return cmd_tokenize(a);
     if (a.cmd == "random") return cmd_random(a);
+    if (a.cmd == "convert") return cmd_convert(a);
     throw Error("unknown command '" + a.cmd + "'; try decoderscope-cli --help");
   } catch (const std::exception& e) {
     std::fflush(stdout);

@@ -8,6 +8,7 @@
 
 #include "imgui_stdlib.h"
 #include "models.h"
+#include "trace_io.h"
 #include "util/error.h"
 
 namespace dsgui {
@@ -330,25 +331,30 @@ void App::scale_text(int dir) {
 
 bool App::open_trace(const std::string& path) {
   try {
-    ds::Trace t = ds::Trace::load(path);
-    worker.cancel();
-    playing = false;
-    trace = std::move(t);
-    ++version;
-    ++trace_epoch;
-    replay = true;
-    done = true;
-    cursor = int(trace.steps.size()) - 1;
-    sel_pos = -1;
-    layer = std::clamp(layer, 0, std::max(0, trace.config.n_layers - 1));
-    head = std::clamp(head, -1, trace.config.n_heads - 1);
-    say("opened " + path + ": " + std::to_string(trace.steps.size()) + " steps (replay, nothing is recomputed)");
-    error.clear();
+    show_trace(ds::Trace::load(path), path);
     return true;
   } catch (const std::exception& e) {
     alert(std::string("cannot open the trace: ") + e.what());
     return false;
   }
+}
+
+void App::show_trace(ds::Trace t, const std::string& path, double seconds) {
+  worker.cancel();
+  playing = false;
+  trace = std::move(t);
+  ++version;
+  ++trace_epoch;
+  replay = true;
+  done = true;
+  cursor = int(trace.steps.size()) - 1;
+  sel_pos = -1;
+  layer = std::clamp(layer, 0, std::max(0, trace.config.n_layers - 1));
+  head = std::clamp(head, -1, trace.config.n_heads - 1);
+  char secs[32] = "";
+  if (seconds >= 0 && !scripted) std::snprintf(secs, sizeof secs, " in %.1f s", seconds);
+  say("opened " + path + secs + ": " + std::to_string(trace.steps.size()) + " steps (replay, nothing is recomputed)");
+  error.clear();
 }
 
 bool App::save_trace(const std::string& path) {
@@ -362,6 +368,7 @@ bool App::save_trace(const std::string& path) {
   c.kind = Command::SaveTrace;
   c.path = path;
   c.trace = std::move(t);
+  c.progress = trace_save_progress(*this, path);
   worker.post(std::move(c));
   return true;
 }
@@ -545,7 +552,7 @@ void App::menu_bar() {
   if (ImGui::BeginMenu("File")) {
     if (ImGui::MenuItem("Open model file or folder...")) open_model_popup = true;
     if (ImGui::MenuItem("Open a saved trace (replay)...")) open_trace_popup = true;
-    if (ImGui::MenuItem("Save the trace as JSON...", nullptr, false, !trace.steps.empty())) save_trace_popup = true;
+    if (ImGui::MenuItem("Save the trace...", nullptr, false, !trace.steps.empty())) save_trace_popup = true;
     if (ImGui::MenuItem("Save a picture (PNG)...")) png_popup = true;
     ImGui::Separator();
     if (ImGui::MenuItem("Quit", "Ctrl+Q")) quit = true;
@@ -583,7 +590,7 @@ void App::menu_bar() {
     ImGui::SetNextItemWidth(w);
     ImGui::InputText("file", &trace_path);
     if (ImGui::Button("Open")) {
-      open_trace(trace_path);  // a bad file: the message's dialog replaces this one
+      open_trace_in_background(*this, trace_path);  // a bad file: a message's dialog when it fails
       ImGui::CloseCurrentPopup();
     }
     ImGui::SameLine();
@@ -591,6 +598,7 @@ void App::menu_bar() {
     ImGui::EndPopup();
   }
   if (ImGui::BeginPopupModal("Save trace", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
+    ImGui::TextUnformatted("NAME.dstrace: the compact binary format; NAME.json: JSON, for small runs.");
     ImGui::SetNextItemWidth(w);
     ImGui::InputText("file", &trace_path);
     if (ImGui::Button("Save")) {
@@ -958,6 +966,7 @@ void App::frame() {
   ImGui::PopStyleVar();
   if (!scripted) shortcuts();
   menu_bar();
+  trace_io_frame(*this);
   if (open_model_request) {
     ImGui::OpenPopup("Open model##tb");
     open_model_request = false;

@@ -68,7 +68,7 @@ class App {
 
   // ---- text boxes
   std::string prompt, source;
-  std::string model_path, tokenizer_path, trace_path = "trace.json";
+  std::string model_path, tokenizer_path, trace_path = "trace.dstrace";
   std::string png_path = "decoderscope.png";
 
   // ---- view settings
@@ -195,6 +195,8 @@ class App {
   void set_theme(bool light_theme);
   void scale_text(int dir);  // +1 bigger, -1 smaller, 0 the default size
   bool open_trace(const std::string& path);
+  // A trace opened (trace_io.cpp opens in the background): shown for replay.
+  void show_trace(ds::Trace t, const std::string& path, double seconds = -1);
   bool save_trace(const std::string& path);
   void say(const std::string& s);
   void fail(const std::string& s);

@@ -21,7 +21,7 @@ usage: decoderscope [--model M] [--tokenizer F] [--precision f32|bf16|f16] [--th
                     [--temperature T] [--top-k K] [--top-p P] [--seed S] [--head-off L:H ...]
                     [--repetition-penalty R] [--penalty-alpha A] [--preview-temperature T]
                     [--step-back K] [--fork-at STEP [--fork-seed S]] [--beam W] [--length-penalty A]
-                    [--screenshot out.png] [--save-heatmap cells.png] [--save-trace out.json]
+                    [--screenshot out.png] [--save-heatmap cells.png] [--save-trace out.dstrace]
                     [--stage ID] [--no-kv-cache] [--bench] [--size WxH] [--soak N [--seed S]]
 
 --model: a llama2.c .bin, a GPT-2 folder, builtin:NAME, random:decoder, random:encdec or
@@ -34,6 +34,7 @@ usage: decoderscope [--model M] [--tokenizer F] [--precision f32|bf16|f16] [--th
   cores to the window).
 --prompt (decoder) or --prompt as the target prefix and --source (encoder-decoder).
 --trace: open a saved trace instead of a model (replay; nothing is recomputed).
+--save-trace FILE: saves the trace once the steps are done (FILE.dstrace: the binary format; .json: JSON).
 Scripted runs: --screenshot sets up, runs --steps steps (default 8), waits for the engine,
   renders a few frames, saves the window as PNG (and PNG.json with the heatmap cells'
   rectangles, for tests) and exits 0; --save-heatmap also saves the cells of the view's

@@ -612,7 +612,7 @@ void Worker::handle(Command& c) {
     }
     case Command::SaveTrace: {
       set_activity("saving " + c.path);
-      c.trace->save(c.path);  // the logit lens is in the trace when the window recorded it
+      c.trace->save(c.path, c.progress);  // the logit lens is in the trace when the window recorded it
       Event ev;
       ev.kind = Event::Saved;
       ev.msg = c.path;

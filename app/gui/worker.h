@@ -164,6 +164,7 @@ struct Command {
   // SaveTrace: the file and what to write to it.
   std::string path;
   std::shared_ptr<const ds::Trace> trace;
+  ds::TraceProgress progress;  // SaveTrace: bytes written of the total
 };
 
 // The hook patterns the window records, kept to those the model has.

@@ -19,7 +19,7 @@ fi
 # helpers are leak-checked by decoderscope_gui_tests.)
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 mkdir -p "$OUT"
-rm -f "$OUT"/*.png "$OUT"/*.json "$OUT"/*.log
+rm -f "$OUT"/*.png "$OUT"/*.json "$OUT"/*.log "$OUT"/*.dstrace
 failed=0
 passed=0
 
@@ -290,6 +290,37 @@ if [ -f "$MODELS/stories/model.safetensors" ]; then
       failed=$((failed + 1))
     fi
   fi
+fi
+
+# ---- tracebin
+# The binary trace format (.dstrace): a live run saves it, a replay opens it, and every
+# view's heatmap cells are the live run's pixel for pixel; the views with no heatmap
+# draw. A cut or foreign binary file ends in a message naming what is wrong.
+for m in dec enc; do
+  if [ $m = dec ]; then args=("${DEC[@]}" --steps 12); views="attention heads"; else args=("${ENC[@]}"); views="attention cross heads"; fi
+  for v in $views; do
+    for sc in "" $([ "$v" = attention ] && echo --scores); do
+      name="bin_${m}_${v}${sc:+_scores}"
+      if run "$name" "${args[@]}" --view "$v" $sc --save-heatmap "$OUT/${name}_cells.png" \
+          --save-trace "$OUT/$name.dstrace"; then
+        if run "${name}_replay" --trace "$OUT/$name.dstrace" --view "$v" $sc \
+            --save-heatmap "$OUT/${name}_replay_cells.png"; then
+          check same "$OUT/${name}_cells.png" "$OUT/${name}_replay_cells.png"
+        fi
+      fi
+    done
+  done
+  for v in next lens residual; do
+    if run "bin_${m}_replay_$v" --trace "$OUT/bin_${m}_attention.dstrace" --view "$v"; then
+      check blank "$OUT/bin_${m}_replay_$v.png"
+    fi
+  done
+done
+if [ -f "$OUT/bin_dec_attention.dstrace" ]; then
+  head -c 300 "$OUT/bin_dec_attention.dstrace" >"$OUT/bin_cut.dstrace"
+  fails bin_cut "cut short" --trace "$OUT/bin_cut.dstrace" --screenshot "$OUT/x.png"
+  { printf 'DSTRACE\032'; printf '\007\000\000\000'; } >"$OUT/bin_version.dstrace"
+  fails bin_version "binary trace version 7" --trace "$OUT/bin_version.dstrace" --screenshot "$OUT/x.png"
 fi
 
 # The soak: random user actions through the functions the widgets call (--soak), with

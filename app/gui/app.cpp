@@ -465,9 +465,12 @@ void App::handle_events() {
       case Event::Shape:
         next_shape_answer(*this, std::move(e.shape));
         break;
-      case Event::Saved:
-        say("saved the trace to " + e.msg);
+      case Event::Saved: {
+        char secs[32] = "";
+        if (!scripted) std::snprintf(secs, sizeof secs, " in %.1f s", e.seconds);
+        say("saved the trace to " + e.msg + secs);
         break;
+      }
       case Event::Error:
         if (loading) {  // the model did not open: the engine has none now (it let the old one go first)
           model.reset();

@@ -1,5 +1,6 @@
 #include "trace_io.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -51,9 +52,8 @@ void progress_line(const char* verb, const Progress& p) {
   const uint64_t done = p.done, total = p.total;
   const float f = total ? float(double(done) / double(total)) : 0.0f;
   const std::string text = std::string(verb) + " " + p.path + ": " + megabytes(done) + " of " + megabytes(total);
-  ImGui::ProgressBar(f, ImVec2(ImGui::GetFontSize() * 24, 0), "");
-  ImGui::SameLine();
   ImGui::TextUnformatted(text.c_str());
+  ImGui::ProgressBar(f, ImVec2(std::max(ImGui::GetFontSize() * 24, ImGui::CalcTextSize(text.c_str()).x), 0));
 }
 
 }  // namespace

@@ -612,10 +612,12 @@ void Worker::handle(Command& c) {
     }
     case Command::SaveTrace: {
       set_activity("saving " + c.path);
+      const auto t0 = std::chrono::steady_clock::now();
       c.trace->save(c.path, c.progress);  // the logit lens is in the trace when the window recorded it
       Event ev;
       ev.kind = Event::Saved;
       ev.msg = c.path;
+      ev.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       emit(std::move(ev));
       return;
     }

@@ -8,6 +8,7 @@
 // computed here from the rule, not read from the window.
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -189,6 +190,34 @@ int check_same(const std::string& a, const std::string& b) {
   return 0;
 }
 
+// The view's own area (the sidecar's view_rect, below the tabs) of two screenshots is the
+// same pixel for pixel: a live run and a replay of its trace differ only outside it (the
+// model's name, the status line).
+int check_same_view(const std::string& a, const std::string& b) {
+  Image ia, ib;
+  nlohmann::json ja, jb;
+  if (!load(a, ia) || !load(b, ib) || !sidecar(a, ja) || !sidecar(b, jb)) return 1;
+  const auto vr = ja.at("view_rect").get<std::vector<double>>();
+  if (ia.w != ib.w || ia.h != ib.h || vr != jb.at("view_rect").get<std::vector<double>>()) {
+    std::fprintf(stderr, "FAIL %s and %s: different sizes or view areas\n", a.c_str(), b.c_str());
+    return 1;
+  }
+  const int x0 = std::max(0, int(vr[0])), y0 = std::max(0, int(vr[1]));
+  const int x1 = std::min(ia.w, int(vr[0] + vr[2])), y1 = std::min(ia.h, int(vr[1] + vr[3]));
+  long diff = 0, total = 0;
+  int fx = -1, fy = -1;
+  for (int y = y0; y < y1; ++y)
+    for (int x = x0; x < x1; ++x, ++total)
+      if (std::memcmp(ia.at(x, y), ib.at(x, y), 3) != 0 && diff++ == 0) fx = x, fy = y;
+  if (diff || total == 0) {
+    std::fprintf(stderr, "FAIL %s and %s: %ld of %ld pixels of the view differ (the first at %d,%d)\n", a.c_str(),
+                 b.c_str(), diff, total, fx, fy);
+    return 1;
+  }
+  std::printf("ok %s and %s: the view's %ld pixels are equal\n", a.c_str(), b.c_str(), total);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -197,6 +226,9 @@ int main(int argc, char** argv) {
   if (a.size() == 4 && a[0] == "heatmap" && (a[3] == "causal" || a[3] == "nomask"))
     return check_heatmap(a[1], a[2], a[3]);
   if (a.size() == 3 && a[0] == "same") return check_same(a[1], a[2]);
-  std::fprintf(stderr, "usage: ds_png_check blank SHOT.png | heatmap SHOT.png NAME causal|nomask | same A.png B.png\n");
+  if (a.size() == 3 && a[0] == "same-view") return check_same_view(a[1], a[2]);
+  std::fprintf(stderr,
+               "usage: ds_png_check blank SHOT.png | heatmap SHOT.png NAME causal|nomask | same A.png B.png | "
+               "same-view A.png B.png\n");
   return 2;
 }

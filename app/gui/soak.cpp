@@ -81,7 +81,7 @@ SoakRun::SoakRun(const Options& o, App& app, std::function<void(int, int)> resiz
     : o_(o), app_(app), resize_(std::move(resize)), rng_(o.sampler.seed) {
   const std::string base =
       (std::filesystem::temp_directory_path() / ("decoderscope-soak-" + std::to_string(long(getpid())))).string();
-  trace_file_ = base + ".json";
+  trace_file_ = base + ".dstrace";  // the window's default format
   bad_file_ = base + "-bad.json";
   std::signal(SIGABRT, on_fatal_signal);
   std::signal(SIGSEGV, on_fatal_signal);

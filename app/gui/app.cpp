@@ -443,6 +443,7 @@ void App::handle_events() {
         if (pending_start) {
           undo_stack.push(std::move(*pending_start));
           pending_start.reset();
+          say("started: Ctrl+Z brings back the text shown before");
         }
         trace = ds::Trace{};
         trace.config = model ? model->cfg : trace.config;

@@ -119,26 +119,27 @@ ds::SamplerConfig sampling() {
 
 void post(dsgui::Worker& w, Command c) { w.post(std::move(c)); }
 
-Command cmd(Command::Kind k, int n = 1) {
+Command cmd(Command::Kind k, int n = 1, bool encdec = false) {
   Command c;
   c.kind = k;
   c.count = n;
   c.keep = n;
   c.sampler = sampling();
-  if (k == Command::Load) c.spec = "random:decoder";
-  if (k == Command::Start) c.prompt = "hello";
+  if (k == Command::Load) c.spec = encdec ? "random:encdec" : "random:decoder";
+  if (k == Command::Start) (encdec ? c.source : c.prompt) = encdec ? "the cat sat" : "hello";
   return c;
 }
 
 // Loads the model, starts on "hello" and takes n steps; the steps as the window keeps them.
-ds::Trace generate(dsgui::Worker& w, int n) {
-  post(w, cmd(Command::Load));
+ds::Trace generate(dsgui::Worker& w, int n, bool encdec = false) {
+  post(w, cmd(Command::Load, 1, encdec));
   post(w, cmd(Command::Sampler));
-  post(w, cmd(Command::Start));
+  post(w, cmd(Command::Start, 1, encdec));
   post(w, cmd(Command::Step, n));
   ds::Trace t;
   for (auto& e : drain(w)) {
     EXPECT_NE(e.kind, Event::Error) << e.msg;
+    if (e.kind == Event::Started) t.source = e.source;
     if (e.kind == Event::Step) t.steps.push_back(*e.step);
   }
   return t;
@@ -214,6 +215,33 @@ TEST(Undo, TheEngineIsPutBackAsItWas) {
   whole.trace = was;
   const ds::Trace again = dsgui::undone_trace(now, whole);
   post(w, dsgui::restore_command(whole, again, 1));
+  for (auto& e : drain(w)) EXPECT_NE(e.kind, Event::Error) << e.msg;
+  expect_same_step(next_step(w), want);
+}
+
+// Start anew on an encoder-decoder model, undone: the new session reads the kept
+// trace's source again, and goes on as the first one would have.
+TEST(Undo, AStartOnAnEncoderDecoderIsUndoneWithItsSource) {
+  dsgui::Worker ref;
+  ASSERT_FALSE(generate(ref, 5, true).source.empty());
+  const ds::TraceStep want = next_step(ref);
+
+  dsgui::Worker w;
+  const ds::Trace was = generate(w, 5, true);
+  Command start = cmd(Command::Start, 1, true);
+  start.source = "a dog ran far";
+  post(w, start);
+  post(w, cmd(Command::Step, 3));
+  drain(w);
+  Undo whole;
+  whole.label = "Start";
+  whole.whole = true;
+  whole.trace = was;
+  const ds::Trace back = dsgui::undone_trace(ds::Trace{}, whole);
+  const Command c = dsgui::restore_command(whole, back, 1);
+  EXPECT_TRUE(c.restart);
+  EXPECT_EQ(c.src, was.source);
+  post(w, c);
   for (auto& e : drain(w)) EXPECT_NE(e.kind, Event::Error) << e.msg;
   expect_same_step(next_step(w), want);
 }

@@ -1,7 +1,8 @@
 // The hook points inside a block: each norm's output (ln1/ln2/ln3.normalized), the
 // queries, keys and values per head (attn.q/k/v, cross_attn.q/k/v) and each
-// sub-layer's output before the residual add (attn_out, cross_attn_out, mlp_out).
-// Every one is held to the naive reference (core/model/reference.cpp), in both stacks
+// sub-layer's output before the residual add (attn_out, cross_attn_out, mlp_out), and
+// the residual stream between the sub-layers (resid_pre, resid_mid, resid_mid_cross,
+// resid_post). Every one is held to the naive reference (core/model/reference.cpp), in both stacks
 // of every variant the engine supports, for a prefill and for single cached steps.
 #include <gtest/gtest.h>
 
@@ -35,6 +36,12 @@ const Point kInner[] = {Point::Ln1Normalized, Point::AttnQ,         Point::AttnK
 
 bool inner(Point p) { return std::find(std::begin(kInner), std::end(kInner), p) != std::end(kInner); }
 
+// The residual stream between the sub-layers, held to the reference the same way.
+const Point kResid[] = {Point::ResidPre, Point::ResidMid, Point::ResidMidCross, Point::ResidPost};
+
+bool resid(Point p) { return std::find(std::begin(kResid), std::end(kResid), p) != std::end(kResid); }
+bool checked(Point p) { return inner(p) || resid(p); }
+
 // The reference's rows for a hook point: [positions][width] (cross k and v: [S][width]).
 const ds::ref::Rows& expected(const ds::ref::Recorded& rec, Stack s, int layer, Point p) {
   const ds::ref::BlockRecord& b = (s == Stack::Encoder ? rec.enc_blocks : rec.blocks).at(size_t(layer));
@@ -63,6 +70,14 @@ const ds::ref::Rows& expected(const ds::ref::Recorded& rec, Stack s, int layer, 
       return b.cross_attn_out;
     case Point::MlpOut:
       return b.mlp_out;
+    case Point::ResidPre:
+      return b.resid_pre;
+    case Point::ResidMid:
+      return b.resid_mid;
+    case Point::ResidMidCross:
+      return b.resid_mid_cross;
+    case Point::ResidPost:
+      return b.resid_post;
     default:
       throw ds::Error("not an inner point");
   }
@@ -92,10 +107,10 @@ struct Event {
 };
 using Events = std::map<std::string, std::vector<Event>>;  // hook name -> every call, in order
 
-// Subscribes to every point and keeps what the inner ones publish.
+// Subscribes to every point and keeps what the inner and residual ones publish.
 int capture(ds::Engine& e, Events& ev) {
   return e.hooks().subscribe("**", [&ev](ds::HookEvent& h) {
-    if (!inner(h.point)) return;
+    if (!checked(h.point)) return;
     ev[ds::Hooks::name(h.stack, h.layer, h.point)].push_back({h.pos0, std::vector<int>(h.t.shape, h.t.shape + h.t.rank),
                                                               std::vector<float>(h.t.data, h.t.data + h.t.size())});
   });
@@ -130,7 +145,7 @@ void check_events(const Variant& v, const Events& ev, const ds::ref::Recorded& r
     int layer;
     Point p;
     ASSERT_TRUE(ds::Hooks::parse(name, s, layer, p));
-    if (!inner(p)) continue;
+    if (!checked(p)) continue;
     SCOPED_TRACE(name);
     auto it = ev.find(name);
     ASSERT_NE(it, ev.end()) << "never published";
@@ -201,6 +216,45 @@ TEST_P(InnerHooks, CachedStepsPublishTheirOwnRows) {
     // The decoder's self-attention points: one call for the prefill, then one a step.
     EXPECT_EQ(ev.at("blocks.0.attn.q").size(), toks.size() - 2);
     EXPECT_EQ(ev.at("blocks.0.attn.k").back().pos0, int(toks.size()) - 1);
+  }
+}
+
+// The residual stream between cross-attention and the feed-forward, in the engine's own
+// events: pre-norm, resid_mid_cross = resid_mid + cross_attn_out (the residual add);
+// post-norm, it is the Add & Norm's output, ln2.normalized. Decoder-only models have none.
+TEST_P(InnerHooks, ResidMidCrossIsTheResidualAfterCrossAttention) {
+  const Variant& v = GetParam();
+  auto m = ds::test::random_model(v.cfg, v.seed);
+  const std::vector<int> toks = random_ids(v.cfg, 7, 5), src = source_of(v.cfg);
+  ds::Engine e(m);
+  Events ev;
+  capture(e, ev);
+  if (v.cfg.encoder_decoder) e.encode(src);
+  e.forward(toks, true);
+  const bool pre = v.cfg.norm_place == ds::NormPlace::Pre;
+  int compared = 0;
+  for (int l = 0; l < v.cfg.n_layers; ++l) {
+    const std::string b = "blocks." + std::to_string(l) + ".";
+    if (!v.cfg.encoder_decoder) {
+      EXPECT_EQ(ev.count(b + "resid_mid_cross"), 0u);
+      continue;
+    }
+    const std::vector<float>& got = ev.at(b + "resid_mid_cross").at(0).data;
+    const std::vector<float>& mid = ev.at(b + "resid_mid").at(0).data;
+    const std::vector<float>& out = ev.at(b + "cross_attn_out").at(0).data;
+    const std::vector<float>& ln2 = ev.at(b + "ln2.normalized").at(0).data;
+    ASSERT_EQ(got.size(), toks.size() * size_t(v.cfg.d_model));
+    ASSERT_EQ(mid.size(), got.size());
+    for (size_t i = 0; i < got.size(); ++i, ++compared) {
+      if (pre) {
+        EXPECT_NEAR(got[i], mid[i] + out[i], 1e-5f * (1 + std::abs(got[i]))) << b << " element " << i;
+      } else {
+        EXPECT_EQ(got[i], ln2[i]) << b << " element " << i;
+      }
+    }
+  }
+  if (v.cfg.encoder_decoder) {
+    EXPECT_GT(compared, 0);
   }
 }
 

@@ -144,6 +144,11 @@ void App::start() {
   }
   worker.cancel();
   playing = false;
+  // What was shown is pushed for undo once the session has started (a refused prompt keeps it on screen).
+  if (!trace.steps.empty())
+    pending_start = snapshot(replay ? "Start (the replayed trace)" : "Start (the text before it)", -1);
+  else
+    pending_start.reset();
   send_heads();  // replay ends when the session has started (Event::Started): a refused prompt keeps the replay
   Command c;
   c.kind = Command::Start;
@@ -194,6 +199,7 @@ void App::reset() {
     cursor = trace.steps.empty() ? -1 : 0;
     return;
   }
+  if (!trace.steps.empty()) undo_stack.push(snapshot("Reset", 0));
   rewind_engine(0);
 }
 
@@ -220,6 +226,9 @@ void App::redraw_step(int s) {
   before_step = s;
   before_label = "before re-drawing";
   if (!send_sampler()) return;  // refused settings: the step keeps its draw
+  Undo u = snapshot("re-draw of step " + std::to_string(s + 1), s);
+  u.added_branch = keep_as_branch("before re-drawing step " + std::to_string(s + 1), s);
+  undo_stack.push(std::move(u));
   rewind_engine(s);
   Command c;
   c.kind = Command::Step;
@@ -233,6 +242,12 @@ void App::rerun_with_heads(int s) {
   before = trace.steps[s].sample;
   before_step = s;
   before_label = heads_off.empty() ? "before switching the heads back on" : "with every head on";
+  const std::string what =
+      "re-run of step " + std::to_string(s + 1) + " with " +
+      (heads_off.empty() ? std::string("every head on") : std::to_string(heads_off.size()) + " heads off");
+  Undo u = snapshot(what, s);
+  u.added_branch = keep_as_branch("before the " + what, s);
+  undo_stack.push(std::move(u));
   send_heads();
   rewind_engine(s);
   Command c;
@@ -257,6 +272,7 @@ bool App::send_sampler() {
 }
 
 void App::send_heads() {
+  heads_engine = heads_off;
   Command c;
   c.kind = Command::Heads;
   c.heads = heads_off;
@@ -265,12 +281,11 @@ void App::send_heads() {
 
 void App::fork_here() {
   if (replay || !model || cursor < 0) return;
+  Undo u = snapshot("fork at step " + std::to_string(cursor + 1), cursor);
+  u.added_branch = int(branches.size());
+  undo_stack.push(std::move(u));
   Branch b;
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "T %.2f, top-k %d, top-p %.2f, seed %llu%s", sampler.temperature, sampler.top_k,
-                sampler.top_p, (unsigned long long)sampler.seed,
-                heads_off.empty() ? "" : (", " + std::to_string(heads_off.size()) + " heads off").c_str());
-  b.label = buf;
+  b.label = settings_label();
   b.trace = trace;
   b.fork_step = cursor;
   branches.push_back(std::move(b));
@@ -282,6 +297,14 @@ void App::fork_here() {
 
 void App::forget_branch(int i) {
   if (i < 0 || i >= int(branches.size())) return;
+  Undo u;
+  u.label = "forgetting branch " + std::to_string(i + 1);
+  u.has_trace = false;
+  u.removed_at = i;
+  u.removed_label = std::move(branches[size_t(i)].label);
+  u.removed_trace = std::move(branches[size_t(i)].trace);
+  u.removed_fork = branches[size_t(i)].fork_step;
+  undo_stack.push(std::move(u));
   branches.erase(branches.begin() + i);
   branch_shown = std::clamp(branch_shown, 0, std::max(0, int(branches.size()) - 1));
 }
@@ -342,6 +365,7 @@ bool App::open_trace(const std::string& path) {
 void App::show_trace(ds::Trace t, const std::string& path, double seconds) {
   worker.cancel();
   playing = false;
+  if (!trace.steps.empty()) undo_stack.push(snapshot("opening " + path, -1));
   trace = std::move(t);
   ++version;
   ++trace_epoch;
@@ -392,6 +416,8 @@ void on_loaded(App& app, const Event& e) {
   app.done = false;
   app.heads_off.clear();
   app.branches.clear();
+  app.undo_stack.clear();  // its steps were another model's
+  app.pending_start.reset();
   app.started = false;
   app.before.reset();
   app.layer = std::min(app.layer, app.model->cfg.n_layers - 1);
@@ -421,6 +447,11 @@ void App::handle_events() {
         on_loaded(*this, e);
         break;
       case Event::Started:
+        if (pending_start) {
+          undo_stack.push(std::move(*pending_start));
+          pending_start.reset();
+          say("started: Ctrl+Z brings back the text shown before");
+        }
         trace = ds::Trace{};
         trace.config = model ? model->cfg : trace.config;
         trace.model_name = model ? model->name : "";
@@ -536,6 +567,7 @@ void App::shortcuts() {
     if (minus) scale_text(-1);
     if (ImGui::IsKeyPressed(GLFW_KEY_0)) scale_text(0);
     if (ImGui::IsKeyPressed(GLFW_KEY_Q)) quit = true;
+    if (ImGui::IsKeyPressed(GLFW_KEY_Z, false) && !io.WantTextInput) undo();
     return;
   }
   if (ImGui::IsKeyPressed(GLFW_KEY_F12, false)) screenshot_request = png_path;
@@ -561,6 +593,7 @@ void App::menu_bar() {
     if (ImGui::MenuItem("Quit", "Ctrl+Q")) quit = true;
     ImGui::EndMenu();
   }
+  edit_menu();
   if (ImGui::BeginMenu("View")) {
     for (int v = 0; v < int(all_views().size()); ++v)
       if (ImGui::MenuItem(all_views()[v].title, nullptr, view == v)) show_view(v);
@@ -578,6 +611,7 @@ void App::menu_bar() {
     ImGui::TextUnformatted("Right arrow: step   Left arrow: step back (no recompute)");
     ImGui::TextUnformatted("Space: play / pause   Home: first step   End: run to the end");
     ImGui::TextUnformatted("Ctrl + / Ctrl -: bigger / smaller (projector)   F12: save the window as PNG");
+    ImGui::TextUnformatted("Ctrl+Z: undo the last what-if (re-run, re-draw, fork, Start over a trace)");
     ImGui::TextUnformatted("Click a token to select the position every view follows.");
     ImGui::EndMenu();
   }

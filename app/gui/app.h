@@ -15,6 +15,7 @@
 #include "imgui.h"
 #include "probe/trace.h"
 #include "trace_view.h"
+#include "undo.h"
 #include "views.h"
 #include "worker.h"
 
@@ -99,6 +100,19 @@ class App {
   // ---- branches
   std::vector<Branch> branches;
   int branch_shown = 0;
+
+  // ---- undo (undo_app.cpp): every what-if pushes what it replaced
+  UndoStack undo_stack;
+  std::vector<std::pair<int, int>> heads_engine;  // the heads send_heads last switched off in the engine
+  std::optional<Undo> pending_start;              // Start over a trace: pushed once the session has started
+  void undo();                                    // Ctrl+Z, Edit > Undo
+  void edit_menu();                               // the menu bar's Edit menu
+  // What a what-if is about to replace, from step `shared` on (-1: the whole trace).
+  Undo snapshot(const std::string& label, int shared) const;
+  // Keeps the trace as a branch forked at step s before a what-if replaces its steps
+  // from s on (unless a branch with the same tokens is kept already); its index or -1.
+  int keep_as_branch(const std::string& why, int s);
+  std::string settings_label() const;  // "T 1.00, top-k 0, top-p 1.00, seed 1, 2 heads off"
 
   // ---- requests handled by main (between frames)
   bool quit = false;

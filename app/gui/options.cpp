@@ -20,7 +20,7 @@ usage: decoderscope [--model M] [--tokenizer F] [--precision f32|bf16|f16] [--th
                     [--colormap viridis|magma|greys] [--light] [--scale S]
                     [--temperature T] [--top-k K] [--top-p P] [--seed S] [--head-off L:H ...]
                     [--repetition-penalty R] [--penalty-alpha A] [--preview-temperature T]
-                    [--step-back K] [--fork-at STEP [--fork-seed S]] [--beam W] [--length-penalty A]
+                    [--step-back K] [--fork-at STEP [--fork-seed S]] [--undo N] [--beam W] [--length-penalty A]
                     [--screenshot out.png] [--save-heatmap cells.png] [--save-trace out.dstrace]
                     [--stage ID] [--no-kv-cache] [--bench] [--size WxH] [--soak N [--seed S]]
 
@@ -46,7 +46,8 @@ Scripted runs: --screenshot sets up, runs --steps steps (default 8), waits for t
 --repetition-penalty R: logits of tokens already in the text divided by R (R > 1: fewer
   repeats). --penalty-alpha A: contrastive search over the --top-k candidates.
   --fork-at STEP keeps the run as a branch, forks at STEP (1-based) with seed
-  --fork-seed and generates again to --steps (for the Branches view).
+  --fork-seed and generates again to --steps (for the Branches view). --undo N then presses
+  Ctrl+Z N times (each what-if undone: its steps, settings and branches back).
   --beam W and --length-penalty A: the Beam search view's width and length penalty.
 --stage ID: the stage the Block view opens: input, ln1, attn.qkv, attn.scores, attn.mask,
   attn.softmax, attn.z, attn.out, add1, (cross_attn.* and ln2, add2), ln3, mlp.up, mlp.act,
@@ -175,7 +176,10 @@ Options parse_options(int argc, char** argv) {
       o.fork_at = int(to_int(val(), a));
     else if (a == "--fork-seed")
       o.fork_seed = to_int(val(), a);
-    else if (a == "--beam") {
+    else if (a == "--undo") {
+      o.undo = int(to_int(val(), a));
+      if (o.undo < 0 || o.undo > 20) die("--undo must be between 0 and 20 (the what-ifs undo keeps)");
+    } else if (a == "--beam") {
       o.beam_width = int(to_int(val(), a));
       if (o.beam_width < 1 || o.beam_width > 8) die("--beam must be between 1 and 8");
     } else if (a == "--length-penalty")

@@ -1,8 +1,10 @@
-// The residual stream: its norm before attention, after attention and after the MLP,
-// for every layer at the selected position, and a layer x position map.
+// The residual stream: its norm before attention, after attention, after
+// cross-attention (encoder-decoder models) and after the MLP, for every layer at the
+// selected position, and a layer x position map.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <vector>
 
 #include "app.h"
 
@@ -10,24 +12,35 @@ namespace dsgui {
 
 // What the residual view shows.
 struct ResidualState {
-  int kind = 2;  // which point of each layer the map shows (0 .. 2)
+  int kind = 2;  // which point of each layer the map shows (a kind of trace_view.h)
 };
 
 namespace {
 
-const char* kinds[] = {"before attention (resid_pre)", "after attention (resid_mid)", "after the MLP (resid_post)"};
-const ImU32 colours[] = {IM_COL32(110, 160, 230, 255), IM_COL32(240, 160, 60, 255), IM_COL32(100, 200, 120, 255)};
+// By kind (trace_view.h): 0 resid_pre, 1 resid_mid, 2 resid_post, 3 resid_mid_cross.
+const char* kinds[kResidKinds] = {"before attention (resid_pre)", "after attention (resid_mid)",
+                                  "after the MLP (resid_post)", "after cross-attention (resid_mid_cross)"};
+const ImU32 colours[kResidKinds] = {IM_COL32(110, 160, 230, 255), IM_COL32(240, 160, 60, 255),
+                                    IM_COL32(100, 200, 120, 255), IM_COL32(200, 110, 220, 255)};
+
+// The points a model's blocks have, in forward order.
+std::vector<int> shown_kinds(const ds::Trace& t) {
+  if (t.config.encoder_decoder) return {0, 1, 3, 2};
+  return {0, 1, 2};
+}
 
 // Left: grouped bars per layer at the selected position.
 void norm_bars(App& app, int pos) {
   const ds::Trace& t = app.trace;
   const float font = ImGui::GetFontSize();
   const int L = t.config.n_layers;
-  std::vector<std::array<float, 3>> norms(L, {0, 0, 0});
+  const std::vector<int> shown = shown_kinds(t);
+  const int nk = int(shown.size());
+  std::vector<std::array<float, kResidKinds>> norms(L, {0, 0, 0, 0});
   float mx = 1e-6f;
   bool any = false;
   for (int l = 0; l < L; ++l)
-    for (int k = 0; k < 3; ++k)
+    for (int k : shown)
       if (resid_norm(t, app.cursor, l, k, pos, norms[l][k])) {
         mx = std::max(mx, norms[l][k]);
         any = true;
@@ -47,7 +60,7 @@ void norm_bars(App& app, int pos) {
     const float ch = std::max(font * 8, avail.y - font * 9);
     const float axis = font * 3;
     const float gw = (cw - axis) / L;
-    const float bw = std::max(2.0f, gw * 0.8f / 3);
+    const float bw = std::max(2.0f, gw * 0.8f / nk);
     const ImU32 tc = ImGui::GetColorU32(ImGuiCol_Text);
     const ImVec2 o(p.x + axis, p.y + font * 0.5f);
     dl->AddLine(ImVec2(o.x, o.y), ImVec2(o.x, o.y + ch), tc);
@@ -64,9 +77,10 @@ void norm_bars(App& app, int pos) {
     ImVec2 mp = ImGui::GetIO().MousePos;
     for (int l = 0; l < L; ++l) {
       float gx = o.x + l * gw + gw * 0.1f;
-      for (int k = 0; k < 3; ++k) {
+      for (int i = 0; i < nk; ++i) {
+        const int k = shown[size_t(i)];
         float h = norms[l][k] / mx * ch;
-        dl->AddRectFilled(ImVec2(gx + k * bw, o.y + ch - h), ImVec2(gx + (k + 1) * bw - 1, o.y + ch), colours[k]);
+        dl->AddRectFilled(ImVec2(gx + i * bw, o.y + ch - h), ImVec2(gx + (i + 1) * bw - 1, o.y + ch), colours[k]);
       }
       char b[16];
       std::snprintf(b, sizeof b, L > 16 ? "%d" : "L%d", l);
@@ -78,10 +92,10 @@ void norm_bars(App& app, int pos) {
     if (hover_l >= 0 && ImGui::IsWindowHovered()) {
       ImGui::BeginTooltip();
       ImGui::Text("layer %d at position %d", hover_l, pos);
-      for (int k = 0; k < 3; ++k) ImGui::Text("%s: %.4f", kinds[k], norms[hover_l][k]);
+      for (int k : shown) ImGui::Text("%s: %.4f", kinds[k], norms[hover_l][k]);
       ImGui::EndTooltip();
     }
-    for (int k = 0; k < 3; ++k) {
+    for (int k : shown) {
       ImVec2 q = ImGui::GetCursorScreenPos();
       dl->AddRectFilled(ImVec2(q.x, q.y + 3), ImVec2(q.x + font, q.y + font), colours[k]);
       ImGui::Dummy(ImVec2(font * 1.3f, font));
@@ -98,8 +112,16 @@ void norm_map(App& app) {
   const ds::Trace& t = app.trace;
   const float font = ImGui::GetFontSize();
   ImGui::BeginGroup();
-  ImGui::SetNextItemWidth(font * 16);
-  ImGui::Combo("##kind", &st.kind, kinds, 3);
+  const std::vector<int> shown = shown_kinds(t);
+  std::vector<const char*> items;
+  int at = int(shown.size()) - 1;  // resid_post when the kind is not one of this model's
+  for (size_t i = 0; i < shown.size(); ++i) {
+    items.push_back(kinds[shown[i]]);
+    if (shown[i] == st.kind) at = int(i);
+  }
+  ImGui::SetNextItemWidth(font * 19);
+  if (ImGui::Combo("##kind", &at, items.data(), int(items.size()))) st.kind = shown[size_t(at)];
+  st.kind = shown[size_t(at)];
   tooltip(app, "Which point of each layer the map shows.");
   ImGui::SameLine();
   ImGui::SetNextItemWidth(font * 6);

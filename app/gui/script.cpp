@@ -93,7 +93,10 @@ bool ScriptedRun::advance(double t, double prev_frame) {
       }
       break;
     case kRegen:
-      if (idle && (have >= o_.steps || app_.done)) {
+      if (idle && undone_ < o_.undo && (have >= o_.steps || app_.done)) {
+        app_.undo();  // Ctrl+Z: the engine puts the steps back (busy until it has)
+        ++undone_;
+      } else if (idle && (have >= o_.steps || app_.done)) {
         app_.cursor = have - 1;
         phase_ = kSettle;
         phase_frames_ = 0;
@@ -165,6 +168,15 @@ void write_sidecar(const std::string& path, const App& app, const Options& o, in
   f << "  \"steps\": " << app.trace.steps.size() << ", \"cursor\": " << app.cursor << ",\n  \"tokens\": [";
   auto toks = app.tokens();
   for (size_t i = 0; i < toks.size(); ++i) f << (i ? ", " : "") << toks[i].id;
+  f << "],\n  \"undo\": " << app.undo_stack.size() << ",\n  \"branches\": [";
+  for (size_t i = 0; i < app.branches.size(); ++i) {
+    const Branch& b = app.branches[i];
+    f << (i ? ", " : "") << "{\"fork_step\": " << b.fork_step << ", \"steps\": " << b.trace.steps.size()
+      << ", \"tokens\": [";
+    auto bt = tokens_as_of(b.trace, int(b.trace.steps.size()) - 1);
+    for (size_t j = 0; j < bt.size(); ++j) f << (j ? ", " : "") << bt[j].id;
+    f << "]}";
+  }
   f << "],\n  \"heatmaps\": [";
   for (size_t i = 0; i < app.placements.size(); ++i) {
     const auto& p = app.placements[i];

@@ -38,6 +38,7 @@ class ScriptedRun {
   double t_start_;
   Phase phase_ = kLoad;
   int phase_frames_ = 0;
+  int undone_ = 0;  // Ctrl+Z pressed (--undo)
 };
 
 // The sidecar of a screenshot (PNG.json): the window's size, the heatmaps' cell

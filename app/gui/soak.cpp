@@ -71,9 +71,9 @@ std::vector<std::string> soak_models() {
 }  // namespace
 
 const char* SoakRun::kind_name(int k) {
-  static const char* kNames[kKinds] = {"step",       "back",      "play/pause", "scrub",   "view",
-                                       "layer/head", "fork",      "heads off",  "re-draw", "sampler",
-                                       "prompt",     "save/open", "model",      "resize",  "theme/scale"};
+  static const char* kNames[kKinds] = {"step",  "back",      "play/pause",  "scrub",   "view",   "layer/head",
+                                       "fork",  "heads off", "re-draw",     "sampler", "prompt", "save/open",
+                                       "model", "resize",    "theme/scale", "undo"};
   return k >= 0 && k < kKinds ? kNames[k] : "?";
 }
 
@@ -282,6 +282,9 @@ void SoakRun::act(int k) {
         app_.scale_text(r - 2);
       break;
     }
+    case kUndo:
+      app_.undo();  // Ctrl+Z: the last what-if taken back, in the window and the engine
+      break;
     default:
       break;
   }

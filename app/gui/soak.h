@@ -36,6 +36,7 @@ class SoakRun {
     kModel,
     kResize,
     kTheme,
+    kUndo,
     kKinds
   };
   static const char* kind_name(int k);

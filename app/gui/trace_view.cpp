@@ -180,9 +180,10 @@ Matrix encoder_matrix(const ds::Trace& t, int layer, int head) {
   return m;
 }
 
-static const char* kResidNames[] = {"resid_pre", "resid_mid", "resid_post"};
+static const char* kResidNames[] = {"resid_pre", "resid_mid", "resid_post", "resid_mid_cross"};
 
 bool resid_vector(const ds::Trace& t, int step, int layer, int kind, int pos, std::vector<float>& out) {
+  if (kind < 0 || kind >= kResidKinds) return false;
   int s = step_of_position(t, pos);
   if (s < 0 || s > step) return false;
   const ds::TraceStep& st = t.steps[s];
@@ -196,6 +197,7 @@ bool resid_vector(const ds::Trace& t, int step, int layer, int kind, int pos, st
 }
 
 bool resid_norm(const ds::Trace& t, int step, int layer, int kind, int pos, float& out) {
+  if (kind < 0 || kind >= kResidKinds) return false;
   int s = step_of_position(t, pos);
   if (s < 0 || s > step) return false;
   const ds::Tensor* x = find(t.steps[s], "blocks." + std::to_string(layer) + "." + kResidNames[kind]);
@@ -226,6 +228,10 @@ Matrix resid_norm_map(const ds::Trace& t, int step, int kind) {
   Matrix m;
   if (step < 0 || step >= int(t.steps.size())) {
     m.error = "no step yet";
+    return m;
+  }
+  if (kind < 0 || kind >= kResidKinds) {
+    m.error = "no such residual point";
     return m;
   }
   m.rows = t.config.n_layers;

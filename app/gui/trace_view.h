@@ -40,9 +40,12 @@ void append_rows(Matrix& m, const Matrix& rows, int row0, bool scores);
 // The colour range of a matrix whose allowed finite cells span [lo, hi] (lo > hi:
 // none): weights from 0, scores over their own range.
 void display_range(float lo, float hi, bool scores, float& vmin, float& vmax);
-// Layer x position map of the norms of resid_pre / resid_mid / resid_post (kind 0/1/2).
+// The residual points, by kind: 0 resid_pre, 1 resid_mid, 2 resid_post, 3 resid_mid_cross
+// (between cross-attention and the feed-forward; encoder-decoder models only).
+inline constexpr int kResidKinds = 4;
+// Layer x position map of the norms of one residual point (kind as above).
 Matrix resid_norm_map(const ds::Trace& t, int step, int kind);
-// The residual vector at a position: kind 0 resid_pre, 1 resid_mid, 2 resid_post.
+// The residual vector at a position (kind as above).
 bool resid_vector(const ds::Trace& t, int step, int layer, int kind, int pos, std::vector<float>& out);
 // The norm of that vector; also for points a compact trace keeps as norms only.
 bool resid_norm(const ds::Trace& t, int step, int layer, int kind, int pos, float& out);

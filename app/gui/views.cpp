@@ -36,7 +36,8 @@ const ViewInfo kViews[] = {
      panel_cross},
     {"residual", "Residual stream",
      "The residual stream is the running sum each layer adds to: these are its lengths (norms) before attention, "
-     "after attention and after the feed-forward layer, per layer and position.",
+     "after attention (and after cross-attention, encoder-decoder) and after the feed-forward layer, per layer "
+     "and position.",
      panel_residual},
     {"next", "Next token",
      "The model's probabilities for the next token, before and after temperature, top-k and top-p, and the random "

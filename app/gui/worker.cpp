@@ -218,6 +218,19 @@ void Worker::inputs(const Command& c, std::vector<int>& prompt, std::vector<int>
 void Worker::start(const Command& c) {
   if (!lm_.model) throw ds::Error("no model is loaded");
   set_activity("encoding the prompt");
+  std::vector<int> prompt, src;
+  inputs(c, prompt, src);
+  begin(c, prompt, src);
+  forced_ = c.forced;
+  Event ev;
+  ev.kind = Event::Started;
+  ev.source = session_->trace().source;
+  ev.source_text = session_->trace().source_text;
+  ev.encoder = session_->trace().encoder;
+  emit(std::move(ev));
+}
+
+void Worker::begin(const Command& c, const std::vector<int>& prompt, const std::vector<int>& src) {
   const ds::Config& cfg = lm_.model->cfg;
   ds::SessionOptions o;
   o.sampler = sampler_;
@@ -229,8 +242,6 @@ void Worker::start(const Command& c) {
   o.keep_logits_bytes = size_t(64) << 20;  // the Next token view reshapes kept steps (Command::Shape)
   o.threads = std::max(1, c.threads);
   o.kv_cache = c.kv_cache;
-  std::vector<int> prompt, src;
-  inputs(c, prompt, src);
   // A prompt the session turns down (too long for the context, say) leaves the session
   // that was running as it was: the window still shows its trace.
   std::unique_ptr<ds::Session> old = std::move(session_);
@@ -247,13 +258,30 @@ void Worker::start(const Command& c) {
     throw;
   }
   old.reset();
-  forced_ = c.forced;
-  Event ev;
-  ev.kind = Event::Started;
-  ev.source = session_->trace().source;
-  ev.source_text = session_->trace().source_text;
-  ev.encoder = session_->trace().encoder;
-  emit(std::move(ev));
+}
+
+void Worker::restore(const Command& c) {
+  if (!lm_.model) throw ds::Error("undo: no model is loaded to put the steps back on");
+  if (c.restart) {
+    set_activity("undo: starting the session again");
+    begin(c, c.tokens, c.src);
+    forced_.clear();
+  }
+  if (!session_) throw ds::Error("undo: there is no session to put the steps back on");
+  if (c.keep < 0 || c.keep > session_->steps_done())
+    throw ds::Error("undo: the engine has " + std::to_string(session_->steps_done()) + " steps, not the " +
+                    std::to_string(c.keep) + " the undone steps follow");
+  session_->rewind(c.keep);
+  forced_.resize(std::min(forced_.size(), size_t(c.keep)));
+  for (size_t i = 0; i < c.forced.size(); ++i) {
+    if (session_->done())
+      throw ds::Error("undo: the engine finished the text at step " + std::to_string(session_->steps_done()) +
+                      ", before the undone steps ended");
+    set_activity("undo: taking step " + std::to_string(session_->steps_done() + 1) + " again");
+    if (i < c.step_samplers.size()) session_->set_sampler(c.step_samplers[i]);
+    session_->step(c.forced[i]);
+  }
+  session_->set_sampler(sampler_);  // the steps to come draw with the window's settings
 }
 
 void Worker::beam(const Command& c) {
@@ -548,6 +576,9 @@ void Worker::handle(Command& c) {
       return;
     case Command::Step:
       steps(c);
+      return;
+    case Command::Restore:
+      restore(c);
       return;
     case Command::Rewind: {
       if (!session_) return;

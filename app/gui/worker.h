@@ -123,7 +123,22 @@ struct Event {
 };
 
 struct Command {
-  enum Kind { Load, Start, Step, Rewind, Sampler, Heads, Lens, SaveTrace, Shape, Beam, Inspect, Measure, Roles };
+  enum Kind {
+    Load,
+    Start,
+    Step,
+    Rewind,
+    Sampler,
+    Heads,
+    Lens,
+    SaveTrace,
+    Shape,
+    Beam,
+    Inspect,
+    Measure,
+    Roles,
+    Restore
+  };
   Kind kind = Step;
   // Load: the model (as --model names it), its tokenizer file ("": none), and how the
   // weights are kept in memory.
@@ -161,6 +176,13 @@ struct Command {
   // Roles: the head detector leaves attention to position 0 (BOS) out of its scores;
   // spec: the request's key, sent back.
   bool exclude_bos = true;
+  // Restore (an undo puts the session back as it was): the steps from `keep` on are
+  // taken again with the tokens `forced` (one a step), each with the settings it was
+  // drawn with (step_samplers, when given); nothing is sent back (the window already
+  // has those steps). restart: a new session first, on the prompt ids `tokens` and
+  // the source ids `src` (with threads and kv_cache), keep 0.
+  bool restart = false;
+  std::vector<ds::SamplerConfig> step_samplers;
   // SaveTrace: the file and what to write to it.
   std::string path;
   std::shared_ptr<const ds::Trace> trace;
@@ -196,6 +218,9 @@ class Worker {
   void handle(Command& c);
   void load(const Command& c);
   void start(const Command& c);
+  // A new session on these ids, as Start makes it (a refused prompt keeps the old one).
+  void begin(const Command& c, const std::vector<int>& prompt, const std::vector<int>& src);
+  void restore(const Command& c);
   void beam(const Command& c);
   void inspect(const Command& c);
   void steps(const Command& c);

@@ -264,19 +264,22 @@ struct BlockInputs {
 // Post-norm: x = ln1(x + attn(x));  [x = ln2(x + cross(x, enc))];  x = ln3(x + ffn(x))
 // r receives each norm's output and each sub-layer's (r.ln1 = ..., r.attn_out = ...).
 Rows block(const Config& cfg, const Block& b, Rows x, const BlockInputs& in, BlockRecord& r) {
+  r.resid_pre = x;
   if (cfg.norm_place == NormPlace::Pre) {
     const Rows& h1 = r.ln1 = norm(cfg, b.ln1, x);
-    x = add(x, r.attn_out = attention(cfg, b.attn, h1, h1, in.self, in.zero_head, r.attn));
+    x = r.resid_mid = add(x, r.attn_out = attention(cfg, b.attn, h1, h1, in.self, in.zero_head, r.attn));
     if (in.enc) {
       const Rows& h2 = r.ln2 = norm(cfg, b.ln2, x);
-      x = add(x, r.cross_attn_out = attention(cfg, b.cross, h2, *in.enc, in.cross, -1, r.cross));
+      x = r.resid_mid_cross = add(x, r.cross_attn_out = attention(cfg, b.cross, h2, *in.enc, in.cross, -1, r.cross));
     }
-    return add(x, r.mlp_out = feed_forward(cfg, b.ffn, r.ln3 = norm(cfg, b.ln3, x)));
+    return r.resid_post = add(x, r.mlp_out = feed_forward(cfg, b.ffn, r.ln3 = norm(cfg, b.ln3, x)));
   }
-  x = r.ln1 = norm(cfg, b.ln1, add(x, r.attn_out = attention(cfg, b.attn, x, x, in.self, in.zero_head, r.attn)));
+  x = r.resid_mid = r.ln1 =
+      norm(cfg, b.ln1, add(x, r.attn_out = attention(cfg, b.attn, x, x, in.self, in.zero_head, r.attn)));
   if (in.enc)
-    x = r.ln2 = norm(cfg, b.ln2, add(x, r.cross_attn_out = attention(cfg, b.cross, x, *in.enc, in.cross, -1, r.cross)));
-  return r.ln3 = norm(cfg, b.ln3, add(x, r.mlp_out = feed_forward(cfg, b.ffn, x)));
+    x = r.resid_mid_cross = r.ln2 =
+        norm(cfg, b.ln2, add(x, r.cross_attn_out = attention(cfg, b.cross, x, *in.enc, in.cross, -1, r.cross)));
+  return r.resid_post = r.ln3 = norm(cfg, b.ln3, add(x, r.mlp_out = feed_forward(cfg, b.ffn, x)));
 }
 
 }  // namespace

@@ -31,6 +31,9 @@ struct BlockRecord {
   Rows ln1, ln2, ln3;      // each norm's output [T][d_model] (ln2: decoder blocks of encoder-decoder models)
   AttnRecord attn, cross;  // self- and cross-attention (cross: k, v are [S][...])
   Rows attn_out, cross_attn_out, mlp_out;  // each sub-layer's output before the residual add [T][d_model]
+  // The residual stream after each sub-layer [T][d_model] (resid_mid_cross: decoder
+  // blocks of encoder-decoder models); resid_pre is the block's input.
+  Rows resid_pre, resid_mid, resid_mid_cross, resid_post;
 };
 
 // What a forward pass can also hand back besides the logits.

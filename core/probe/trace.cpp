@@ -286,9 +286,11 @@ void pattern_from_scores(float* row, int64_t n) {
 }
 
 std::vector<std::string> default_record_patterns(const Config& cfg) {
-  static const char* kWanted[] = {"blocks.*.attn.pattern", "blocks.*.attn.scores", "blocks.*.attn.mask",
-                                  "**.cross_attn.pattern", "**.cross_attn.scores", "blocks.*.resid_pre",
-                                  "blocks.*.resid_mid",    "blocks.*.resid_post",  "encoder.blocks.*.attn.pattern"};
+  // resid_mid_cross: decoder blocks of encoder-decoder models only (dropped below otherwise).
+  static const char* kWanted[] = {"blocks.*.attn.pattern",        "blocks.*.attn.scores",     "blocks.*.attn.mask",
+                                  "**.cross_attn.pattern",        "**.cross_attn.scores",     "blocks.*.resid_pre",
+                                  "blocks.*.resid_mid",           "blocks.*.resid_mid_cross", "blocks.*.resid_post",
+                                  "encoder.blocks.*.attn.pattern"};
   std::vector<std::string> names = Hooks::names(cfg), out;
   for (const char* p : kWanted)
     for (auto& n : names)

@@ -178,7 +178,8 @@ void pattern_from_scores(float* row, int64_t n);
 inline constexpr int kWindowLensTopK = 5;
 
 // The hook patterns the window records by default (attention scores, patterns and
-// masks, self and cross, the residual stream), kept to those the model has. With
+// masks, self and cross, the residual stream: resid_pre, resid_mid, resid_mid_cross
+// in encoder-decoder models, resid_post), kept to those the model has. With
 // TraceOptions{.compact = true} this is the "default observers" set the benchmarks
 // time; the window also records the logit lens (kWindowLensTopK).
 std::vector<std::string> default_record_patterns(const Config& cfg);

@@ -326,6 +326,41 @@ if [ -f "$OUT/bin_dec_attention.dstrace" ]; then
   fails bin_version "binary trace version 7" --trace "$OUT/bin_version.dstrace" --screenshot "$OUT/x.png"
 fi
 
+# ---- whatif
+# A re-run of the last step with heads off keeps the original continuation as a branch
+# (the plain run's tokens, forked at that step) and one what-if to undo; Ctrl+Z (--undo 1)
+# puts the original back as the live text, with no branch and nothing left to undo. The
+# Residual stream view of an encoder-decoder model (resid_mid_cross among its points).
+if run whatif_plain "${DEC[@]}" --view branches &&
+  run whatif_rerun "${DEC[@]}" --view branches --head-off 0:0 --head-off 1:1 &&
+  run whatif_undo "${DEC[@]}" --view branches --head-off 0:0 --head-off 1:1 --undo 1; then
+  check blank "$OUT/whatif_rerun.png"
+  if python3 - "$OUT" <<'PY'; then
+import json, sys
+d = sys.argv[1]
+plain, rerun, undo = (json.load(open(f"{d}/whatif_{n}.png.json")) for n in ("plain", "rerun", "undo"))
+problems = []
+b = rerun["branches"]
+if len(b) != 1 or b[0]["tokens"] != plain["tokens"] or b[0]["fork_step"] != plain["steps"] - 1:
+    problems.append(f"the re-run kept {b}, not the original {plain['tokens']} forked at step {plain['steps'] - 1}")
+if rerun["undo"] != 1:
+    problems.append(f"the re-run left {rerun['undo']} what-ifs to undo, not 1")
+if undo["tokens"] != plain["tokens"] or undo["branches"] or undo["undo"] != 0:
+    problems.append(f"after Ctrl+Z: tokens {undo['tokens']} (want {plain['tokens']}), "
+                    f"{len(undo['branches'])} branches, {undo['undo']} to undo")
+for p in problems:
+    print("FAIL whatif:", p)
+sys.exit(1 if problems else 0)
+PY
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+  fi
+fi
+if run whatif_residual_encdec "${ENC[@]}" --view residual --layer 1; then
+  check blank "$OUT/whatif_residual_encdec.png"
+fi
+
 # The soak: random user actions through the functions the widgets call (--soak), with
 # frames drawn between them; exits non-zero naming the action when one fails (an error
 # that is not an expected refusal, an OpenGL error, an abort, a hang). The same 300

@@ -188,22 +188,28 @@ TEST(TraceView, VisibleWhitespace) {
 
 // The residual norms the window shows are there for every point and position in a
 // compact trace too (most points keep only norms), and equal the full trace's
-// vector norms.
+// vector norms. Encoder-decoder models have a fourth point, resid_mid_cross (kind 3);
+// decoder-only ones do not.
 TEST(TraceView, ResidualNormsSurviveTheCompactTrace) {
-  ds::Trace full = run(false, {}, 6, false), comp = run(false, {}, 6, true);
-  const int last = int(full.steps.size()) - 1;
   int compared = 0;
-  for (int l = 0; l < full.config.n_layers; ++l)
-    for (int k = 0; k < 3; ++k)
-      for (int pos = 0; pos < full.positions(last); ++pos) {
-        std::vector<float> x;
-        ASSERT_TRUE(dsgui::resid_vector(full, last, l, k, pos, x));
-        double ss = 0;
-        for (float f : x) ss += double(f) * f;
-        float n = 0;
-        ASSERT_TRUE(dsgui::resid_norm(comp, last, l, k, pos, n)) << "layer " << l << " kind " << k << " pos " << pos;
-        EXPECT_NEAR(n, std::sqrt(ss), 1e-3 * std::sqrt(ss) + 1e-5);
-        ++compared;
-      }
+  for (bool encdec : {false, true}) {
+    const std::vector<int> src = encdec ? std::vector<int>{1, 5, 6, 7} : std::vector<int>{};
+    ds::Trace full = run(encdec, src, 6, false), comp = run(encdec, src, 6, true);
+    const int last = int(full.steps.size()) - 1;
+    EXPECT_EQ(dsgui::resid_norm_map(full, last, 3).ok(), encdec);
+    for (int l = 0; l < full.config.n_layers; ++l)
+      for (int k = 0; k < (encdec ? 4 : 3); ++k)
+        for (int pos = 0; pos < full.positions(last); ++pos) {
+          SCOPED_TRACE("layer " + std::to_string(l) + " kind " + std::to_string(k) + " pos " + std::to_string(pos));
+          std::vector<float> x;
+          ASSERT_TRUE(dsgui::resid_vector(full, last, l, k, pos, x));
+          double ss = 0;
+          for (float f : x) ss += double(f) * f;
+          float n = 0;
+          ASSERT_TRUE(dsgui::resid_norm(comp, last, l, k, pos, n));
+          EXPECT_NEAR(n, std::sqrt(ss), 1e-3 * std::sqrt(ss) + 1e-5);
+          ++compared;
+        }
+  }
   EXPECT_GT(compared, 0);
 }

@@ -1,0 +1,249 @@
+// Undo of the window's what-ifs (app/gui/undo.h) without a window: the bounded stack,
+// the trace put back from the steps kept, and the engine's session put back so that
+// the next step is the one the session would have taken had the what-if never run.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "undo.h"
+#include "util/error.h"
+#include "worker.h"
+
+namespace {
+
+using dsgui::Command;
+using dsgui::Event;
+using dsgui::Undo;
+
+// A step fed `in` that drew `token` (hand-built: no model).
+ds::TraceStep step_of(int pos0, std::vector<int> in, int token) {
+  ds::TraceStep s;
+  s.pos0 = pos0;
+  s.input = std::move(in);
+  s.sample.emplace();
+  s.sample->token = token;
+  return s;
+}
+
+// A hand-built trace: the prompt {1, 2} then one token a step, token k drawn at step k.
+ds::Trace chain(int steps, int first_token) {
+  ds::Trace t;
+  int pos = 0;
+  std::vector<int> in = {1, 2};
+  for (int k = 0; k < steps; ++k) {
+    t.steps.push_back(step_of(pos, in, first_token + k));
+    pos += int(in.size());
+    in = {first_token + k};
+  }
+  return t;
+}
+
+TEST(Undo, TheStackKeepsTheLatestWhatIfs) {
+  dsgui::UndoStack st;
+  EXPECT_FALSE(st.pop());
+  const int n = dsgui::kUndoDepth + 5;
+  for (int i = 0; i < n; ++i) {
+    Undo u;
+    u.label = std::to_string(i);
+    u.trace = chain(1 + i % 3, 10);
+    st.push(std::move(u));
+  }
+  ASSERT_EQ(st.size(), dsgui::kUndoDepth);
+  EXPECT_EQ(st.top()->label, std::to_string(n - 1));
+  for (int i = n - 1; i >= n - dsgui::kUndoDepth; --i) {
+    EXPECT_GT(st.bytes(), 0u);
+    auto u = st.pop();
+    ASSERT_TRUE(u);
+    EXPECT_EQ(u->label, std::to_string(i));  // latest first, the oldest five dropped
+  }
+  EXPECT_TRUE(st.empty());
+  EXPECT_EQ(st.bytes(), 0u);
+}
+
+// The steps before `shared` come from the trace now, the rest from what was kept.
+TEST(Undo, TheTraceComesBackFromTheStepsKept) {
+  const ds::Trace was = chain(6, 10);
+  ds::Trace now = chain(4, 10);
+  now.steps[3] = step_of(now.steps[3].pos0, now.steps[3].input, 99);  // step 4 re-drawn
+  Undo u;
+  u.label = "re-draw of step 4";
+  u.shared = 3;
+  u.trace.steps.assign(was.steps.begin() + 3, was.steps.end());
+  const ds::Trace back = dsgui::undone_trace(now, u);
+  EXPECT_TRUE(dsgui::same_tokens(back, was));
+  EXPECT_FALSE(dsgui::same_tokens(now, was));
+  for (size_t s = 1; s < back.steps.size(); ++s) EXPECT_EQ(back.steps[s].pos0, back.positions(int(s) - 1));
+
+  // The engine is told to keep 3 steps and take the kept ones again with their tokens.
+  const Command c = dsgui::restore_command(u, back, 1);
+  EXPECT_EQ(c.kind, Command::Restore);
+  EXPECT_FALSE(c.restart);
+  EXPECT_EQ(c.keep, 3);
+  EXPECT_EQ(c.forced, (std::vector<int>{13, 14, 15}));
+
+  // Fewer steps than the kept ones follow: a clear refusal, not a broken trace.
+  Undo v;
+  v.label = "fork at step 5";
+  v.shared = 5;
+  v.trace.steps.push_back(was.steps[5]);
+  try {
+    dsgui::undone_trace(chain(2, 10), v);
+    FAIL() << "no error";
+  } catch (const ds::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fork at step 5"), std::string::npos) << e.what();
+  }
+}
+
+std::vector<Event> drain(dsgui::Worker& w) {
+  std::vector<Event> all;
+  auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    for (auto& e : w.poll()) all.push_back(std::move(e));
+    if (!w.busy()) {
+      for (auto& e : w.poll()) all.push_back(std::move(e));
+      return all;
+    }
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(60)) return all;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+ds::SamplerConfig sampling() {
+  ds::SamplerConfig s;
+  s.temperature = 1.0f;
+  s.top_p = 1.0f;
+  s.seed = 7;
+  return s;
+}
+
+void post(dsgui::Worker& w, Command c) { w.post(std::move(c)); }
+
+Command cmd(Command::Kind k, int n = 1, bool encdec = false) {
+  Command c;
+  c.kind = k;
+  c.count = n;
+  c.keep = n;
+  c.sampler = sampling();
+  if (k == Command::Load) c.spec = encdec ? "random:encdec" : "random:decoder";
+  if (k == Command::Start) (encdec ? c.source : c.prompt) = encdec ? "the cat sat" : "hello";
+  return c;
+}
+
+// Loads the model, starts on "hello" and takes n steps; the steps as the window keeps them.
+ds::Trace generate(dsgui::Worker& w, int n, bool encdec = false) {
+  post(w, cmd(Command::Load, 1, encdec));
+  post(w, cmd(Command::Sampler));
+  post(w, cmd(Command::Start, 1, encdec));
+  post(w, cmd(Command::Step, n));
+  ds::Trace t;
+  for (auto& e : drain(w)) {
+    EXPECT_NE(e.kind, Event::Error) << e.msg;
+    if (e.kind == Event::Started) t.source = e.source;
+    if (e.kind == Event::Step) t.steps.push_back(*e.step);
+  }
+  return t;
+}
+
+// The step the worker takes next.
+ds::TraceStep next_step(dsgui::Worker& w) {
+  post(w, cmd(Command::Step, 1));
+  for (auto& e : drain(w)) {
+    EXPECT_NE(e.kind, Event::Error) << e.msg;
+    if (e.kind == Event::Step) return *e.step;
+  }
+  ADD_FAILURE() << "no step";
+  return {};
+}
+
+void expect_same_step(const ds::TraceStep& a, const ds::TraceStep& b) {
+  ASSERT_TRUE(a.sample && b.sample);
+  EXPECT_EQ(a.pos0, b.pos0);
+  EXPECT_EQ(a.input, b.input);
+  EXPECT_EQ(a.sample->token, b.sample->token);
+  ASSERT_EQ(a.sample->candidates.size(), b.sample->candidates.size());
+  for (size_t i = 0; i < a.sample->candidates.size(); ++i) {
+    EXPECT_EQ(a.sample->candidates[i].id, b.sample->candidates[i].id);
+    EXPECT_EQ(a.sample->candidates[i].p_final, b.sample->candidates[i].p_final);
+  }
+}
+
+// A re-run of step 4 with a head off, undone: the session is put back (rewound, the
+// kept tokens taken again with the heads on), and its next step is the one a session
+// that never re-ran anything takes: the same token, the same candidate table. The same
+// after Start anew, undone (a new session on the old prompt).
+TEST(Undo, TheEngineIsPutBackAsItWas) {
+  dsgui::Worker ref;
+  const ds::Trace plain = generate(ref, 8);
+  ASSERT_EQ(plain.steps.size(), 8u);
+  const ds::TraceStep want = next_step(ref);
+
+  dsgui::Worker w;
+  const ds::Trace was = generate(w, 8);
+  ASSERT_TRUE(dsgui::same_tokens(was, plain));
+  Undo u;
+  u.label = "re-run of step 4 with 1 heads off";
+  u.shared = 3;
+  u.trace.steps.assign(was.steps.begin() + 3, was.steps.end());
+  Command heads = cmd(Command::Heads);
+  heads.heads = {{0, 0}, {1, 1}};
+  post(w, heads);
+  post(w, cmd(Command::Rewind, 3));
+  ds::Trace now = was;
+  now.steps.resize(3);
+  now.steps.push_back(next_step(w));  // step 4 with the heads off
+
+  const ds::Trace back = dsgui::undone_trace(now, u);
+  ASSERT_TRUE(dsgui::same_tokens(back, was));
+  post(w, cmd(Command::Heads));  // the heads the kept steps were computed with: all on
+  post(w, dsgui::restore_command(u, back, 1));
+  for (auto& e : drain(w)) {
+    EXPECT_NE(e.kind, Event::Error) << e.msg;
+    EXPECT_NE(e.kind, Event::Step) << "the window has the steps already";
+  }
+  expect_same_step(next_step(w), want);
+
+  // Start anew (another prompt), undone: a new session on the kept trace's prompt.
+  Command start = cmd(Command::Start);
+  start.prompt = "another text";
+  post(w, start);
+  post(w, cmd(Command::Step, 2));
+  drain(w);
+  Undo whole;
+  whole.label = "Start";
+  whole.whole = true;
+  whole.trace = was;
+  const ds::Trace again = dsgui::undone_trace(now, whole);
+  post(w, dsgui::restore_command(whole, again, 1));
+  for (auto& e : drain(w)) EXPECT_NE(e.kind, Event::Error) << e.msg;
+  expect_same_step(next_step(w), want);
+}
+
+// Start anew on an encoder-decoder model, undone: the new session reads the kept
+// trace's source again, and goes on as the first one would have.
+TEST(Undo, AStartOnAnEncoderDecoderIsUndoneWithItsSource) {
+  dsgui::Worker ref;
+  ASSERT_FALSE(generate(ref, 5, true).source.empty());
+  const ds::TraceStep want = next_step(ref);
+
+  dsgui::Worker w;
+  const ds::Trace was = generate(w, 5, true);
+  Command start = cmd(Command::Start, 1, true);
+  start.source = "a dog ran far";
+  post(w, start);
+  post(w, cmd(Command::Step, 3));
+  drain(w);
+  Undo whole;
+  whole.label = "Start";
+  whole.whole = true;
+  whole.trace = was;
+  const ds::Trace back = dsgui::undone_trace(ds::Trace{}, whole);
+  const Command c = dsgui::restore_command(whole, back, 1);
+  EXPECT_TRUE(c.restart);
+  EXPECT_EQ(c.src, was.source);
+  post(w, c);
+  for (auto& e : drain(w)) EXPECT_NE(e.kind, Event::Error) << e.msg;
+  expect_same_step(next_step(w), want);
+}
+
+}  // namespace

@@ -111,6 +111,7 @@ void Worker::run() {
       Event ev;
       ev.kind = Event::Error;
       ev.msg = e.what();
+      ev.start_failed = c.kind == Command::Start;
       emit(std::move(ev));
     }
     set_activity("");

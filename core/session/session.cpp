@@ -54,7 +54,8 @@ void check_prompt(const Config& c, const std::vector<int>& prompt, int limit) {
                   std::to_string(c.vocab_size) + ")");
   if (int(prompt.size()) > limit)
     throw Error("the prompt has " + std::to_string(prompt.size()) + " tokens but only " + std::to_string(limit) +
-                " positions are allowed (--steps, or the model's context of " + std::to_string(c.max_seq) + ")");
+                " positions are allowed (the steps asked for, or the model's context of " + std::to_string(c.max_seq) +
+                ")");
 }
 
 void Session::start(const std::vector<int>& prompt, const std::vector<int>& source) {
@@ -62,7 +63,7 @@ void Session::start(const std::vector<int>& prompt, const std::vector<int>& sour
   check_prompt(c, prompt, steps_);
   trace_.clear();
   if (c.encoder_decoder) {
-    if (source.empty()) throw Error("this is an encoder-decoder model: give a source (--source)");
+    if (source.empty()) throw Error("this is an encoder-decoder model: give it a source text");
     trace_.source = source;
     for (int id : source) trace_.source_text.push_back(text_of(id));
     engine_.encode(source);

@@ -89,11 +89,10 @@ void panel_branches(App& app) {
                 ta[diff].drawn_at + 1, visible(ta[diff].text).c_str(), visible(tb[diff].text).c_str());
   else if (diff >= 0)
     ImGui::Text("The branches agree on every token both have; one is longer (from position %d).", diff);
-  // Only a token that differs is marked red; one branch merely going on is not a difference.
-  if (diff >= int(std::min(ta.size(), tb.size())))
-    diff = -1;
   else
     ImGui::TextUnformatted("The two branches are identical so far (same settings, same seed: same draws).");
+  // Only a token that differs is marked red; one branch merely going on is not a difference.
+  if (diff >= int(std::min(ta.size(), tb.size()))) diff = -1;
 
   const float colw = (ImGui::GetContentRegionAvail().x - font) * 0.5f;
   if (ImGui::BeginTable("sides", 2, ImGuiTableFlags_BordersInnerV)) {

@@ -970,7 +970,7 @@ void App::status_bar() {
     ImGui::TextColored(narrow ? ImVec4(0.45f, 0.8f, 1.0f, 1) : ImGui::GetStyleColorVec4(ImGuiCol_Text), "%s",
                        ds::precision_name(model->precision));
     const bool status_shown = !status.empty() && (scripted || ImGui::GetTime() - status_time < 8);
-    if (!status_shown || fb_w > font * 120) {  // the details, when a message does not need the room
+    if (!status_shown || fb_w > font * 100) {  // the details, when a message does not need the room
       ImGui::SameLine(0, font * 0.3f);
       ImGui::Text("(%s of weights): %s, %d layers x %d heads, d_model %d, vocab %d", bytes,
                   c.encoder_decoder ? "encoder-decoder" : "decoder-only", c.n_layers, c.n_heads, c.d_model,

@@ -298,10 +298,10 @@ fi
 if run next_greedy "${DEC[@]}" --view next --temperature 0 --light --size 1024x768 \
     --save-trace "$OUT/trace_greedy.json"; then
   check blank "$OUT/next_greedy.png"
-  kept=$(grep -o '"n_kept": *[0-9]*' "$OUT/trace_greedy.json" | tr -d ' ' | sort -u | xargs)
+  kept=$(grep -o '"n_kept": *[0-9]*' "$OUT/trace_greedy.json" | tr -d ' "' | sort -u | xargs)
   unsorted=$(sed 's/"candidates":/\n/g' "$OUT/trace_greedy.json" | tail -n +2 | sed 's/\].*//' |
     awk '{n = split($0, a, "\"p_raw\":"); for (i = 3; i <= n; i++) if (a[i] + 0 > a[i - 1] + 0) {print NR; break}}')
-  if [ "$kept" = '"n_kept":1' ] && [ -z "$unsorted" ]; then
+  if [ "$kept" = "n_kept:1" ] && [ -z "$unsorted" ]; then
     passed=$((passed + 1))
   else
     echo "FAIL next_greedy: n_kept '$kept' (wanted 1); steps whose rows are not by model probability: $unsorted"

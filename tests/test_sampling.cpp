@@ -394,8 +394,8 @@ TEST(Sampler, ZeroTemperatureIsGreedyFirstIndexWins) {
   }
   const std::vector<double> q = softmax_ref(x, 1.0);
   for (int i = 0; i < 7; ++i) EXPECT_NEAR(out.p_raw[i], q[i], 1e-7);
-  EXPECT_EQ(out.order, (std::vector<int>{1, 0, 2, 3, 4, 5, 6}));
-  EXPECT_EQ(out.n_kept, 7);
+  EXPECT_EQ(out.order, (std::vector<int>{1}));  // only the argmax is kept
+  EXPECT_EQ(out.n_kept, 1);
 }
 
 TEST(Sampler, ArgmaxFirstIndexOfMaximum) {
@@ -480,8 +480,9 @@ TEST(Sampler, DistributionsSumToOneAndOrderIsSorted) {
         EXPECT_NEAR(sum(out.p_final), 1.0, 1e-5);
         ASSERT_EQ(out.p_raw.size(), static_cast<size_t>(n));
         ASSERT_EQ(out.removed.size(), static_cast<size_t>(n));
-        // order = kept ids sorted by p_final descending, ties lower id, by full sort.
-        std::vector<int> want = kept_ids(out);
+        // order = kept ids sorted by p_final descending, ties lower id, by full sort;
+        // greedy keeps only the argmax (the other ids have p_final 0).
+        std::vector<int> want = c.temperature > 0 ? kept_ids(out) : std::vector<int>{ds::argmax(x.data(), n)};
         std::sort(want.begin(), want.end(), [&](int a, int b) {
           return out.p_final[a] > out.p_final[b] || (out.p_final[a] == out.p_final[b] && a < b);
         });

@@ -167,8 +167,8 @@ TEST(Session, CandidateTableDescribesTheDraw) {
   }
 }
 
-// Greedy steps: the table is the first candidates by p_temp (one-hot on the token)
-// then id, ranked here by a plain sort of the whole vocabulary.
+// Greedy steps: the table lists the model's most probable tokens, ranked here by a
+// plain sort of the step's logits (recorded by the "logits" hook), and one token kept.
 TEST(Session, GreedyCandidateTableIsTheRanking) {
   Config c = small(false);
   auto m = std::make_shared<const Model>(c, Weights::random(c, 2, 0.3f));
@@ -176,21 +176,28 @@ TEST(Session, GreedyCandidateTableIsTheRanking) {
   o.sampler.temperature = 0;
   o.steps = 12;
   o.candidates = 5;
+  o.record = {"logits"};
   Session s(m, nullptr, o);
   s.start({1});
   while (!s.done()) {
     const int tok = s.step();
-    const SampleRecord& r = *s.trace().steps.back().sample;
-    const SampleResult& last = s.last_sample();
-    std::vector<int> ids(static_cast<size_t>(c.vocab_size));
-    for (int i = 0; i < c.vocab_size; ++i) ids[size_t(i)] = i;
-    std::sort(ids.begin(), ids.end(), [&](int a, int b) {
-      return last.p_temp[size_t(a)] != last.p_temp[size_t(b)] ? last.p_temp[size_t(a)] > last.p_temp[size_t(b)] : a < b;
-    });
+    const TraceStep& st = s.trace().steps.back();
+    const SampleRecord& r = *st.sample;
+    ASSERT_TRUE(st.tensors.count("logits"));
+    const Tensor& lg = st.tensors.at("logits");
+    const int V = c.vocab_size;
+    const int64_t last = lg.size() - V;  // the last row
+    std::vector<float> x(static_cast<size_t>(V));
+    for (int i = 0; i < V; ++i) x[size_t(i)] = lg.at(last + i);
+    std::vector<int> ids(static_cast<size_t>(V));
+    for (int i = 0; i < V; ++i) ids[size_t(i)] = i;
+    std::stable_sort(ids.begin(), ids.end(), [&](int a, int b) { return x[size_t(a)] > x[size_t(b)]; });
     ASSERT_EQ(r.candidates.size(), 5u);
-    for (size_t i = 0; i < 5; ++i) EXPECT_EQ(r.candidates[i].id, ids[i]);
+    for (size_t i = 0; i < 5; ++i) EXPECT_EQ(r.candidates[i].id, ids[i]) << "row " << i;
+    for (size_t i = 1; i < 5; ++i) EXPECT_GT(r.candidates[i].p_raw, 0.0f);  // real runners-up
     EXPECT_EQ(r.candidates[0].id, tok);
     EXPECT_EQ(r.rank, 0);
+    EXPECT_EQ(r.n_kept, 1);
     EXPECT_TRUE(r.greedy);
   }
 }

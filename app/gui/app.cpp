@@ -3,21 +3,35 @@
 #include "app.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdio>
 
+#include "file_browser.h"
 #include "imgui_stdlib.h"
 #include "models.h"
+#include "notices.h"
 #include "trace_io.h"
 #include "util/error.h"
 
 namespace dsgui {
 
-App::App() {
-  sampler.temperature = 1.0f;
-  sampler.top_p = 0.9f;
-  sampler.top_k = 0;
-  sampler.seed = 0;
+ds::SamplerConfig default_sampler() {
+  ds::SamplerConfig c;
+  c.temperature = 1.0f;
+  c.top_p = 0.9f;
+  c.top_k = 0;
+  c.seed = 0;
+  return c;
+}
+
+App::App() { sampler = default_sampler(); }
+
+bool App::input_changed() const {
+  if (!model || replay || loading) return false;
+  const std::string& p = start_pending ? pending_prompt : run_prompt;
+  const std::string& s = start_pending ? pending_source : run_source;
+  return prompt != p || (model->cfg.encoder_decoder && source != s);
 }
 
 int App::selected_position() const {
@@ -157,6 +171,9 @@ void App::start() {
   c.threads = engine_threads;
   c.kv_cache = kv_cache;
   worker.post(c);
+  pending_prompt = prompt;
+  pending_source = source;
+  start_pending = true;
   error.clear();
 }
 
@@ -165,6 +182,11 @@ void App::step_forward() {
   if (cursor + 1 < int(trace.steps.size())) {
     ++cursor;
     sel_pos = -1;
+    return;
+  }
+  if (input_changed()) {  // the boxes hold new text: start from it, then step
+    if (!start_pending || prompt != pending_prompt || source != pending_source) start();
+    step_after_start = true;
     return;
   }
   if (replay || !model || done || worker.busy()) return;
@@ -204,6 +226,11 @@ void App::reset() {
 }
 
 void App::toggle_play() {
+  if (!playing && !model && (!replay || trace.steps.empty())) {
+    fail(loading ? "the model is still loading: Play works once it is in"
+                 : "there is no model to play: pick one in the Model box");
+    return;
+  }
   playing = !playing;
   if (!playing) worker.cancel();
   next_play = 0;
@@ -401,6 +428,31 @@ bool App::save_trace(const std::string& path) {
 
 namespace {
 
+// Another model arrived while the sampling settings are not the window's defaults:
+// they carry over, and a note beside the text boxes says so (with a button back).
+void kept_sampler_note(App& app) {
+  const ds::SamplerConfig d = default_sampler(), &c = app.sampler;
+  std::string s;
+  char b[64];
+  auto add = [&](const char* t) { s += (s.empty() ? "" : ", ") + std::string(t); };
+  if (c.temperature != d.temperature) {
+    std::snprintf(b, sizeof b, c.temperature == 0 ? "temperature 0 (greedy)" : "temperature %.2f", c.temperature);
+    add(b);
+  }
+  if (c.top_k != d.top_k) add(("top-k " + std::to_string(c.top_k)).c_str());
+  if (c.top_p != d.top_p) {
+    std::snprintf(b, sizeof b, "top-p %.2f", c.top_p);
+    add(b);
+  }
+  if (c.repetition_penalty != d.repetition_penalty) {
+    std::snprintf(b, sizeof b, "repetition penalty %.2f", c.repetition_penalty);
+    add(b);
+  }
+  if (c.contrastive != d.contrastive) add("contrastive search");
+  if (c.seed != d.seed) add(("seed " + std::to_string(c.seed)).c_str());
+  app.sampler_note = s.empty() ? "" : "Sampling settings kept from the model before: " + s + ".";
+}
+
 // A model arrived: a fresh trace for it, settings that fit it, and a session started.
 void on_loaded(App& app, const Event& e) {
   app.loading = false;
@@ -428,6 +480,9 @@ void on_loaded(App& app, const Event& e) {
     app.source = app.model->source;
   }
   app.keep_text = false;
+  if (!app.prev_model_spec.empty() && app.prev_model_spec != app.model->spec) kept_sampler_note(app);
+  app.prev_model_spec = app.model->spec;
+  app.input_error.clear();
   char buf[64];
   std::snprintf(buf, sizeof buf, ", %.1f s", app.model->load_seconds);
   app.say("loaded " + app.model->name + " in " + ds::precision_name(app.model->precision) + (app.scripted ? "" : buf));
@@ -465,6 +520,7 @@ void App::handle_events() {
         done = false;
         started = true;
         replay = false;
+        started_with_text(*this);
         break;
       case Event::Step: {
         if (e.step_index < int(trace.steps.size())) {  // a step taken again
@@ -503,7 +559,8 @@ void App::handle_events() {
         break;
       }
       case Event::Error:
-        if (loading) {  // the model did not open: the engine has none now (it let the old one go first)
+        refused_input(*this, e);  // beside the boxes, before loading is cleared
+        if (loading) {            // the model did not open: the engine has none now (it let the old one go first)
           model.reset();
           started = false;
           done = true;
@@ -539,6 +596,10 @@ void App::handle_events() {
 
 void App::tick(double now) {
   if (!playing) return;
+  if (!model && !replay) {  // the model went away (a load failed): nothing to play
+    playing = false;
+    return;
+  }
   if (now < next_play) return;
   if (beams_playing(*this, playing)) {
     next_play = now + 1.0 / std::max(0.1f, speed);
@@ -605,6 +666,7 @@ void App::menu_bar() {
     if (ImGui::MenuItem("Normal size", "Ctrl 0")) scale_text(0);
     ImGui::MenuItem("Explain on hover (tooltips)", nullptr, &tooltips);
     ImGui::MenuItem("Explain each view (caption)", nullptr, &captions);
+    ImGui::MenuItem("Legend of the token colours", nullptr, &show_legend);
     ImGui::EndMenu();
   }
   if (ImGui::BeginMenu("Help")) {
@@ -616,17 +678,21 @@ void App::menu_bar() {
     ImGui::EndMenu();
   }
   ImGui::EndMenuBar();
+  if (open_trace_popup || save_trace_popup || png_popup)
+    state<FileBrowser>().dir.clear();  // start at the path's folder
   if (open_trace_popup) ImGui::OpenPopup("Open trace");
   if (save_trace_popup) ImGui::OpenPopup("Save trace");
   if (png_popup) ImGui::OpenPopup("Save PNG");
   if (open_model_popup) open_model_request = true;
   const float w = ImGui::GetFontSize() * 30;
+  const float list_h = ImGui::GetFontSize() * 14;
   if (ImGui::BeginPopupModal("Open trace", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
-    ImGui::TextUnformatted("A trace saved before (File > Save, or decoderscope-cli generate --trace).");
+    ImGui::TextUnformatted("A trace saved before (File > Save, or the command-line tool's generate with a trace).");
     ImGui::TextUnformatted("Every view works on it without a model; nothing is recomputed.");
+    const bool picked = file_browser(state<FileBrowser>(), BrowseFor::Trace, trace_path, list_h);
     ImGui::SetNextItemWidth(w);
     ImGui::InputText("file", &trace_path);
-    if (ImGui::Button("Open")) {
+    if (ImGui::Button("Open") || picked) {
       open_trace_in_background(*this, trace_path);  // a bad file: a message's dialog when it fails
       ImGui::CloseCurrentPopup();
     }
@@ -636,6 +702,7 @@ void App::menu_bar() {
   }
   if (ImGui::BeginPopupModal("Save trace", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
     ImGui::TextUnformatted("NAME.dstrace: the compact binary format; NAME.json: JSON, for small runs.");
+    file_browser(state<FileBrowser>(), BrowseFor::Save, trace_path, list_h);
     ImGui::SetNextItemWidth(w);
     ImGui::InputText("file", &trace_path);
     if (ImGui::Button("Save")) {
@@ -646,10 +713,11 @@ void App::menu_bar() {
     ImGui::EndPopup();
   }
   if (ImGui::BeginPopupModal("Save PNG", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
+    file_browser(state<FileBrowser>(), BrowseFor::Save, png_path, list_h);
     ImGui::SetNextItemWidth(w);
     ImGui::InputText("file", &png_path);
     if (ImGui::Button("The whole window")) {
-      screenshot_request = png_path;
+      window_shot = png_path;  // taken next frame, with this dialog gone
       ImGui::CloseCurrentPopup();
     }
     ImGui::SameLine();
@@ -749,12 +817,14 @@ void App::toolbar() {
   ImGui::EndDisabled();
   tooltip(*this, "Look at the previous step again (Left arrow). Nothing is recomputed.");
   ImGui::SameLine();
-  ImGui::BeginDisabled(cursor + 1 >= n && (done || replay || busy || !model));
+  ImGui::BeginDisabled(cursor + 1 >= n && ((done && !input_changed()) || replay || busy || !model));
   if (ImGui::Button("Step >")) step_forward();
   ImGui::EndDisabled();
   tooltip(*this, "Write one more token (Right arrow).");
   ImGui::SameLine();
+  ImGui::BeginDisabled(!playing && !model && (!replay || n == 0));
   if (ImGui::Button(playing ? "Pause" : "Play", ImVec2(font * 4, 0))) toggle_play();
+  ImGui::EndDisabled();
   tooltip(*this, "Step again and again at the chosen speed (Space).");
   flow(font * 7);
   ImGui::SetNextItemWidth(font * 7);
@@ -891,12 +961,19 @@ void App::token_strip() {
 void App::status_bar() {
   const float font = ImGui::GetFontSize();
   ImGui::Separator();
-  if (!error.empty()) {
-    ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(1.0f, 0.35f, 0.3f, 1));
-    ImGui::TextUnformatted(shorten(error, 140).c_str());
-    ImGui::PopStyleColor();
-    ImGui::SameLine();
+  if (!error.empty()) {  // the ok button first, the message cut to the width left (whole in a tooltip)
     if (ImGui::SmallButton("ok")) error.clear();
+    ImGui::SameLine();
+    ImGui::PushStyleColor(ImGuiCol_Text, readable(ImVec4(1.0f, 0.35f, 0.3f, 1)));
+    ImGui::TextUnformatted(fit_text(error, ImGui::GetContentRegionAvail().x).c_str());
+    ImGui::PopStyleColor();
+    if (ImGui::IsItemHovered()) {
+      ImGui::BeginTooltip();
+      ImGui::PushTextWrapPos(font * 40);
+      ImGui::TextUnformatted(error.c_str());
+      ImGui::PopTextWrapPos();
+      ImGui::EndTooltip();
+    }
     return;
   }
   std::string act = worker.activity();
@@ -937,9 +1014,13 @@ void App::status_bar() {
     ImGui::SameLine(0, font * 0.3f);
     ImGui::TextColored(narrow ? ImVec4(0.45f, 0.8f, 1.0f, 1) : ImGui::GetStyleColorVec4(ImGuiCol_Text), "%s",
                        ds::precision_name(model->precision));
-    ImGui::SameLine(0, font * 0.3f);
-    ImGui::Text("(%s of weights): %s, %d layers x %d heads, d_model %d, vocab %d", bytes,
-                c.encoder_decoder ? "encoder-decoder" : "decoder-only", c.n_layers, c.n_heads, c.d_model, c.vocab_size);
+    const bool status_shown = !status.empty() && (scripted || ImGui::GetTime() - status_time < 8);
+    if (!status_shown || fb_w > font * 100) {  // the details, when a message does not need the room
+      ImGui::SameLine(0, font * 0.3f);
+      ImGui::Text("(%s of weights): %s, %d layers x %d heads, d_model %d, vocab %d", bytes,
+                  c.encoder_decoder ? "encoder-decoder" : "decoder-only", c.n_layers, c.n_heads, c.d_model,
+                  c.vocab_size);
+    }
     ImGui::EndGroup();
     if (ImGui::IsItemHovered())
       ImGui::SetTooltip("%s\nweights kept as %s%s", c.describe().c_str(), ds::precision_name(model->precision),
@@ -959,8 +1040,10 @@ void App::status_bar() {
                        heads_off.size() == 1 ? "" : "s");
   }
   if (!status.empty() && (scripted || ImGui::GetTime() - status_time < 8)) {  // scripted: no clock in pictures
+    // Cut to the width left (the model's details step aside for it), whole in a tooltip.
     ImGui::SameLine();
-    ImGui::TextDisabled("  %s", status.c_str());
+    ImGui::TextDisabled("%s", fit_text("  " + status, ImGui::GetContentRegionAvail().x).c_str());
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", status.c_str());
   }
 }
 
@@ -992,6 +1075,12 @@ void App::view_tabs() {
 void App::frame() {
   placements.clear();
   last_heatmap.clear();
+  hide_popups = !window_shot.empty();
+  if (hide_popups) {  // the picture shows the window, not the dialog that asked for it, nor a tooltip
+    screenshot_request = window_shot;
+    window_shot.clear();
+    ImGui::GetIO().MousePos = ImVec2(-FLT_MAX, -FLT_MAX);
+  }
   const ImGuiViewport* vp = ImGui::GetMainViewport();
   ImGui::SetNextWindowPos(vp->Pos);
   ImGui::SetNextWindowSize(vp->Size);
@@ -1006,16 +1095,18 @@ void App::frame() {
   trace_io_frame(*this);
   if (open_model_request) {
     ImGui::OpenPopup("Open model##tb");
+    state<FileBrowser>().dir.clear();
     open_model_request = false;
   }
   if (ImGui::BeginPopupModal("Open model##tb", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
     ImGui::TextUnformatted("A llama2.c checkpoint (.bin) or a GPT-2 folder (config.json + model.safetensors).");
+    const bool picked = file_browser(state<FileBrowser>(), BrowseFor::Model, model_path, ImGui::GetFontSize() * 14);
     ImGui::SetNextItemWidth(ImGui::GetFontSize() * 30);
     ImGui::InputText("model", &model_path);
     ImGui::SetNextItemWidth(ImGui::GetFontSize() * 30);
     ImGui::InputText("tokenizer (optional)", &tokenizer_path);
     precision_combo("weights in memory##open");
-    if (ImGui::Button("Open")) {
+    if (ImGui::Button("Open") || picked) {
       load_model(model_path, tokenizer_path);
       ImGui::CloseCurrentPopup();
     }
@@ -1024,7 +1115,9 @@ void App::frame() {
     ImGui::EndPopup();
   }
   toolbar();
+  notices();
   token_strip();
+  if (show_legend) chip_legend(*this);
   if (loading) {
     ImGui::TextColored(ImVec4(1, 0.75f, 0.3f, 1), "Loading %s ... %.1f s (the window stays usable)",
                        loading_what.c_str(), ImGui::GetTime() - loading_since);

@@ -38,6 +38,9 @@ struct Branch {
   int fork_step = 0;  // the step the other branch regenerates
 };
 
+// The window's sampling settings before any change (temperature 1, top-p 0.9).
+ds::SamplerConfig default_sampler();
+
 class App {
  public:
   App();
@@ -127,6 +130,18 @@ class App {
   std::string status, error;
   double status_time = 0;
   std::string alert_text;  // shown in a dialog until dismissed (a bad trace, a bad option)
+  // Beside the text boxes (notices.cpp): why the text (or the model) was refused, and a
+  // note that the sampling settings were kept from the model before.
+  std::string input_error, sampler_note;
+  // The text the running session was started with, and the Start on its way.
+  std::string run_prompt, run_source, pending_prompt, pending_source;
+  bool start_pending = false;
+  bool step_after_start = false;  // Step pressed with changed text: start from it, then step
+  std::string prev_model_spec;    // the model loaded before the current one
+  bool input_changed() const;     // the boxes differ from what the running session was started with
+  bool hide_popups = false;       // this frame is saved as a picture: no dialog, no tooltip
+  std::string window_shot;        // "The whole window": saved on the next frame, the dialog closed
+  bool show_legend = true;        // the chip colours and markers under the token strip
 
   // ---- matrices, rebuilt only when their key changes
   // Every matrix made gets a new lineage id; a matrix that only gains rows keeps it,
@@ -217,7 +232,9 @@ class App {
   // A problem the user must see (a trace that cannot be opened, a bad command line):
   // printed on stderr and shown in a dialog in the window until dismissed.
   void alert(const std::string& s);
-  void alert_dialog();  // per frame
+  void alert_dialog();         // per frame
+  void notices();              // per frame, under the text boxes (notices.cpp)
+  void use_default_sampler();  // the window's default sampling settings, sent to the engine
 
   // ---- per frame
   void handle_events();

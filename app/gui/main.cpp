@@ -15,6 +15,7 @@
 #include "gl.h"
 #include "imgui.h"
 #include "models.h"
+#include "notices.h"
 #include "options.h"
 #include "script.h"
 #include "soak.h"
@@ -217,6 +218,7 @@ int run_loop(GLFWwindow* win, App& app, const Options& o, bool scripted) {
   FrameBench frame_bench;
   FrameBench* bench = o.bench ? &frame_bench : nullptr;
   ScriptedRun script(o, app, now_s(), bench);
+  watch_wide_characters(win, app);  // emoji: the message names the real code point
   std::unique_ptr<SoakRun> soak;
   if (o.soak > 0) soak = std::make_unique<SoakRun>(o, app, [win](int w, int h) { glfwSetWindowSize(win, w, h); });
   // A trace that cannot be opened: a scripted run exits (the reason is on stderr), the

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "app.h"
+#include "notices.h"
 
 namespace dsgui {
 
@@ -90,6 +91,8 @@ void panel_branches(App& app) {
     ImGui::Text("The branches agree on every token both have; one is longer (from position %d).", diff);
   else
     ImGui::TextUnformatted("The two branches are identical so far (same settings, same seed: same draws).");
+  // Only a token that differs is marked red; one branch merely going on is not a difference.
+  if (diff >= int(std::min(ta.size(), tb.size()))) diff = -1;
 
   const float colw = (ImGui::GetContentRegionAvail().x - font) * 0.5f;
   if (ImGui::BeginTable("sides", 2, ImGuiTableFlags_BordersInnerV)) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "app.h"
+#include "notices.h"
 #include "probe/lens.h"
 
 namespace dsgui {
@@ -130,7 +131,7 @@ void panel_lens(App& app) {
       std::string top = r.texts.empty() ? "?" : visible(r.texts[0]);
       bool match = !next.empty() && top == next;
       if (match)
-        ImGui::TextColored(ImVec4(0.4f, 0.9f, 0.4f, 1), "%s", top.c_str());
+        ImGui::TextColored(readable(ImVec4(0.4f, 0.9f, 0.4f, 1)), "%s", top.c_str());
       else
         ImGui::TextUnformatted(top.c_str());
       if (match && ImGui::IsItemHovered()) ImGui::SetTooltip("this is the token that actually came next");

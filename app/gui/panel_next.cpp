@@ -10,6 +10,8 @@
 #include <memory>
 
 #include "app.h"
+#include "imgui_internal.h"
+#include "notices.h"
 
 namespace dsgui {
 
@@ -243,6 +245,11 @@ struct NextState {
   std::map<uint64_t, uint64_t> trace_of;  // request version -> App::version when asked
   std::shared_ptr<const ShapeAnswer> answer;
   uint64_t answer_trace = 0;
+  // A value typed into a slider (Ctrl+click) is taken on Enter or a click elsewhere:
+  // until then the settings being typed live here, and "0" on the way to "0.9" is fine.
+  bool typing = false;
+  ds::SamplerConfig edit;
+  std::string field_error;  // why a typed value was not taken, shown under the sliders
 };
 
 // The columns of a candidate table.
@@ -283,7 +290,7 @@ void contrastive_cells(const ds::Candidate& c, float pmax, float w, bool chosen)
   ImGui::TableNextColumn();
   std::snprintf(b, sizeof b, "%+.4f", c.score);
   if (chosen)
-    ImGui::TextColored(ImVec4(1, 0.7f, 0.2f, 1), "%s", b);
+    ImGui::TextColored(readable(ImVec4(1, 0.7f, 0.2f, 1)), "%s", b);
   else
     ImGui::TextUnformatted(b);
 }
@@ -295,7 +302,9 @@ void candidate_row(const ds::SampleRecord& r, const ds::Candidate& c, int rank, 
                    int before) {
   const bool is_drawn = c.id == r.token;
   ImGui::TableNextRow();
-  if (is_drawn) ImGui::TableSetBgColor(ImGuiTableBgTarget_RowBg0, IM_COL32(200, 120, 20, 110));
+  if (is_drawn)
+    ImGui::TableSetBgColor(ImGuiTableBgTarget_RowBg0,
+                           light_background() ? IM_COL32(250, 200, 120, 160) : IM_COL32(200, 120, 20, 110));
   const bool removed = c.removed != 0 && !col.contrastive;
   if (removed) ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
   ImGui::TableNextColumn();
@@ -324,37 +333,67 @@ void candidate_row(const ds::SampleRecord& r, const ds::Candidate& c, int rank, 
   ImGui::TableNextColumn();
   if (removed) ImGui::PopStyleColor();
   if (is_drawn)
-    ImGui::TextColored(ImVec4(1, 0.7f, 0.2f, 1), col.contrastive ? "CHOSEN" : "DRAWN");
+    ImGui::TextColored(readable(ImVec4(1, 0.7f, 0.2f, 1)), col.contrastive ? "CHOSEN" : "DRAWN");
   else if (c.id == before)
-    ImGui::TextColored(ImVec4(0.95f, 0.75f, 0.4f, 1), "drawn before");
+    ImGui::TextColored(readable(ImVec4(0.95f, 0.75f, 0.4f, 1)), "drawn before");
   else if (removed && c.removed == ds::kRemovedTopK)
-    ImGui::TextColored(ImVec4(0.9f, 0.45f, 0.4f, 1), "cut by top-k");
+    ImGui::TextColored(readable(ImVec4(0.9f, 0.45f, 0.4f, 1)), "cut by top-k");
   else if (removed && c.removed == ds::kRemovedTopP)
-    ImGui::TextColored(ImVec4(0.9f, 0.45f, 0.4f, 1), "cut by top-p");
+    ImGui::TextColored(readable(ImVec4(0.9f, 0.45f, 0.4f, 1)), "cut by top-p");
   else if (c.repeated)
-    ImGui::TextColored(ImVec4(0.85f, 0.5f, 0.75f, 1), "repeat");
+    ImGui::TextColored(readable(ImVec4(0.85f, 0.5f, 0.75f, 1)), "repeat");
 }
 
-// The sliders for the steps to come. Returns whether one changed.
+// What is wrong with settings the engine would refuse, in words ("" when none).
+std::string refusal(const ds::SamplerConfig& c) {
+  char b[200] = "";
+  if (!(c.temperature >= 0))
+    std::snprintf(b, sizeof b,
+                  "Temperature cannot be below 0 (0 always takes the most probable token): %g was not taken.",
+                  c.temperature);
+  else if (c.top_k < 0)
+    std::snprintf(b, sizeof b, "top-k cannot be below 0 (0 is off): %d was not taken.", c.top_k);
+  else if (!(c.top_p > 0 && c.top_p <= 1))
+    std::snprintf(b, sizeof b, "top-p must be more than 0 and at most 1 (1 is off): %g was not taken.", c.top_p);
+  else if (!(c.repetition_penalty > 0) || !std::isfinite(c.repetition_penalty))
+    std::snprintf(b, sizeof b, "The repetition penalty must be more than 0 (1 is off): %g was not taken.",
+                  c.repetition_penalty);
+  else if (!(c.penalty_alpha >= 0 && c.penalty_alpha <= 1))
+    std::snprintf(b, sizeof b, "alpha must be between 0 and 1: %g was not taken.", c.penalty_alpha);
+  return b;
+}
+
+// The sliders for the steps to come. Returns whether app.sampler changed; a typed
+// value is taken when the typing ends, and one the engine would refuse is not taken
+// (the reason shows under the sliders).
 bool sampler_controls(App& app, float lw) {
-  ds::SamplerConfig& c = app.sampler;
-  bool changed = false;
+  NextState& st = app.state<NextState>();
+  ds::SamplerConfig c = st.typing ? st.edit : app.sampler;
+  bool changed = false, typing = false, committed = false;
+  const auto track = [&] {
+    typing |= ImGui::TempInputIsActive(ImGui::GetItemID());
+    committed |= ImGui::IsItemDeactivatedAfterEdit();
+  };
   ImGui::PushItemWidth(lw * 0.55f);
   ImGui::BeginDisabled(c.contrastive);
   changed |= ImGui::SliderFloat("temperature", &c.temperature, 0.0f, 2.0f, "%.2f");
+  track();
   tooltip(app,
           "Drag it: the table on the right shows this step's distribution reshaped live, nothing drawn. Below 1 "
           "the likely tokens get likelier (more predictable text); above 1 the distribution flattens (more "
           "surprising text); 0 always takes the most probable token.");
   ImGui::EndDisabled();
   changed |= ImGui::SliderInt("top-k", &c.top_k, 0, 50, c.top_k == 0 ? "off" : "%d");
+  track();
   tooltip(app, "Keep only the k most probable tokens (0: off). Contrastive search compares this many candidates.");
   ImGui::BeginDisabled(c.contrastive);
   changed |= ImGui::SliderFloat("top-p", &c.top_p, 0.05f, 1.0f, "%.2f");
+  track();
   tooltip(app, "Keep the most probable tokens until their probabilities add up to p (1: off).");
   ImGui::EndDisabled();
   changed |= ImGui::SliderFloat("repetition", &c.repetition_penalty, 0.5f, 2.0f,
                                 c.repetition_penalty == 1.0f ? "off (1.00)" : "%.2f");
+  track();
   tooltip(app,
           "Repetition penalty: the logit of every token already in the text is divided by this when positive and "
           "multiplied by it when negative, before temperature. Above 1: fewer repeats. 1: off. Ctrl+click to type.");
@@ -371,10 +410,25 @@ bool sampler_controls(App& app, float lw) {
           "so far. Needs top-k of 2 or more.");
   ImGui::BeginDisabled(!c.contrastive);
   changed |= ImGui::SliderFloat("alpha", &c.penalty_alpha, 0.0f, 1.0f, "%.2f");
+  track();
   tooltip(app, "Contrastive search's weight of the degeneration penalty (0: greedy).");
   ImGui::EndDisabled();
   ImGui::PopItemWidth();
-  return changed;
+  if (!st.field_error.empty()) {
+    ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + lw);
+    ImGui::TextColored(readable(ImVec4(1.0f, 0.4f, 0.35f, 1)), "%s", st.field_error.c_str());
+    ImGui::PopTextWrapPos();
+  }
+  st.typing = typing;
+  if (typing) {  // not taken until the typing ends
+    st.edit = c;
+    return false;
+  }
+  if (!changed && !committed) return false;
+  st.field_error = refusal(c);
+  if (!st.field_error.empty()) return false;  // the settings before stay
+  app.sampler = c;
+  return true;
 }
 
 // Left: the settings for the steps to come, previewing them on this step, and

@@ -186,7 +186,7 @@ void panel_roles(App& app) {
           "A head with nothing to do usually parks its attention on the first token (BOS). Leaving that "
           "column out (TransformerLens's exclude_bos) lets an induction head score near 1; with it in, even a "
           "perfect one scores just under 0.5, because the probe's first half has nothing to copy yet. "
-          "decoderscope-cli heads --exclude-bos gives the same scores.");
+          "The command-line tool's heads command, leaving out the first token too, gives the same scores.");
   flow(font * 14);
   ImGui::Checkbox("outline what the score counts", &st.outline);
   tooltip(app,

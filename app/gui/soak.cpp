@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "app.h"
+#include "file_browser.h"
 #include "models.h"
 #include "util/error.h"
 
@@ -83,6 +84,7 @@ SoakRun::SoakRun(const Options& o, App& app, std::function<void(int, int)> resiz
       (std::filesystem::temp_directory_path() / ("decoderscope-soak-" + std::to_string(long(getpid())))).string();
   trace_file_ = base + ".dstrace";  // the window's default format
   bad_file_ = base + "-bad.json";
+  png_file_ = base + "-window.png";
   std::signal(SIGABRT, on_fatal_signal);
   std::signal(SIGSEGV, on_fatal_signal);
 #ifdef __SANITIZE_ADDRESS__
@@ -94,6 +96,7 @@ SoakRun::~SoakRun() {
   std::error_code ec;
   std::filesystem::remove(trace_file_, ec);
   std::filesystem::remove(bad_file_, ec);
+  std::filesystem::remove(png_file_, ec);
   std::signal(SIGABRT, SIG_DFL);
   std::signal(SIGSEGV, SIG_DFL);
 }
@@ -227,6 +230,7 @@ void SoakRun::act(int k) {
   const int n = int(app_.trace.steps.size());
   switch (k) {
     case kStep:
+      may_refuse_ = app_.input_changed();  // Step starts from new text first, which may be refused
       if (pick(20) == 0)
         app_.run_to_end();
       else
@@ -294,6 +298,7 @@ void SoakRun::act(int k) {
 void SoakRun::act_play() {
   app_.speed = 5.0f + float(pick(16));
   play_until_ = int(app_.trace.steps.size()) + 2;
+  may_refuse_ = (!app_.model && !app_.replay) || app_.input_changed();  // no model: Play says so
   app_.toggle_play();
 }
 
@@ -350,7 +355,10 @@ void SoakRun::act_sampler() {
   static const float kTopP[] = {1.0f, 0.05f, 0.5f, 0.9f, 0.0f, 1.5f};
   static const float kRep[] = {1.0f, 0.5f, 2.0f, 1.3f, 0.0f};
   static const float kAlpha[] = {0.0f, 1.0f, 0.6f, 2.0f};
-  switch (pick(6)) {
+  switch (pick(7)) {
+    case 6:  // "Use the defaults" beside the note of settings kept from the model before
+      app_.use_default_sampler();
+      return;
     case 0:
       s.temperature = kTemps[pick(std::size(kTemps))];
       break;
@@ -437,6 +445,14 @@ void SoakRun::act_save_open() {
   if (r == 0 && saved_) {
     may_refuse_ = false;
     app_.open_trace(trace_file_);
+    return;
+  }
+  if (r == 1 && pick(3) == 0) {  // File > Save a picture > The whole window (saved next frame), after browsing
+    std::string why;
+    list_folder(std::filesystem::temp_directory_path().string(), BrowseFor(pick(3)), why);
+    list_folder(bad_file_ + ".missing", BrowseFor::Trace, why);  // an error in words, no throw
+    app_.window_shot = png_file_;
+    may_refuse_ = false;
     return;
   }
   if (r == 1) {

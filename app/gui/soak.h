@@ -85,7 +85,7 @@ class SoakRun {
   bool may_refuse_ = false;  // the action gave the window input it may turn down
   bool open_after_save_ = false;
   int play_until_ = 0;  // Play: pause once the trace has this many steps
-  std::string trace_file_, bad_file_;
+  std::string trace_file_, bad_file_, png_file_;
   bool saved_ = false;
 };
 

@@ -5,6 +5,7 @@
 
 #include "app.h"
 #include "imgui_internal.h"
+#include "notices.h"
 
 namespace dsgui {
 
@@ -56,7 +57,7 @@ void flow(float w) {
 }
 
 void tooltip(App& app, const char* text) {
-  if (!app.tooltips || !ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled)) return;
+  if (!app.tooltips || app.hide_popups || !ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled)) return;
   ImGui::BeginTooltip();
   ImGui::PushTextWrapPos(ImGui::GetFontSize() * 30.0f);
   ImGui::TextUnformatted(text);
@@ -87,10 +88,17 @@ void bar(float f, float w, ImU32 col, const char* overlay, ImU32 bg) {
   if (!bg) bg = ImGui::GetColorU32(ImGuiCol_FrameBg);
   dl->AddRectFilled(p, ImVec2(p.x + w, p.y + h), bg);
   f = std::clamp(std::isfinite(f) ? f : 0.0f, 0.0f, 1.0f);
-  if (f > 0) dl->AddRectFilled(p, ImVec2(p.x + std::max(1.0f, w * f), p.y + h), col);
-  if (overlay) {
+  const float fx = f > 0 ? p.x + std::max(1.0f, w * f) : p.x;
+  if (f > 0) dl->AddRectFilled(p, ImVec2(fx, p.y + h), col);
+  if (overlay) {  // black or white over the fill, and over the rest, whichever reads on each
     ImVec2 ts = ImGui::CalcTextSize(overlay);
-    dl->AddText(ImVec2(p.x + 4, p.y + (h - ts.y) * 0.5f), ImGui::GetColorU32(ImGuiCol_Text), overlay);
+    const ImVec2 at(p.x + 4, p.y + (h - ts.y) * 0.5f);
+    dl->PushClipRect(ImVec2(p.x, p.y - h), ImVec2(fx, p.y + 2 * h), true);
+    dl->AddText(at, text_on(col), overlay);
+    dl->PopClipRect();
+    dl->PushClipRect(ImVec2(fx, p.y - h), ImVec2(p.x + std::max(w, ts.x + 8), p.y + 2 * h), true);
+    dl->AddText(at, text_on(bg), overlay);
+    dl->PopClipRect();
   }
   ImGui::Dummy(ImVec2(w, h));
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <new>
 #include <span>
 
 #include "models.h"
@@ -110,7 +111,14 @@ void Worker::run() {
     } catch (const std::exception& e) {
       Event ev;
       ev.kind = Event::Error;
-      ev.msg = e.what();
+      // ds::Error says what was wrong in words; anything else is named as what it is.
+      if (dynamic_cast<const ds::Error*>(&e))
+        ev.msg = e.what();
+      else if (dynamic_cast<const std::bad_alloc*>(&e))
+        ev.msg = "there is not enough memory for this";
+      else
+        ev.msg = std::string("the engine stopped on an unexpected problem (") + e.what() + ")";
+      ev.start_failed = c.kind == Command::Start;
       emit(std::move(ev));
     }
     set_activity("");

@@ -105,6 +105,7 @@ struct Event {
   };
   Kind kind = Idle;
   std::string msg;
+  bool start_failed = false;  // Error: the failed command was a Start (the text was refused)
   std::shared_ptr<const ModelInfo> info;
   int step_index = 0;  // Step: the index of the step
   int kept = 0;        // Truncate: the steps kept

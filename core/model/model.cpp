@@ -656,7 +656,7 @@ void Engine::ffn(Stack st, int layer, const FeedForward& f, int T, int pos0, con
 void Engine::encode(std::span<const int> src) {
   const Config& c = model_->cfg;
   const Weights& w = model_->w;
-  if (!c.encoder_decoder) throw Error("this model has no encoder; --source is for encoder-decoder models");
+  if (!c.encoder_decoder) throw Error("this model has no encoder: a source text is only for encoder-decoder models");
   const int S = int(src.size());
   if (S == 0) throw Error("the source is empty");
   if (S > c.max_src)

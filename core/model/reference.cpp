@@ -45,7 +45,7 @@ double weight(const WMat& W, long r, long c) {
 // y = W x + b: [out] from [in] (b only when the layer has one).
 Row linear(const Linear& l, const Row& x) {
   const long out = long(l.W.rows()), in = long(l.W.cols());
-  require(out > 0 || l.W16.empty(), "the reference reads float32 weights (load with --precision f32)");
+  require(out > 0 || l.W16.empty(), "the reference reads float32 weights (load the model in float32)");
   require(in == long(x.size()), "a linear layer's input has the wrong size");
   Row y(size_t(out), 0.0);  // [out]
   for (long i = 0; i < out; ++i) {

@@ -138,18 +138,16 @@ void Sampler::prepare(int vocab, SampleResult& out) {
   std::fill(out.removed.begin(), out.removed.end(), kKept);
 }
 
-// Temperature 0: the first maximum, one-hot everywhere downstream, no draw.
+// Temperature 0: the first maximum, one-hot everywhere downstream, no draw. Only the
+// argmax is kept (n_kept = 1); the other ids keep removed = kKept with p_final 0.
 int Sampler::greedy(const float* logits, int vocab, float xmax, SampleResult& out) {
   const int tok = static_cast<int>(first_equal(logits, vocab, xmax));  // argmax: the first maximum
   std::fill(out.p_temp.begin(), out.p_temp.end(), 0.0f);
   out.p_temp[static_cast<size_t>(tok)] = 1.0f;
   out.p_topk = out.p_temp;
   out.p_final = out.p_temp;
-  out.order.resize(static_cast<size_t>(vocab));
-  out.order[0] = tok;
-  std::iota(out.order.begin() + 1, out.order.begin() + 1 + tok, 0);
-  std::iota(out.order.begin() + 1 + tok, out.order.end(), tok + 1);
-  out.n_kept = vocab;
+  out.order.assign(1, tok);
+  out.n_kept = 1;
   out.greedy = true;
   out.u = -1.0;
   out.token = tok;

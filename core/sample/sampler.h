@@ -84,7 +84,7 @@ class Sampler {
   // Fills out (reusing its buffers: no heap allocation once they are sized for this
   // vocab) and returns the sampled token. Throws ds::Error on empty or NaN logits.
   // Greedy (T == 0): token = argmax(logits), p_temp = p_topk = p_final = one-hot,
-  // nothing removed, order = the argmax then the other ids ascending, no RNG draw.
+  // nothing marked removed, order = {the argmax}, n_kept = 1, no RNG draw.
   // The draw walks order accumulating p_final; if rounding leaves the sum below u,
   // the last kept token with nonzero p_final is taken.
   // +inf logits share the mass equally; -inf logits get probability 0.

@@ -97,7 +97,7 @@ void check_inputs(const Config& c, const std::vector<int>& prompt, const std::ve
                 " MB a hypothesis); the limit is 4096 MB: use a width of at most " +
                 std::to_string(std::max(1, int(limit_bytes / cache))));
   check_prompt(c, prompt, limit);
-  if (c.encoder_decoder && source.empty()) throw Error("this is an encoder-decoder model: give a source (--source)");
+  if (c.encoder_decoder && source.empty()) throw Error("this is an encoder-decoder model: give it a source text");
   if (!c.encoder_decoder && !source.empty()) throw Error("this model is decoder-only: it takes no source");
   for (int id : source)
     if (id < 0 || id >= c.vocab_size)

@@ -54,7 +54,8 @@ void check_prompt(const Config& c, const std::vector<int>& prompt, int limit) {
                   std::to_string(c.vocab_size) + ")");
   if (int(prompt.size()) > limit)
     throw Error("the prompt has " + std::to_string(prompt.size()) + " tokens but only " + std::to_string(limit) +
-                " positions are allowed (--steps, or the model's context of " + std::to_string(c.max_seq) + ")");
+                " positions are allowed (the steps asked for, or the model's context of " + std::to_string(c.max_seq) +
+                ")");
 }
 
 void Session::start(const std::vector<int>& prompt, const std::vector<int>& source) {
@@ -62,7 +63,7 @@ void Session::start(const std::vector<int>& prompt, const std::vector<int>& sour
   check_prompt(c, prompt, steps_);
   trace_.clear();
   if (c.encoder_decoder) {
-    if (source.empty()) throw Error("this is an encoder-decoder model: give a source (--source)");
+    if (source.empty()) throw Error("this is an encoder-decoder model: give it a source text");
     trace_.source = source;
     for (int id : source) trace_.source_text.push_back(text_of(id));
     engine_.encode(source);
@@ -217,12 +218,11 @@ SampleRecord Session::record(const SampleResult& r, const SamplerConfig& c, int 
   rec.rank = 0;
   const int n = std::min(V, std::max(1, opt_.candidates));
   std::vector<int> rows;
-  if (r.greedy) {
-    // p_temp is one-hot on the token, so the ranking is the sampler's order: the
-    // token, then every other id ascending.
-    rows.assign(r.order.begin(), r.order.begin() + n);
-  } else {
-    auto by_prob = [&](int a, int b) { return r.p_temp[a] != r.p_temp[b] ? r.p_temp[a] > r.p_temp[b] : a < b; };
+  {
+    // Ranked by p_temp; greedy steps (p_temp one-hot) by the model's own distribution
+    // (after the repetition penalty), whose first maximum is the token.
+    const std::vector<float>& key = !r.greedy ? r.p_temp : r.p_rep.empty() ? r.p_raw : r.p_rep;
+    auto by_prob = [&](int a, int b) { return key[a] != key[b] ? key[a] > key[b] : a < b; };
     by_p.resize(size_t(V));
     for (int i = 0; i < V; ++i) by_p[size_t(i)] = i;
     std::partial_sort(by_p.begin(), by_p.begin() + n, by_p.end(), by_prob);

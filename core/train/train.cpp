@@ -15,6 +15,7 @@
 #include "train/trainer.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/excerpt.h"
 
 namespace fs = std::filesystem;
 
@@ -285,7 +286,7 @@ bool load_checkpoint(const std::string& dir, const TrainSpec& spec, size_t n, St
   try {
     h = json::parse(hs);
   } catch (const std::exception& e) {
-    throw Error(path + ": bad header: " + e.what());
+    throw Error(path + ": bad header (not valid JSON: " + shorten_json_error(e.what()) + ")");
   }
   json want = spec_json(spec);
   if (h.value("spec", json()) != want)

@@ -45,13 +45,25 @@ std::string quoted_excerpt(std::string_view s, size_t max) {
 }
 
 std::string shorten_json_error(std::string_view what) {
-  constexpr std::string_view kLastRead = "last read: '";
+  // The parser's own tag ("[json.exception.parse_error.101] ") and its phrasing
+  // ("parse error at line 1, column 2: syntax error while parsing value - ") go.
+  if (what.substr(0, 1) == "[")
+    if (const size_t t = what.find("] "); t != std::string_view::npos) what.remove_prefix(t + 2);
+  std::string where;
+  if (const size_t l = what.find("line "); l != std::string_view::npos && what.substr(0, 11) == "parse error") {
+    const size_t colon = what.find(": ", l);
+    where = std::string(what.substr(l, colon == std::string_view::npos ? std::string_view::npos : colon - l)) + ": ";
+    what.remove_prefix(colon == std::string_view::npos ? what.size() : colon + 2);
+  }
+  if (const size_t d = what.find(" - "); d != std::string_view::npos && what.substr(0, 12) == "syntax error")
+    what.remove_prefix(d + 3);
+  constexpr std::string_view kLastRead = "; last read: '";
   const size_t p = what.find(kLastRead);
-  if (p == std::string_view::npos) return excerpt(what, 4 * kExcerptBytes);
+  if (p == std::string_view::npos) return where + excerpt(what, 4 * kExcerptBytes);
   const size_t start = p + kLastRead.size();
   const size_t end = what.size() > start && what.back() == '\'' ? what.size() - 1 : what.size();
-  return excerpt(what.substr(0, start), 4 * kExcerptBytes) + excerpt(what.substr(start, end - start)) +
-         std::string(what.substr(end));
+  return where + excerpt(what.substr(0, p), 4 * kExcerptBytes) + " near '" + excerpt(what.substr(start, end - start)) +
+         "'";
 }
 
 }  // namespace ds

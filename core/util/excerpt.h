@@ -15,8 +15,10 @@ constexpr size_t kExcerptBytes = 60;
 std::string excerpt(std::string_view s, size_t max = kExcerptBytes);
 // The same in double quotes: "abc" or "abc..." (N bytes).
 std::string quoted_excerpt(std::string_view s, size_t max = kExcerptBytes);
-// A JSON parser's message (nlohmann's "...; last read: '<token>'") with the token it
-// quotes cut to an excerpt and control bytes escaped: the token may be a whole line.
+// A JSON parser's message in plain words: nlohmann's "[json.exception.parse_error.101]
+// parse error at line 1, column 2: syntax error while parsing value - invalid literal;
+// last read: '<token>'" becomes "line 1, column 2: invalid literal near '<token>'", the
+// token cut to an excerpt with control bytes escaped (it may be a whole line).
 std::string shorten_json_error(std::string_view what);
 
 }  // namespace ds

@@ -361,6 +361,38 @@ if run whatif_residual_encdec "${ENC[@]}" --view residual --layer 1; then
   check blank "$OUT/whatif_residual_encdec.png"
 fi
 
+# ---- bugs
+# Temperature 0: the Next token table lists the model's most probable tokens (each
+# step's rows by descending model probability, not ids 0-19 at 0) and keeps 1 token.
+if run next_greedy "${DEC[@]}" --view next --temperature 0 --light --size 1024x768 \
+    --save-trace "$OUT/trace_greedy.json"; then
+  check blank "$OUT/next_greedy.png"
+  kept=$(grep -o '"n_kept": *[0-9]*' "$OUT/trace_greedy.json" | tr -d ' "' | sort -u | xargs)
+  unsorted=$(sed 's/"candidates":/\n/g' "$OUT/trace_greedy.json" | tail -n +2 | sed 's/\].*//' |
+    awk '{n = split($0, a, "\"p_raw\":"); for (i = 3; i <= n; i++) if (a[i] + 0 > a[i - 1] + 0) {print NR; break}}')
+  if [ "$kept" = "n_kept:1" ] && [ -z "$unsorted" ]; then
+    passed=$((passed + 1))
+  else
+    echo "FAIL next_greedy: n_kept '$kept' (wanted 1); steps whose rows are not by model probability: $unsorted"
+    failed=$((failed + 1))
+  fi
+fi
+if run lens_light "${DEC[@]}" --view lens --light --size 1024x768; then check blank "$OUT/lens_light.png"; fi
+# Refused text names the real character (an emoji's own code point, never U+FFFD), and
+# a broken config.json is described in words, never the JSON library's tagged text.
+if [ -f "$(dirname "$0")/../../assets/models/dates/model.safetensors" ]; then
+  fails source_refused "U+00E4" --model builtin:dates --source "$(printf '3 M\xC3\xA4rz 2021')" --screenshot "$OUT/x.png"
+  fails source_emoji "U+1F600" --model builtin:dates --source "$(printf '3 \xF0\x9F\x98\x80')" --screenshot "$OUT/x.png"
+fi
+mkdir -p "$OUT/bad_folder"
+printf '{"n_layer": 2,,}' >"$OUT/bad_folder/config.json"
+: >"$OUT/bad_folder/model.safetensors"
+fails bad_config_json "config.json: not valid JSON: line 1, column 15" --model "$OUT/bad_folder" --screenshot "$OUT/x.png"
+if grep -q '\[json\.' "$OUT/bad_config_json.log"; then
+  echo "FAIL bad_config_json: the JSON library's text on stderr"
+  failed=$((failed + 1))
+fi
+
 # The soak: random user actions through the functions the widgets call (--soak), with
 # frames drawn between them; exits non-zero naming the action when one fails (an error
 # that is not an expected refusal, an OpenGL error, an abort, a hang). The same 300

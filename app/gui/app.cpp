@@ -1,6 +1,7 @@
 // The window: menu, text boxes, stepping controls, token strip, the views' tabs and the
 // status line; the worker's events are folded into the window's copy of the trace here.
 #include "app.h"
+#include "presenter.h"
 
 #include <algorithm>
 #include <cmath>
@@ -529,7 +530,9 @@ void App::shortcuts() {
     return;
   }
   if (ImGui::IsKeyPressed(GLFW_KEY_F12, false)) screenshot_request = png_path;
+  if (ImGui::IsKeyPressed(GLFW_KEY_F11, false)) toggle_presenter(*this);
   if (io.WantTextInput) return;
+  if (ImGui::IsKeyPressed(GLFW_KEY_F, false)) ++fit_serial;  // every heatmap fits its area again
   if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_RightArrow))) step_forward();
   if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_LeftArrow))) step_back();
   if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Space), false)) toggle_play();
@@ -562,12 +565,16 @@ void App::menu_bar() {
     if (ImGui::MenuItem("Normal size", "Ctrl 0")) scale_text(0);
     ImGui::MenuItem("Explain on hover (tooltips)", nullptr, &tooltips);
     ImGui::MenuItem("Explain each view (caption)", nullptr, &captions);
+    if (ImGui::MenuItem("Presenter mode", "F11", presenter)) toggle_presenter(*this);
+    if (ImGui::MenuItem("Fit the heatmaps", "F")) ++fit_serial;
     ImGui::EndMenu();
   }
   if (ImGui::BeginMenu("Help")) {
     ImGui::TextUnformatted("Right arrow: step   Left arrow: step back (no recompute)");
     ImGui::TextUnformatted("Space: play / pause   Home: first step   End: run to the end");
     ImGui::TextUnformatted("Ctrl + / Ctrl -: bigger / smaller (projector)   F12: save the window as PNG");
+    ImGui::TextUnformatted("F11: presenter mode (full screen, the view alone)   F: fit the heatmaps");
+    ImGui::TextUnformatted("On a heatmap: mouse wheel zooms, drag pans, hover names the row and column.");
     ImGui::TextUnformatted("Click a token to select the position every view follows.");
     ImGui::EndMenu();
   }
@@ -953,10 +960,16 @@ void App::frame() {
   ImGui::PushStyleVar(ImGuiStyleVar_WindowRounding, 0);
   ImGui::Begin("decoderscope", nullptr,
                ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoResize |
-                   ImGuiWindowFlags_MenuBar | ImGuiWindowFlags_NoSavedSettings |
+                   (presenter ? 0 : ImGuiWindowFlags_MenuBar) | ImGuiWindowFlags_NoSavedSettings |
                    ImGuiWindowFlags_NoBringToFrontOnFocus | ImGuiWindowFlags_NoBackground);
   ImGui::PopStyleVar();
   if (!scripted) shortcuts();
+  if (presenter) {  // presenter.h: the view alone
+    presenter_frame(*this);
+    alert_dialog();
+    ImGui::End();
+    return;
+  }
   menu_bar();
   if (open_model_request) {
     ImGui::OpenPopup("Open model##tb");

@@ -75,9 +75,11 @@ void panel_attention(App& app) {
   ImGui::Checkbox("mask only", &app.mask_only);
   tooltip(app, "Show just the mask: where each token is allowed to look (it never looks ahead).");
   colour_controls(app, !app.show_scores);
-  flow(font * 5);
-  if (ImGui::Button("Save PNG")) app.heatmap_png_request = "attention.png";
-  tooltip(app, "Save this heatmap (cells only) as attention.png in the current folder.");
+  if (!app.presenter) {  // presenter mode: the map gets the room
+    flow(font * 5);
+    if (ImGui::Button("Save PNG")) app.heatmap_png_request = "attention.png";
+    tooltip(app, "Save this heatmap (cells only) as attention.png in the current folder.");
+  }
 
   const App::GrowingMatrix& g = app.attention_view("attention", app.layer, app.head, false, app.show_scores);
   const Matrix& m = g.m;

@@ -101,7 +101,8 @@ void panel_cross(App& app) {
   }
   ImVec2 avail = ImGui::GetContentRegionAvail();
   a.size = ImVec2(avail.x - font * 9, avail.y - font * 5.5f);
-  a.max_cell = 44;
+  a.row_tokens = !st.encoder;  // output tokens grow a row a step; the source stays
+  a.col_tokens = false;
   HeatmapHit hit = heatmap_widget(app, st.encoder ? "encoder" : "cross", a);
   if (hit.hovered) {
     ImGui::BeginTooltip();

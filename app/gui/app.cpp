@@ -673,21 +673,33 @@ void App::toolbar() {
   }
   const bool encdec = model && model->cfg.encoder_decoder;
   ImGui::SameLine();
+  // The text boxes take what the labels and Start leave; on a narrow window (1024 px
+  // with big text) they start a line of their own, so that Start stays on screen.
+  const ImGuiStyle& style = ImGui::GetStyle();
+  auto text_w = [&](const char* s) { return ImGui::CalcTextSize(s).x + style.ItemSpacing.x; };
+  const float fixed = text_w("Start") + style.FramePadding.x * 2 + style.ItemSpacing.x +
+                      (encdec ? text_w("Source") + text_w("Target starts") + style.ItemSpacing.x : text_w("Prompt"));
   float avail = ImGui::GetContentRegionAvail().x;
-  float box = std::max(font * 6, (avail - font * 14) / (encdec ? 2.0f : 1.0f));
+  if (avail - fixed < font * (encdec ? 16 : 10)) {
+    ImGui::NewLine();
+    avail = ImGui::GetContentRegionAvail().x;
+  }
+  float box = std::max(font * 6, (avail - fixed) / (encdec ? 2.0f : 1.0f));
   if (encdec) {
+    ImGui::AlignTextToFramePadding();
     ImGui::TextUnformatted("Source");
     ImGui::SameLine();
-    ImGui::SetNextItemWidth(box - font * 3);
+    ImGui::SetNextItemWidth(box);
     if (ImGui::InputText("##source", &source, ImGuiInputTextFlags_EnterReturnsTrue) && model && !loading) start();
     tooltip(*this, "The text the encoder reads (for example a sentence to translate).");
     ImGui::SameLine();
     ImGui::TextUnformatted("Target starts");
     ImGui::SameLine();
-    ImGui::SetNextItemWidth(box - font * 6);
+    ImGui::SetNextItemWidth(box);
     if (ImGui::InputText("##prefix", &prompt, ImGuiInputTextFlags_EnterReturnsTrue) && model && !loading) start();
     tooltip(*this, "The first words of the output, if any; the decoder continues from here.");
   } else {
+    ImGui::AlignTextToFramePadding();
     ImGui::TextUnformatted("Prompt");
     ImGui::SameLine();
     ImGui::SetNextItemWidth(box);

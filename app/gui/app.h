@@ -255,6 +255,9 @@ struct HeatmapArgs {
   // Axes whose cells are token positions: the "last N tokens" window applies to them
   // and follows generation.
   bool row_tokens = true, col_tokens = true;
+  // The Fit / last-N / zoom line above the map; false: the view put heatmap_toolbar
+  // in its own row of controls.
+  bool toolbar = true;
   ImVec2 size;  // space for the controls line, cells and labels
   bool causal = false;
   // The matrix's lineage id (App::cached, App::attention_view): while it stays the
@@ -268,6 +271,9 @@ struct HeatmapHit {
   int row = -1, col = -1;                 // the matrix cell under the mouse
 };
 HeatmapHit heatmap_widget(App& app, const char* name, const HeatmapArgs& a);
+// The heatmap's Fit button, last-N choice and zoom hint, for a view's row of controls
+// (HeatmapArgs::toolbar false); nothing before the map's first frame.
+void heatmap_toolbar(App& app, const char* name, bool tokens);
 // Every heatmap shows only the last n tokens (0: all) at this zoom (1: fit), on the
 // newest cells and following generation (--last-tokens, --zoom).
 void heatmaps_start(App& app, int last_n, float zoom);

@@ -78,7 +78,18 @@ void view_caption(App& app, const char* view_id) {
   const int v = view_index(view_id);
   if (v < 0) return;
   ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
-  ImGui::TextWrapped("%s", all_views()[v].help);
+  const char* help = all_views()[v].help;
+  const float font = ImGui::GetFontSize(), w = ImGui::GetContentRegionAvail().x;
+  if (ImGui::GetContentRegionAvail().y >= font * 28 || ImGui::CalcTextSize(help).x <= w) {
+    ImGui::TextWrapped("%s", help);
+  } else {
+    // A short view (a small window, big text): one line, the rest on hover, so that
+    // the view keeps its room.
+    std::string s = help;
+    while (s.size() > 8 && ImGui::CalcTextSize((s + "...").c_str()).x > w) s.resize(s.size() * 9 / 10);
+    ImGui::TextUnformatted((s + "...").c_str());
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", help);
+  }
   ImGui::PopStyleColor();
   (void)app;
 }
@@ -194,10 +205,11 @@ namespace {
 // Every heatmap's zoom and pan, by name (an App view state: made on first use).
 struct HeatmapViews {
   std::map<std::string, MapView> views;
-  int last_n = 0;        // the last-N window a heatmap starts with (--last-tokens)
-  float zoom = 1;        // the zoom it starts with (--zoom)
-  std::string dragging;  // the heatmap a left drag pans, "" none
-  bool dragged = false;  // the drag moved (its release is no click)
+  std::map<std::string, MapLayout> shown;  // each heatmap's layout last frame (heatmap_toolbar)
+  int last_n = 0;                          // the last-N window a heatmap starts with (--last-tokens)
+  float zoom = 1;                          // the zoom it starts with (--zoom)
+  std::string dragging;                    // the heatmap a left drag pans, "" none
+  bool dragged = false;                    // the drag moved (its release is no click)
 };
 
 // A label with a highlight behind it (the hovered row or column), or plain.
@@ -270,15 +282,27 @@ float heatmap_labels(const HeatmapArgs& a, const MapLayout& l, ImVec2 p0, ImVec2
   return title_w;
 }
 
-// The line above a heatmap: Fit, the last-N window, and where the view is.
-void heatmap_controls(App& app, MapView& v, const MapLayout& l, const HeatmapArgs& a) {
+// Where the view is: the zoom and the cells shown.
+std::string map_hint(const MapView& v, const MapLayout& l) {
+  char where[160];
+  if (l.clipped())
+    std::snprintf(where, sizeof where, "zoom %.1fx: rows %d-%d, columns %d-%d of %d x %d%s", double(v.zoom), l.row0,
+                  l.row0 + l.rows - 1, l.col0, l.col0 + l.cols - 1, l.range_rows, l.range_cols,
+                  v.follow ? ", following" : "");
+  else
+    std::snprintf(where, sizeof where, "zoom %.1fx: all %d x %d", double(v.zoom), l.range_rows, l.range_cols);
+  return where;
+}
+
+// Fit, the last-N window, and where the view is, on the current line.
+void heatmap_controls(App& app, MapView& v, const MapLayout& l, bool tokens) {
   const float font = ImGui::GetFontSize();
   ImGui::PushID(&v);
   ImGui::BeginDisabled(v.zoom <= 1.0f && v.follow && !l.clipped());
   if (ImGui::SmallButton("Fit")) fit_map(v);
   ImGui::EndDisabled();
   tooltip(app, "Fit the whole map in the space (key F). Mouse wheel over the map zooms, dragging it pans.");
-  if (a.row_tokens || a.col_tokens) {
+  if (tokens) {
     ImGui::SameLine();
     static const int kLast[] = {0, 8, 16, 32, 64, 128, 256};
     char cur[32];
@@ -295,15 +319,8 @@ void heatmap_controls(App& app, MapView& v, const MapLayout& l, const HeatmapArg
     tooltip(app, "Show only the newest tokens: the window follows generation as tokens arrive.");
   }
   ImGui::SameLine();
-  char where[160];
-  if (l.clipped())
-    std::snprintf(where, sizeof where, "zoom %.1fx: rows %d-%d, columns %d-%d of %d x %d%s", double(v.zoom), l.row0,
-                  l.row0 + l.rows - 1, l.col0, l.col0 + l.cols - 1, l.range_rows, l.range_cols,
-                  v.follow ? ", following" : "");
-  else
-    std::snprintf(where, sizeof where, "zoom %.1fx: all %d x %d", double(v.zoom), l.range_rows, l.range_cols);
   ImGui::AlignTextToFramePadding();
-  ImGui::TextDisabled("%s", where);
+  ImGui::TextDisabled("%s", map_hint(v, l).c_str());
   ImGui::PopID();
 }
 
@@ -420,6 +437,17 @@ void heatmaps_start(App& app, int last_n, float zoom) {
   for (auto& [name, v] : hv.views) v.last_n = hv.last_n, v.zoom = hv.zoom, v.follow = true;
 }
 
+void heatmap_toolbar(App& app, const char* name, bool tokens) {
+  if (app.presenter) return;
+  HeatmapViews& hv = app.state<HeatmapViews>();
+  auto v = hv.views.find(name);
+  auto l = hv.shown.find(name);
+  if (v == hv.views.end() || l == hv.shown.end() || !l->second.ok()) return;  // not drawn yet
+  const float font = ImGui::GetFontSize();
+  flow(font * (tokens ? 13 : 4) + ImGui::CalcTextSize(map_hint(v->second, l->second).c_str()).x);
+  heatmap_controls(app, v->second, l->second, tokens);
+}
+
 HeatmapHit heatmap_widget(App& app, const char* name, const HeatmapArgs& a) {
   HeatmapHit hit;
   const Matrix& m = *a.m;
@@ -434,7 +462,7 @@ HeatmapHit heatmap_widget(App& app, const char* name, const HeatmapArgs& a) {
   };
   // Presenter mode has no controls line: the wheel, a drag and F still work, and a
   // zoomed map says so over its corner.
-  const float title = font * 1.4f, line = app.presenter ? 0.0f : ImGui::GetFrameHeightWithSpacing();
+  const float title = font * 1.4f, line = app.presenter || !a.toolbar ? 0.0f : ImGui::GetFrameHeightWithSpacing();
   const float col_w = widest(a.col_labels);
   const float lw = std::min(widest(a.row_labels), font * 6.0f) + font * 0.5f;
   float lh = std::min(col_w, font * 6.0f) + font * 0.5f;  // column labels written upward
@@ -446,8 +474,10 @@ HeatmapHit heatmap_widget(App& app, const char* name, const HeatmapArgs& a) {
   MapLayoutIn in;
   in.rows = m.rows;
   in.cols = m.cols;
-  in.area_w = std::floor(a.size.x - lw - title - font);  // font: the selected row's marker
-  in.area_h = std::floor(a.size.y - lh - title - line);
+  // At least 8 text lines each way: a window too small for the map scrolls to it
+  // rather than drawing cells of a pixel.
+  in.area_w = std::floor(std::max(a.size.x - lw - title - font, font * 8));  // font: the selected row's marker
+  in.area_h = std::floor(std::max(a.size.y - lh - title - line, font * 8));
   in.min_cell = a.min_cell;
   in.max_cell = a.max_cell > 0 ? a.max_cell : std::floor(font * 8);
   in.square = a.square;
@@ -457,7 +487,7 @@ HeatmapHit heatmap_widget(App& app, const char* name, const HeatmapArgs& a) {
   if (l.ok() && col_w <= l.cell_w - 2 && lh > font * 1.4f) {
     // Every column label fits across a cell: one line of them, and the cells get the room.
     lh = font * 1.4f;
-    in.area_h = std::floor(a.size.y - lh - title - line);
+    in.area_h = std::floor(std::max(a.size.y - lh - title - line, font * 8));
     l = layout_map(in, v);
   }
   if (!l.ok()) return hit;
@@ -476,7 +506,8 @@ HeatmapHit heatmap_widget(App& app, const char* name, const HeatmapArgs& a) {
   const float title_w = heatmap_labels(a, l, ImVec2(p0.x, p0.y + line), org, lw, lh, hit);
   heatmap_marks(a, l, org, hit);
   ImGui::SetCursorScreenPos(p0);
-  if (!app.presenter) heatmap_controls(app, v, l, a);
+  if (!app.presenter && a.toolbar) heatmap_controls(app, v, l, a.row_tokens || a.col_tokens);
+  hv.shown[name] = l;
   if (app.presenter && l.clipped()) {
     char b[96];
     std::snprintf(b, sizeof b, "zoom %.1fx, rows %d-%d (F: fit)", double(v.zoom), l.row0, l.row0 + l.rows - 1);

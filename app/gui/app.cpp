@@ -647,6 +647,27 @@ bool App::precision_combo(const char* id) {
   return changed;
 }
 
+namespace {
+
+// The width of the prompt box (or of each of the source and target boxes): what the
+// labels and Start leave; on a narrow window (1024 px with big text) the boxes start a
+// line of their own, so that Start stays on screen.
+float text_box_width(bool encdec) {
+  const float font = ImGui::GetFontSize();
+  const ImGuiStyle& style = ImGui::GetStyle();
+  auto text_w = [&](const char* s) { return ImGui::CalcTextSize(s).x + style.ItemSpacing.x; };
+  const float fixed = text_w("Start") + style.FramePadding.x * 2 + style.ItemSpacing.x +
+                      (encdec ? text_w("Source") + text_w("Target starts") + style.ItemSpacing.x : text_w("Prompt"));
+  float avail = ImGui::GetContentRegionAvail().x;
+  if (avail - fixed < font * (encdec ? 16 : 10)) {
+    ImGui::NewLine();
+    avail = ImGui::GetContentRegionAvail().x;
+  }
+  return std::max(font * 6, (avail - fixed) / (encdec ? 2.0f : 1.0f));
+}
+
+}  // namespace
+
 void App::toolbar() {
   const float font = ImGui::GetFontSize();
   // Row 1: model and text.
@@ -673,18 +694,7 @@ void App::toolbar() {
   }
   const bool encdec = model && model->cfg.encoder_decoder;
   ImGui::SameLine();
-  // The text boxes take what the labels and Start leave; on a narrow window (1024 px
-  // with big text) they start a line of their own, so that Start stays on screen.
-  const ImGuiStyle& style = ImGui::GetStyle();
-  auto text_w = [&](const char* s) { return ImGui::CalcTextSize(s).x + style.ItemSpacing.x; };
-  const float fixed = text_w("Start") + style.FramePadding.x * 2 + style.ItemSpacing.x +
-                      (encdec ? text_w("Source") + text_w("Target starts") + style.ItemSpacing.x : text_w("Prompt"));
-  float avail = ImGui::GetContentRegionAvail().x;
-  if (avail - fixed < font * (encdec ? 16 : 10)) {
-    ImGui::NewLine();
-    avail = ImGui::GetContentRegionAvail().x;
-  }
-  float box = std::max(font * 6, (avail - fixed) / (encdec ? 2.0f : 1.0f));
+  const float box = text_box_width(encdec);
   if (encdec) {
     ImGui::AlignTextToFramePadding();
     ImGui::TextUnformatted("Source");

@@ -132,6 +132,7 @@ void probe_pattern(App& app, RolesState& st, const RolesAnswer& ra, ImVec2 size)
   a.style.vmin = 0, a.style.vmax = 1;
   a.causal = true;
   a.size = size;
+  a.min_cell = 3;  // the 101-token probe: cells stay visible (the pane scrolls, or zoom)
   const HeatmapHit hit = heatmap_widget(app, "roles", a);
   if (st.outline && !app.placements.empty() && app.placements.back().name == "roles") {
     const HeatmapPlacement& pl = app.placements.back();

@@ -499,7 +499,9 @@ HeatmapHit heatmap_widget(App& app, const char* name, const HeatmapArgs& a) {
   ImGui::GetWindowDrawList()->AddImage((ImTextureID)(intptr_t)rt.texture(), org, ImVec2(org.x + W, org.y + H),
                                        ImVec2(0, 1), ImVec2(1, 0));
   ImGui::SetCursorScreenPos(org);
+  ImGui::PushID(name);  // two heatmaps in one view (encoder and cross) keep their own mouse
   ImGui::InvisibleButton("##cells", ImVec2(W, H));
+  ImGui::PopID();
   heatmap_mouse(hv, name, v, l, org, hit);
   add_placement(app, name, a, l, org);
 

@@ -533,6 +533,9 @@ void App::shortcuts() {
   if (ImGui::IsKeyPressed(GLFW_KEY_F11, false)) toggle_presenter(*this);
   if (io.WantTextInput) return;
   if (ImGui::IsKeyPressed(GLFW_KEY_F, false)) ++fit_serial;  // every heatmap fits its area again
+  if (presenter && ImGui::IsKeyPressed(GLFW_KEY_PAGE_DOWN, false)) show_view((view + 1) % int(all_views().size()));
+  if (presenter && ImGui::IsKeyPressed(GLFW_KEY_PAGE_UP, false))
+    show_view((view + int(all_views().size()) - 1) % int(all_views().size()));
   if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_RightArrow))) step_forward();
   if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_LeftArrow))) step_back();
   if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Space), false)) toggle_play();

@@ -35,7 +35,7 @@ void presenter_frame(App& app) {
   ImGui::AlignTextToFramePadding();
   ImGui::TextUnformatted(where.c_str());
   ImGui::SameLine(0, ImGui::GetFontSize() * 2);
-  const char* keys = "Right: step  Left: back  F: fit  F11: leave presenter mode";
+  const char* keys = "Right: step  Left: back  PgDn/PgUp: view  F: fit  F11: leave presenter mode";
   const bool fresh = app.scripted || ImGui::GetTime() - app.presenter_since < kHintSeconds;
   if (fresh)
     ImGui::TextColored(ImVec4(1, 0.75f, 0.3f, 1), "%s", keys);

@@ -2,7 +2,7 @@
 // Presenter mode (F11): for a projector. The window goes full screen; the menu, the
 // toolbar, the token strip, the tabs and the captions are hidden, and the current view
 // takes the whole window above one line that says where the run is and which keys
-// step (Right, Left, Space) and leave (F11).
+// step (Right, Left, Space), change the view (Page Down, Page Up) and leave (F11).
 namespace dsgui {
 
 class App;

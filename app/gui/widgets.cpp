@@ -301,7 +301,9 @@ void heatmap_controls(App& app, MapView& v, const MapLayout& l, bool tokens) {
   ImGui::BeginDisabled(v.zoom <= 1.0f && v.follow && !l.clipped());
   if (ImGui::SmallButton("Fit")) fit_map(v);
   ImGui::EndDisabled();
-  tooltip(app, "Fit the whole map in the space (key F). Mouse wheel over the map zooms, dragging it pans.");
+  tooltip(app,
+          "Fit the whole map in the space (key F, or double-click the map). Mouse wheel over the map zooms, "
+          "dragging it pans.");
   if (tokens) {
     ImGui::SameLine();
     static const int kLast[] = {0, 8, 16, 32, 64, 128, 256};
@@ -341,6 +343,7 @@ void heatmap_mouse(HeatmapViews& hv, const char* name, MapView& v, const MapLayo
       hv.dragging.clear();
     }
   }
+  if (hovered && ImGui::IsMouseDoubleClicked(0)) fit_map(v);  // a double click fits again
   if (hovered && io.MouseWheel != 0)
     zoom_map(v, l, std::pow(1.25f, io.MouseWheel), io.MousePos.x - org.x, io.MousePos.y - org.y);
   if (!hovered) return;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 
 #include "imgui_stdlib.h"
 #include "models.h"
@@ -966,7 +967,9 @@ void App::view_tabs() {
     tooltip(*this, views[v].help);
     if (!open) continue;
     if (!req && !view_request) view = v;
-    ImGui::BeginChild("view", ImVec2(0, -status_h), false, ImGuiWindowFlags_HorizontalScrollbar);
+    // Over a heatmap (last frame) the wheel zooms it and does not scroll the view.
+    const int no_wheel = std::exchange(wheel_zooms, false) ? ImGuiWindowFlags_NoScrollWithMouse : 0;
+    ImGui::BeginChild("view", ImVec2(0, -status_h), false, ImGuiWindowFlags_HorizontalScrollbar | no_wheel);
     view_rect =
         ImVec4(ImGui::GetWindowPos().x, ImGui::GetWindowPos().y, ImGui::GetWindowSize().x, ImGui::GetWindowSize().y);
     views[v].draw(*this);

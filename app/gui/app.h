@@ -87,6 +87,7 @@ class App {
   bool presenter = false;       // F11: full screen, the view alone (presenter.cpp)
   double presenter_since = -1;  // when presenter mode was entered (its hint fades)
   int fit_serial = 0;           // bumped by F: every heatmap fits its area again
+  bool wheel_zooms = false;     // the mouse is over a heatmap: the wheel zooms it, the view does not scroll
 
   // ---- playing
   bool playing = false;

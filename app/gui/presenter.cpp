@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include "app.h"
 
@@ -21,7 +22,9 @@ void presenter_frame(App& app) {
   const auto views = all_views();
   if (app.view < 0 || app.view >= int(views.size())) app.view = 0;
   const float line = ImGui::GetFrameHeightWithSpacing() + ImGui::GetStyle().ItemSpacing.y;
-  ImGui::BeginChild("view", ImVec2(0, -line), false, ImGuiWindowFlags_HorizontalScrollbar);
+  // Over a heatmap (last frame) the wheel zooms it and does not scroll the view.
+  const int no_wheel = std::exchange(app.wheel_zooms, false) ? ImGuiWindowFlags_NoScrollWithMouse : 0;
+  ImGui::BeginChild("view", ImVec2(0, -line), false, ImGuiWindowFlags_HorizontalScrollbar | no_wheel);
   app.view_rect =
       ImVec4(ImGui::GetWindowPos().x, ImGui::GetWindowPos().y, ImGui::GetWindowSize().x, ImGui::GetWindowSize().y);
   views[size_t(app.view)].draw(app);

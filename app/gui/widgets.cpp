@@ -328,7 +328,8 @@ void heatmap_controls(App& app, MapView& v, const MapLayout& l, bool tokens) {
 
 // Mouse wheel zooms about the cell under the mouse; a left drag pans; a release
 // without a drag is a click.
-void heatmap_mouse(HeatmapViews& hv, const char* name, MapView& v, const MapLayout& l, ImVec2 org, HeatmapHit& hit) {
+void heatmap_mouse(App& app, HeatmapViews& hv, const char* name, MapView& v, const MapLayout& l, ImVec2 org,
+                   HeatmapHit& hit) {
   const ImGuiIO& io = ImGui::GetIO();
   const bool hovered = ImGui::IsItemHovered();
   if (ImGui::IsItemActivated()) hv.dragging = name, hv.dragged = false;
@@ -343,6 +344,7 @@ void heatmap_mouse(HeatmapViews& hv, const char* name, MapView& v, const MapLayo
       hv.dragging.clear();
     }
   }
+  if (hovered) app.wheel_zooms = true;  // the view does not scroll under the wheel (App::view_tabs)
   if (hovered && ImGui::IsMouseDoubleClicked(0)) fit_map(v);  // a double click fits again
   if (hovered && io.MouseWheel != 0)
     zoom_map(v, l, std::pow(1.25f, io.MouseWheel), io.MousePos.x - org.x, io.MousePos.y - org.y);
@@ -505,7 +507,7 @@ HeatmapHit heatmap_widget(App& app, const char* name, const HeatmapArgs& a) {
   ImGui::PushID(name);  // two heatmaps in one view (encoder and cross) keep their own mouse
   ImGui::InvisibleButton("##cells", ImVec2(W, H));
   ImGui::PopID();
-  heatmap_mouse(hv, name, v, l, org, hit);
+  heatmap_mouse(app, hv, name, v, l, org, hit);
   add_placement(app, name, a, l, org);
 
   const float title_w = heatmap_labels(a, l, ImVec2(p0.x, p0.y + line), org, lw, lh, hit);

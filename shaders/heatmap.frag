@@ -4,7 +4,8 @@
 // colours, which no colormap produces, so they never look like a weight of 0.
 uniform sampler2D u_values;  // R32F, width = cols, height = rows
 uniform sampler2D u_mask;    // R8, 1 = allowed, 0 = masked
-uniform ivec2 u_cells;       // cols, rows
+uniform ivec2 u_cells;       // cols, rows drawn
+uniform ivec2 u_origin;      // the matrix's col, row drawn first (a window of a larger matrix)
 uniform vec4 u_rect;         // x, y (bottom-left, framebuffer pixels), width, height
 uniform int u_cmap;          // 0 viridis-like, 1 magma-like, 2 greys
 uniform int u_scale;         // 0 linear, 1 log
@@ -51,7 +52,7 @@ void main() {
     frag = vec4(u_gap, 1.0);
     return;
   }
-  float m = texelFetch(u_mask, ivec2(col, row), 0).r;
+  float m = texelFetch(u_mask, ivec2(col, row) + u_origin, 0).r;
   if (m < 0.5) {
     int stripe = ((int(gl_FragCoord.x) + int(gl_FragCoord.y)) / 4) % 2;
     frag = vec4(stripe == 0 ? u_mask_a : u_mask_b, 1.0);
@@ -61,7 +62,7 @@ void main() {
     frag = vec4(u_allowed, 1.0);
     return;
   }
-  float v = texelFetch(u_values, ivec2(col, row), 0).r;
+  float v = texelFetch(u_values, ivec2(col, row) + u_origin, 0).r;
   float t;
   if (isnan(v) || isinf(v)) {
     t = 0.0;

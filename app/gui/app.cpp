@@ -1,11 +1,13 @@
 // The window: menu, text boxes, stepping controls, token strip, the views' tabs and the
 // status line; the worker's events are folded into the window's copy of the trace here.
 #include "app.h"
+#include "presenter.h"
 
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 
 #include "file_browser.h"
 #include "imgui_stdlib.h"
@@ -632,7 +634,12 @@ void App::shortcuts() {
     return;
   }
   if (ImGui::IsKeyPressed(GLFW_KEY_F12, false)) screenshot_request = png_path;
+  if (ImGui::IsKeyPressed(GLFW_KEY_F11, false)) toggle_presenter(*this);
   if (io.WantTextInput) return;
+  if (ImGui::IsKeyPressed(GLFW_KEY_F, false)) ++fit_serial;  // every heatmap fits its area again
+  if (presenter && ImGui::IsKeyPressed(GLFW_KEY_PAGE_DOWN, false)) show_view((view + 1) % int(all_views().size()));
+  if (presenter && ImGui::IsKeyPressed(GLFW_KEY_PAGE_UP, false))
+    show_view((view + int(all_views().size()) - 1) % int(all_views().size()));
   if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_RightArrow))) step_forward();
   if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_LeftArrow))) step_back();
   if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Space), false)) toggle_play();
@@ -667,6 +674,8 @@ void App::menu_bar() {
     ImGui::MenuItem("Explain on hover (tooltips)", nullptr, &tooltips);
     ImGui::MenuItem("Explain each view (caption)", nullptr, &captions);
     ImGui::MenuItem("Legend of the token colours", nullptr, &show_legend);
+    if (ImGui::MenuItem("Presenter mode", "F11", presenter)) toggle_presenter(*this);
+    if (ImGui::MenuItem("Fit the heatmaps", "F")) ++fit_serial;
     ImGui::EndMenu();
   }
   if (ImGui::BeginMenu("Help")) {
@@ -674,6 +683,8 @@ void App::menu_bar() {
     ImGui::TextUnformatted("Space: play / pause   Home: first step   End: run to the end");
     ImGui::TextUnformatted("Ctrl + / Ctrl -: bigger / smaller (projector)   F12: save the window as PNG");
     ImGui::TextUnformatted("Ctrl+Z: undo the last what-if (re-run, re-draw, fork, Start over a trace)");
+    ImGui::TextUnformatted("F11: presenter mode (full screen, the view alone)   F: fit the heatmaps");
+    ImGui::TextUnformatted("On a heatmap: mouse wheel zooms, drag pans, hover names the row and column.");
     ImGui::TextUnformatted("Click a token to select the position every view follows.");
     ImGui::EndMenu();
   }
@@ -753,6 +764,27 @@ bool App::precision_combo(const char* id) {
   return changed;
 }
 
+namespace {
+
+// The width of the prompt box (or of each of the source and target boxes): what the
+// labels and Start leave; on a narrow window (1024 px with big text) the boxes start a
+// line of their own, so that Start stays on screen.
+float text_box_width(bool encdec) {
+  const float font = ImGui::GetFontSize();
+  const ImGuiStyle& style = ImGui::GetStyle();
+  auto text_w = [&](const char* s) { return ImGui::CalcTextSize(s).x + style.ItemSpacing.x; };
+  const float fixed = text_w("Start") + style.FramePadding.x * 2 + style.ItemSpacing.x +
+                      (encdec ? text_w("Source") + text_w("Target starts") + style.ItemSpacing.x : text_w("Prompt"));
+  float avail = ImGui::GetContentRegionAvail().x;
+  if (avail - fixed < font * (encdec ? 16 : 10)) {
+    ImGui::NewLine();
+    avail = ImGui::GetContentRegionAvail().x;
+  }
+  return std::max(font * 6, (avail - fixed) / (encdec ? 2.0f : 1.0f));
+}
+
+}  // namespace
+
 void App::toolbar() {
   const float font = ImGui::GetFontSize();
   // Row 1: model and text.
@@ -779,21 +811,22 @@ void App::toolbar() {
   }
   const bool encdec = model && model->cfg.encoder_decoder;
   ImGui::SameLine();
-  float avail = ImGui::GetContentRegionAvail().x;
-  float box = std::max(font * 6, (avail - font * 14) / (encdec ? 2.0f : 1.0f));
+  const float box = text_box_width(encdec);
   if (encdec) {
+    ImGui::AlignTextToFramePadding();
     ImGui::TextUnformatted("Source");
     ImGui::SameLine();
-    ImGui::SetNextItemWidth(box - font * 3);
+    ImGui::SetNextItemWidth(box);
     if (ImGui::InputText("##source", &source, ImGuiInputTextFlags_EnterReturnsTrue) && model && !loading) start();
     tooltip(*this, "The text the encoder reads (for example a sentence to translate).");
     ImGui::SameLine();
     ImGui::TextUnformatted("Target starts");
     ImGui::SameLine();
-    ImGui::SetNextItemWidth(box - font * 6);
+    ImGui::SetNextItemWidth(box);
     if (ImGui::InputText("##prefix", &prompt, ImGuiInputTextFlags_EnterReturnsTrue) && model && !loading) start();
     tooltip(*this, "The first words of the output, if any; the decoder continues from here.");
   } else {
+    ImGui::AlignTextToFramePadding();
     ImGui::TextUnformatted("Prompt");
     ImGui::SameLine();
     ImGui::SetNextItemWidth(box);
@@ -1062,7 +1095,9 @@ void App::view_tabs() {
     tooltip(*this, views[v].help);
     if (!open) continue;
     if (!req && !view_request) view = v;
-    ImGui::BeginChild("view", ImVec2(0, -status_h), false, ImGuiWindowFlags_HorizontalScrollbar);
+    // Over a heatmap (last frame) the wheel zooms it and does not scroll the view.
+    const int no_wheel = std::exchange(wheel_zooms, false) ? ImGuiWindowFlags_NoScrollWithMouse : 0;
+    ImGui::BeginChild("view", ImVec2(0, -status_h), false, ImGuiWindowFlags_HorizontalScrollbar | no_wheel);
     view_rect =
         ImVec4(ImGui::GetWindowPos().x, ImGui::GetWindowPos().y, ImGui::GetWindowSize().x, ImGui::GetWindowSize().y);
     views[v].draw(*this);
@@ -1087,12 +1122,18 @@ void App::frame() {
   ImGui::PushStyleVar(ImGuiStyleVar_WindowRounding, 0);
   ImGui::Begin("decoderscope", nullptr,
                ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoResize |
-                   ImGuiWindowFlags_MenuBar | ImGuiWindowFlags_NoSavedSettings |
+                   (presenter ? 0 : ImGuiWindowFlags_MenuBar) | ImGuiWindowFlags_NoSavedSettings |
                    ImGuiWindowFlags_NoBringToFrontOnFocus | ImGuiWindowFlags_NoBackground);
   ImGui::PopStyleVar();
   if (!scripted) shortcuts();
-  menu_bar();
   trace_io_frame(*this);
+  if (presenter) {  // presenter.h: the view alone
+    presenter_frame(*this);
+    alert_dialog();
+    ImGui::End();
+    return;
+  }
+  menu_bar();
   if (open_model_request) {
     ImGui::OpenPopup("Open model##tb");
     state<FileBrowser>().dir.clear();

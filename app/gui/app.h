@@ -27,6 +27,7 @@ struct HeatmapPlacement {
   float x = 0, y = 0;  // top-left of the cells, window pixels from the top-left
   float cell_w = 0, cell_h = 0;
   int rows = 0, cols = 0;
+  int row0 = 0, col0 = 0;     // the matrix cell shown top-left (zoomed, panned or the last N tokens)
   bool causal = false;        // self-attention of a decoder: keys after the query are masked
   std::vector<uint8_t> mask;  // what the window drew as masked (1 allowed)
 };
@@ -86,7 +87,11 @@ class App {
   bool font_dirty = true;
   ImFont* mono_font = nullptr;  // for code (the Block view); null: the main font
   bool tooltips = true;
-  bool captions = true;  // the one-sentence explanation above each view
+  bool captions = true;         // the one-sentence explanation above each view
+  bool presenter = false;       // F11: full screen, the view alone (presenter.cpp)
+  double presenter_since = -1;  // when presenter mode was entered (its hint fades)
+  int fit_serial = 0;           // bumped by F: every heatmap fits its area again
+  bool wheel_zooms = false;     // the mouse is over a heatmap: the wheel zooms it, the view does not scroll
 
   // ---- playing
   bool playing = false;
@@ -277,8 +282,17 @@ struct HeatmapArgs {
   std::vector<int> current_rows;  // rows of the current step (outlined)
   int selected_row = -1;
   const char* value_name = "weight";
-  float max_cell = 40, min_cell = 3;
-  ImVec2 size;  // space for cells and labels
+  // Cell size limits when the map fits its area (zoom 1); max 0: 8 text heights, so
+  // that Ctrl +/- scales the maps with the text.
+  float max_cell = 0, min_cell = 1;
+  bool square = true;  // square cells (else each side fits its own axis)
+  // Axes whose cells are token positions: the "last N tokens" window applies to them
+  // and follows generation.
+  bool row_tokens = true, col_tokens = true;
+  // The Fit / last-N / zoom line above the map; false: the view put heatmap_toolbar
+  // in its own row of controls.
+  bool toolbar = true;
+  ImVec2 size;  // space for the controls line, cells and labels
   bool causal = false;
   // The matrix's lineage id (App::cached, App::attention_view): while it stays the
   // same the matrix has only gained rows or columns, and only those are sent to the
@@ -287,10 +301,16 @@ struct HeatmapArgs {
   uint64_t lineage = 0;
 };
 struct HeatmapHit {
-  bool hovered = false, clicked = false;
-  int row = -1, col = -1;
+  bool hovered = false, clicked = false;  // clicked: released without dragging
+  int row = -1, col = -1;                 // the matrix cell under the mouse
 };
 HeatmapHit heatmap_widget(App& app, const char* name, const HeatmapArgs& a);
+// The heatmap's Fit button, last-N choice and zoom hint, for a view's row of controls
+// (HeatmapArgs::toolbar false); nothing before the map's first frame.
+void heatmap_toolbar(App& app, const char* name, bool tokens);
+// Every heatmap shows only the last n tokens (0: all) at this zoom (1: fit), on the
+// newest cells and following generation (--last-tokens, --zoom).
+void heatmaps_start(App& app, int last_n, float zoom);
 // A colour bar for a style's range, with the hatched mask swatch.
 void legend(const HeatStyle& st, const char* value_name, bool show_mask);
 // The same, upright: to the right of a heatmap (height: of the colour bar).

@@ -178,6 +178,7 @@ bool HeatmapRenderer::init(const std::string& dir, std::string& error) {
   u_allowed_ = glGetUniformLocation(prog_, "u_allowed");
   u_gap_ = glGetUniformLocation(prog_, "u_gap");
   u_gap_px_ = glGetUniformLocation(prog_, "u_gap_px");
+  u_origin_ = glGetUniformLocation(prog_, "u_origin");
   glGenVertexArrays(1, &vao_);
   return true;
 }
@@ -201,7 +202,9 @@ void HeatmapRenderer::draw(int rows, int cols, const float* values, const uint8_
 }
 
 void HeatmapRenderer::draw(const HeatTexture& tex, const HeatStyle& st, int x, int y, int w, int h) {
-  const int rows = tex.rows(), cols = tex.cols();
+  const int r0 = std::clamp(st.row0, 0, tex.rows()), c0 = std::clamp(st.col0, 0, tex.cols());
+  const int rows = st.rows > 0 ? std::min(st.rows, tex.rows() - r0) : tex.rows() - r0;
+  const int cols = st.cols > 0 ? std::min(st.cols, tex.cols() - c0) : tex.cols() - c0;
   if (!prog_ || rows <= 0 || cols <= 0 || w <= 0 || h <= 0) return;
   glActiveTexture(GL_TEXTURE0);
   glBindTexture(GL_TEXTURE_2D, tex.values_texture());
@@ -216,6 +219,7 @@ void HeatmapRenderer::draw(const HeatTexture& tex, const HeatStyle& st, int x, i
   glUniform1i(u_values_, 0);
   glUniform1i(u_mask_, 1);
   glUniform2i(u_cells_, cols, rows);
+  glUniform2i(u_origin_, c0, r0);
   glUniform4f(u_rect_, float(x), float(y), float(w), float(h));
   glUniform1i(u_cmap_, st.cmap);
   glUniform1i(u_scale_, st.log ? 1 : 0);

@@ -31,6 +31,10 @@ struct HeatStyle {
   std::array<float, 3> allowed = {0.85f, 0.85f, 0.85f};
   std::array<float, 3> gap = {0.1f, 0.1f, 0.1f};
   float gap_px = 0;
+  // The window of cells drawn (a zoomed or panned heatmap, the last N tokens): rows
+  // [row0, row0 + rows) and columns [col0, col0 + cols) of the matrix; 0 rows or cols:
+  // to the matrix's end.
+  int row0 = 0, col0 = 0, rows = 0, cols = 0;
 };
 
 // An offscreen colour buffer.
@@ -130,7 +134,7 @@ class HeatmapRenderer {
   // Sends the matrix to a scratch texture first (drawings that keep nothing).
   void draw(int rows, int cols, const float* values, const uint8_t* mask, const HeatStyle& st, int x, int y, int w,
             int h, UploadStats& stats);
-  // Draws the cells a HeatTexture holds.
+  // Draws the cells a HeatTexture holds (the window of them st names).
   void draw(const HeatTexture& tex, const HeatStyle& st, int x, int y, int w, int h);
   void clear(float r, float g, float b);
 
@@ -138,7 +142,7 @@ class HeatmapRenderer {
   GLuint prog_ = 0, vao_ = 0;
   HeatTexture scratch_;
   GLint u_values_ = -1, u_mask_ = -1, u_cells_ = -1, u_rect_ = -1, u_cmap_ = -1, u_scale_ = -1, u_mode_ = -1,
-        u_range_ = -1, u_mask_a_ = -1, u_mask_b_ = -1, u_allowed_ = -1, u_gap_ = -1, u_gap_px_ = -1;
+        u_range_ = -1, u_mask_a_ = -1, u_mask_b_ = -1, u_allowed_ = -1, u_gap_ = -1, u_gap_px_ = -1, u_origin_ = -1;
 };
 
 // Where the shaders are: beside the executable (shaders/, ../shaders) or in the source

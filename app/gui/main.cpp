@@ -48,6 +48,44 @@ void fit_work_area(int& w, int& h) {
   }
 }
 
+// The first size of an interactive window without --size: 90% of the primary
+// monitor's work area (so that the toolbar and the status line are on screen on a
+// 1024x768 projector and the maps have room on a large screen); 1280x800 when GLFW
+// cannot tell.
+void first_size(int& w, int& h) {
+  GLFWmonitor* mon = glfwGetPrimaryMonitor();
+  int x = 0, y = 0, aw = 0, ah = 0;
+  if (mon) glfwGetMonitorWorkarea(mon, &x, &y, &aw, &ah);
+  if (aw <= 0 || ah <= 0) {
+    const GLFWvidmode* mode = mon ? glfwGetVideoMode(mon) : nullptr;
+    if (mode) aw = mode->width, ah = mode->height;
+  }
+  if (aw <= 0 || ah <= 0) return;
+  w = std::max(320, int(aw * 0.9));
+  h = std::max(240, int(ah * 0.9));
+}
+
+// Presenter mode (F11) fills the monitor the window is on; leaving it gives the window
+// back its place and size. Scripted runs keep their --size (the layout alone changes).
+struct FullScreen {
+  bool on = false;
+  int x = 0, y = 0, w = 0, h = 0;  // the window before it went full screen
+};
+void sync_full_screen(GLFWwindow* win, const App& app, FullScreen& fs) {
+  if (app.scripted || app.presenter == fs.on) return;
+  if (app.presenter) {
+    GLFWmonitor* mon = glfwGetPrimaryMonitor();
+    const GLFWvidmode* mode = mon ? glfwGetVideoMode(mon) : nullptr;
+    if (!mode) return;  // no monitor to fill: presenter mode keeps the window
+    glfwGetWindowPos(win, &fs.x, &fs.y);
+    glfwGetWindowSize(win, &fs.w, &fs.h);
+    glfwSetWindowMonitor(win, mon, 0, 0, mode->width, mode->height, mode->refreshRate);
+  } else {
+    glfwSetWindowMonitor(win, nullptr, fs.x, fs.y, std::max(fs.w, 320), std::max(fs.h, 240), GLFW_DONT_CARE);
+  }
+  fs.on = app.presenter;
+}
+
 // The window with an OpenGL 3.3 core context and Dear ImGui on it, or null (the
 // reason is on stderr).
 GLFWwindow* open_window(const Options& o, bool scripted) {
@@ -65,6 +103,7 @@ GLFWwindow* open_window(const Options& o, bool scripted) {
   glfwWindowHint(GLFW_OPENGL_FORWARD_COMPAT, GL_TRUE);
   if (scripted && o.soak == 0) glfwWindowHint(GLFW_RESIZABLE, GL_FALSE);  // a soak resizes it
   int w = o.width, h = o.height;
+  if (!scripted && !o.has_size) first_size(w, h);
   if (!scripted) fit_work_area(w, h);
   GLFWwindow* win = glfwCreateWindow(w, h, "decoderscope", nullptr, nullptr);
   if (!win) {
@@ -107,6 +146,8 @@ bool configure(App& app, const Options& o, bool scripted) {
   app.ui_scale = o.scale;
   beams_set(app, o.beam_width, o.length_penalty);
   app.light = o.light;
+  app.presenter = o.presenter;
+  heatmaps_start(app, o.last_tokens, o.zoom);
   app.precision = o.precision;
   app.engine_threads = o.threads;
   app.kv_cache = !o.no_kv_cache;
@@ -235,6 +276,7 @@ int run_loop(GLFWwindow* win, App& app, const Options& o, bool scripted) {
   }
   int gl_errors = 0, fw = 0, fh = 0;
   std::string title;
+  FullScreen full_screen;
   double next_frame = 0, last_frame = 0;
   while (!glfwWindowShouldClose(win) && !app.quit) {
     if (scripted && !o.bench) {
@@ -256,6 +298,7 @@ int run_loop(GLFWwindow* win, App& app, const Options& o, bool scripted) {
     if (bench) bench->lap(&FrameTimes::events);
     if (scripted && !soak && !script.advance(t, prev_frame)) return 1;
     set_title(win, app, title);
+    sync_full_screen(win, app, full_screen);
     draw_frame(win, app, bench, fw, fh, gl_errors);
     serve_save_requests(app, fw, fh);
     if (scripted && !soak && script.shooting()) {

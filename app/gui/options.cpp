@@ -22,7 +22,8 @@ usage: decoderscope [--model M] [--tokenizer F] [--precision f32|bf16|f16] [--th
                     [--repetition-penalty R] [--penalty-alpha A] [--preview-temperature T]
                     [--step-back K] [--fork-at STEP [--fork-seed S]] [--undo N] [--beam W] [--length-penalty A]
                     [--screenshot out.png] [--save-heatmap cells.png] [--save-trace out.dstrace]
-                    [--stage ID] [--no-kv-cache] [--bench] [--size WxH] [--soak N [--seed S]]
+                    [--stage ID] [--no-kv-cache] [--bench] [--size WxH] [--presenter]
+                    [--last-tokens N] [--zoom Z] [--soak N [--seed S]]
 
 --model: a llama2.c .bin, a GPT-2 folder, builtin:NAME, random:decoder, random:encdec or
   random:gpt2-small (default: builtin:stories, else builtin:dates, else the aidreams260K fixture,
@@ -62,7 +63,12 @@ Scripted runs: --screenshot sets up, runs --steps steps (default 8), waits for t
   kind, the seconds and the peak memory every 1,000 actions and at the end.
 --bench: runs 50 steps of a GPT-2-small-sized random model (or --model) while the window
   keeps drawing, and prints the longest frame time and the 99th percentile.
-Keys: Right step, Left step back, Space play/pause, Ctrl +/- bigger/smaller.
+--size WxH: the window's size (default: 90% of the screen's work area).
+--presenter: starts in presenter mode (F11): the view alone, full screen (a scripted run
+  keeps --size). --last-tokens N: heatmaps show only the last N tokens, following generation.
+  --zoom Z: heatmaps start zoomed in Z times (1: fit), showing the newest cells.
+Keys: Right step, Left step back, Space play/pause, Ctrl +/- bigger/smaller, F11 presenter
+  mode, F fit the heatmaps; on a heatmap the mouse wheel zooms and a drag pans.
 )";
 
 }  // namespace
@@ -102,6 +108,17 @@ bool is_sampler_option(const std::string& a) {
 
 // The sampling options (--penalty-alpha turns contrastive search on); the preview's
 // temperature is not a setting of the steps.
+// The heatmaps' window: --last-tokens N, --zoom Z.
+void map_option(Options& o, const std::string& a, const std::string& v) {
+  if (a == "--zoom") {
+    o.zoom = to_float(v, a);
+    if (!(o.zoom >= 1.0f && o.zoom <= 64.0f)) die("--zoom must be between 1 (fit) and 64");
+    return;
+  }
+  o.last_tokens = int(to_int(v, a));
+  if (o.last_tokens < 0 || o.last_tokens > 100000) die("--last-tokens must be between 0 (all) and 100000");
+}
+
 void sampler_option(Options& o, const std::string& a, const std::string& v) {
   if (a == "--preview-temperature") {
     o.preview_temperature = to_float(v, a);
@@ -205,6 +222,10 @@ Options parse_options(int argc, char** argv) {
       o.log = true;
     else if (a == "--light")
       o.light = true;
+    else if (a == "--presenter")
+      o.presenter = true;
+    else if (a == "--last-tokens" || a == "--zoom")
+      map_option(o, a, val());
     else if (a == "--bench")
       o.bench = true;
     else if (a == "--colormap")
@@ -224,6 +245,7 @@ Options parse_options(int argc, char** argv) {
       if (x == std::string::npos) die("--size expects WIDTHxHEIGHT");
       o.width = int(to_int(v.substr(0, x), a));
       o.height = int(to_int(v.substr(x + 1), a));
+      o.has_size = true;
     } else
       die("unknown option '" + a + "' (try --help)");
   }

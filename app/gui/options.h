@@ -20,6 +20,10 @@ struct Options {
   bool scores = false, mask_only = false, log = false, light = false, bench = false;
   float scale = 1.0f;
   int width = 1280, height = 800;
+  bool has_size = false;   // --size given (else an interactive window takes 90% of the screen)
+  bool presenter = false;  // --presenter: start in presenter mode
+  int last_tokens = 0;     // --last-tokens N: heatmaps show only the last N tokens (0: all)
+  float zoom = 1;          // --zoom Z: heatmaps start zoomed in Z times, on the newest cells
   bool has_sampler = false;
   ds::SamplerConfig sampler{1.0f, 0, 0.9f, 0};
   float preview_temperature = -1;  // >= 0: the Next token view previews this temperature after the steps

@@ -75,9 +75,12 @@ void panel_attention(App& app) {
   ImGui::Checkbox("mask only", &app.mask_only);
   tooltip(app, "Show just the mask: where each token is allowed to look (it never looks ahead).");
   colour_controls(app, !app.show_scores);
-  flow(font * 5);
-  if (ImGui::Button("Save PNG")) app.heatmap_png_request = "attention.png";
-  tooltip(app, "Save this heatmap (cells only) as attention.png in the current folder.");
+  if (!app.presenter) {  // presenter mode: the map gets the room
+    flow(font * 5);
+    if (ImGui::Button("Save PNG")) app.heatmap_png_request = "attention.png";
+    tooltip(app, "Save this heatmap (cells only) as attention.png in the current folder.");
+  }
+  heatmap_toolbar(app, "attention", true);
 
   const App::GrowingMatrix& g = app.attention_view("attention", app.layer, app.head, false, app.show_scores);
   const Matrix& m = g.m;
@@ -103,6 +106,7 @@ void panel_attention(App& app) {
   a.selected_row = app.selected_position();
   a.value_name = app.show_scores ? "score" : "weight";
   a.causal = true;
+  a.toolbar = false;  // in the row of controls above
   ImVec2 avail = ImGui::GetContentRegionAvail();
   a.size = ImVec2(avail.x - font * 9, avail.y);
   HeatmapHit hit = heatmap_widget(app, "attention", a);

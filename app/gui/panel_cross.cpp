@@ -39,8 +39,10 @@ void cross_controls(App& app, CrossState& st) {
   ImGui::Checkbox("encoder self-attention", &st.encoder);
   tooltip(app, "Show how the encoder's source tokens read each other instead (they may look both ways).");
   colour_controls(app, true);
+  if (app.presenter) return;  // presenter mode: the map gets the room
   flow(font * 5);
   if (ImGui::Button("Save PNG")) app.heatmap_png_request = "cross.png";
+  heatmap_toolbar(app, st.encoder ? "encoder" : "cross", !st.encoder);
 }
 
 // The matrix shown and its lineage. The encoder's matrix stays the same for a whole
@@ -101,7 +103,9 @@ void panel_cross(App& app) {
   }
   ImVec2 avail = ImGui::GetContentRegionAvail();
   a.size = ImVec2(avail.x - font * 9, avail.y - font * 5.5f);
-  a.max_cell = 44;
+  a.row_tokens = !st.encoder;  // output tokens grow a row a step; the source stays
+  a.col_tokens = false;
+  a.toolbar = false;  // in the row of controls above
   HeatmapHit hit = heatmap_widget(app, st.encoder ? "encoder" : "cross", a);
   if (hit.hovered) {
     ImGui::BeginTooltip();

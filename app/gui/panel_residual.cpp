@@ -152,14 +152,15 @@ void norm_map(App& app) {
     a.value_name = "norm";
     ImVec2 av = ImGui::GetContentRegionAvail();
     a.size = ImVec2(av.x - font * 6, av.y - font * 4);
-    a.max_cell = 48;
+    // Few layers, many positions: each side of a cell fits its own axis, so that 120
+    // positions still make a map as tall as the space.
+    a.square = false;
+    a.row_tokens = false;
     HeatmapHit hit = heatmap_widget(app, "residual", a);
-    // Mark the selected position's column.
-    if (hit.hovered) {
+    if (hit.hovered)
       ImGui::SetTooltip("layer %d, position %d \"%s\": norm %.4f", hit.row, hit.col, cols[hit.col].c_str(),
                         m.at(hit.row, hit.col));
-      if (ImGui::IsMouseClicked(0)) app.sel_pos = hit.col;
-    }
+    if (hit.clicked) app.sel_pos = hit.col;
     legend(a.style, "norm", false);
   }
   ImGui::EndGroup();

@@ -132,6 +132,7 @@ void probe_pattern(App& app, RolesState& st, const RolesAnswer& ra, ImVec2 size)
   a.style.vmin = 0, a.style.vmax = 1;
   a.causal = true;
   a.size = size;
+  a.min_cell = 3;  // the 101-token probe: cells stay visible (the pane scrolls, or zoom)
   const HeatmapHit hit = heatmap_widget(app, "roles", a);
   if (st.outline && !app.placements.empty() && app.placements.back().name == "roles") {
     const HeatmapPlacement& pl = app.placements.back();
@@ -140,12 +141,14 @@ void probe_pattern(App& app, RolesState& st, const RolesAnswer& ra, ImVec2 size)
                                        : ds::induction_detection(r.probe);
     const ImVec2 o(0, 0);  // placements are in window pixels, as ImGui's screen positions
     ImDrawList* dl = ImGui::GetWindowDrawList();
-    for (int i = 0; i < T && i < D.rows(); ++i)
-      for (int j = 0; j < T && j < D.cols(); ++j)
+    // The placement holds the visible cells (a zoomed map shows a window of them).
+    for (int i = pl.row0; i < pl.row0 + pl.rows && i < T && i < D.rows(); ++i)
+      for (int j = pl.col0; j < pl.col0 + pl.cols && j < T && j < D.cols(); ++j)
         if (D(i, j) > 0)
-          dl->AddRect(ImVec2(o.x + pl.x + float(j) * pl.cell_w, o.y + pl.y + float(i) * pl.cell_h),
-                      ImVec2(o.x + pl.x + float(j + 1) * pl.cell_w, o.y + pl.y + float(i + 1) * pl.cell_h),
-                      IM_COL32(255, 200, 40, 255), 0, 0, 1.5f);
+          dl->AddRect(
+              ImVec2(o.x + pl.x + float(j - pl.col0) * pl.cell_w, o.y + pl.y + float(i - pl.row0) * pl.cell_h),
+              ImVec2(o.x + pl.x + float(j - pl.col0 + 1) * pl.cell_w, o.y + pl.y + float(i - pl.row0 + 1) * pl.cell_h),
+              IM_COL32(255, 200, 40, 255), 0, 0, 1.5f);
   }
   if (hit.hovered && hit.row < T && hit.col < T)
     ImGui::SetTooltip("\"%s\" (position %d) reading \"%s\" (position %d): weight %.3f",

@@ -182,7 +182,8 @@ void write_sidecar(const std::string& path, const App& app, const Options& o, in
     const auto& p = app.placements[i];
     f << (i ? ",\n" : "\n") << "    {\"name\": \"" << p.name << "\", \"x\": " << p.x << ", \"y\": " << p.y
       << ", \"cell_w\": " << p.cell_w << ", \"cell_h\": " << p.cell_h << ", \"rows\": " << p.rows
-      << ", \"cols\": " << p.cols << ", \"causal\": " << (p.causal ? "true" : "false") << ", \"mask\": [";
+      << ", \"cols\": " << p.cols << ", \"row0\": " << p.row0 << ", \"col0\": " << p.col0
+      << ", \"causal\": " << (p.causal ? "true" : "false") << ", \"mask\": [";
     for (size_t j = 0; j < p.mask.size(); ++j) f << (j ? "," : "") << int(p.mask[j]);
     f << "]}";
   }

@@ -393,6 +393,57 @@ if grep -q '\[json\.' "$OUT/bad_config_json.log"; then
   failed=$((failed + 1))
 fi
 
+# ---- maps
+# Heatmaps fill the room: an 11-token run's map covers at least half of the window's width
+# or height at 1920x1080 (and in presenter mode; 40% with 1.5x text); the residual map
+# of 90 positions is not a strip; a window of the matrix (the last N tokens, a zoom whose
+# visible rows and columns start at different cells) still hatches exactly the cells
+# above the matrix's diagonal, so the renderer draws the cells the placement names.
+# run_big NAME ARGS...: as run, on a 1920x1080 screen at that size.
+run_big() {
+  local name=$1
+  shift
+  if ! xvfb-run -a -s "-screen 0 1920x1080x24" "$APP" --size 1920x1080 --screenshot "$OUT/$name.png" "$@" \
+    >"$OUT/$name.log" 2>&1; then
+    echo "FAIL $name: the window exited with an error"
+    sed 's/^/    /' "$OUT/$name.log"
+    failed=$((failed + 1))
+    return 1
+  fi
+}
+MAP11=(--model random:decoder --prompt "hello" --steps 6 --view attention)
+if run_big maps_11 "${MAP11[@]}"; then
+  check heatmap "$OUT/maps_11.png" attention causal
+  check cover "$OUT/maps_11.png" attention 0.5
+fi
+if run_big maps_11_scaled "${MAP11[@]}" --scale 1.5; then  # bigger text takes room: 40%
+  check cover "$OUT/maps_11_scaled.png" attention 0.4
+fi
+if run_big maps_presenter "${MAP11[@]}" --presenter --scale 2; then
+  check blank "$OUT/maps_presenter.png"
+  check heatmap "$OUT/maps_presenter.png" attention causal
+  check cover "$OUT/maps_presenter.png" attention 0.5
+fi
+if run_big maps_residual --model random:decoder --prompt "hello" --steps 85 --view residual; then
+  check cover "$OUT/maps_residual.png" residual 0.4
+fi
+if run maps_last --model random:decoder --prompt "hello world" --steps 20 --last-tokens 8 --view attention; then
+  check heatmap "$OUT/maps_last.png" attention causal
+fi
+if run maps_zoom --model random:decoder --prompt "hello world" --steps 30 --zoom 3 --view attention; then
+  check heatmap "$OUT/maps_zoom.png" attention causal
+fi
+# A 1024x768 projector: the map has 40% of the height; with 1.5x text, presenter mode
+# gives it half.
+if run maps_small "${MAP11[@]}" --size 1024x768; then
+  check heatmap "$OUT/maps_small.png" attention causal
+  check cover "$OUT/maps_small.png" attention 0.4
+fi
+if run maps_small_presenter "${MAP11[@]}" --size 1024x768 --scale 1.5 --presenter; then
+  check heatmap "$OUT/maps_small_presenter.png" attention causal
+  check cover "$OUT/maps_small_presenter.png" attention 0.5
+fi
+
 # The soak: random user actions through the functions the widgets call (--soak), with
 # frames drawn between them; exits non-zero naming the action when one fails (an error
 # that is not an expected refusal, an OpenGL error, an abort, a hang). The same 300

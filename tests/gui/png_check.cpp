@@ -2,12 +2,15 @@
 //   ds_png_check blank   SHOT.png                 not blank, and SHOT.png.json says no GL error
 //   ds_png_check heatmap SHOT.png NAME causal     cells above the diagonal, and only those, have the mask colour
 //   ds_png_check heatmap SHOT.png NAME nomask     no cell has the mask colour
+//   ds_png_check cover   SHOT.png NAME FRACTION   the heatmap is inside the window and spans FRACTION of its
+//                                                 width or of its height
 //   ds_png_check same    A.png B.png              the two files are byte-for-byte equal
 // The window writes SHOT.png.json beside each screenshot with where each heatmap's cells
 // are (pixels from the top-left) and the two mask hatch colours; the expected mask is
 // computed here from the rule, not read from the window.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -125,6 +128,8 @@ int check_heatmap(const std::string& path, const std::string& name, const std::s
   }
   const double x0 = hm->at("x"), y0 = hm->at("y"), cw = hm->at("cell_w"), ch = hm->at("cell_h");
   const int rows = hm->at("rows"), cols = hm->at("cols");
+  // A zoomed or panned map shows a window of the matrix: its top-left matrix cell.
+  const int row0 = hm->value("row0", 0), col0 = hm->value("col0", 0);
   if (rows < 2 || cols < 2 || cw < 3 || ch < 3) {
     std::fprintf(stderr, "FAIL %s: heatmap %s is too small to check (%dx%d cells of %.0f px)\n", path.c_str(),
                  name.c_str(), rows, cols, cw);
@@ -143,7 +148,7 @@ int check_heatmap(const std::string& path, const std::string& name, const std::s
   int bad = 0, masked = 0;
   for (int r = 0; r < rows; ++r)
     for (int c = 0; c < cols; ++c) {
-      const bool expect = rule == "causal" ? c > r : false;
+      const bool expect = rule == "causal" ? c + col0 > r + row0 : false;
       const int cx = int(x0 + (c + 0.5) * cw), cy = int(y0 + (r + 0.5) * ch);
       // The centre and its 8 neighbours must all agree.
       int n_mask = 0, n_clear = 0;
@@ -173,6 +178,43 @@ int check_heatmap(const std::string& path, const std::string& name, const std::s
   std::printf("ok %s: %s %dx%d cells, %d masked, rule %s\n", path.c_str(), name.c_str(), rows, cols, masked,
               rule.c_str());
   return 0;
+}
+
+// The heatmap NAME's visible cells lie inside the window and span at least `frac` of
+// its width or of its height (the map fills the room it has).
+int check_cover(const std::string& path, const std::string& name, const std::string& frac_text) {
+  nlohmann::json j;
+  if (!sidecar(path, j)) return 1;
+  char* end = nullptr;
+  const double frac = std::strtod(frac_text.c_str(), &end);
+  if (end == frac_text.c_str() || *end || !(frac > 0 && frac <= 1)) {
+    std::fprintf(stderr, "FAIL cover: the fraction '%s' is not a number in (0, 1]\n", frac_text.c_str());
+    return 1;
+  }
+  const double ww = j.at("width"), wh = j.at("height");
+  for (auto& h : j.at("heatmaps")) {
+    if (h.at("name") != name) continue;
+    const double x = h.at("x"), y = h.at("y"), cw = h.at("cell_w"), ch = h.at("cell_h");
+    const int rows = h.at("rows"), cols = h.at("cols");
+    const double w = cw * cols, hh = ch * rows;
+    if (x < 0 || y < 0 || x + w > ww + 0.5 || y + hh > wh + 0.5) {
+      std::fprintf(stderr, "FAIL %s: heatmap %s (%.0fx%.0f at %.0f,%.0f) is not inside the %.0fx%.0f window\n",
+                   path.c_str(), name.c_str(), w, hh, x, y, ww, wh);
+      return 1;
+    }
+    if (w < frac * ww && hh < frac * wh) {
+      std::fprintf(stderr,
+                   "FAIL %s: heatmap %s is %.0fx%.0f px in a %.0fx%.0f window: less than %.0f%% of either side\n",
+                   path.c_str(), name.c_str(), w, hh, ww, wh, 100 * frac);
+      return 1;
+    }
+    std::printf(
+        "ok %s: heatmap %s %dx%d cells of %.0fx%.0f px = %.0fx%.0f px, %.0f%% of the width, %.0f%% of the height\n",
+        path.c_str(), name.c_str(), rows, cols, cw, ch, w, hh, 100 * w / ww, 100 * hh / wh);
+    return 0;
+  }
+  std::fprintf(stderr, "FAIL %s: no heatmap named %s on screen\n", path.c_str(), name.c_str());
+  return 1;
 }
 
 int check_same(const std::string& a, const std::string& b) {
@@ -227,8 +269,9 @@ int main(int argc, char** argv) {
     return check_heatmap(a[1], a[2], a[3]);
   if (a.size() == 3 && a[0] == "same") return check_same(a[1], a[2]);
   if (a.size() == 3 && a[0] == "same-view") return check_same_view(a[1], a[2]);
+  if (a.size() == 4 && a[0] == "cover") return check_cover(a[1], a[2], a[3]);
   std::fprintf(stderr,
                "usage: ds_png_check blank SHOT.png | heatmap SHOT.png NAME causal|nomask | same A.png B.png | "
-               "same-view A.png B.png\n");
+               "same-view A.png B.png | cover SHOT.png NAME FRACTION\n");
   return 2;
 }

@@ -259,6 +259,7 @@ void App::send_heads() {
   Command c;
   c.kind = Command::Heads;
   c.heads = heads_off;
+  c.cross_heads = cross_heads_off;
   worker.post(c);
 }
 
@@ -306,7 +307,19 @@ void App::toggle_head(int l, int h) {
   std::sort(heads_off.begin(), heads_off.end());
 }
 
-void App::all_heads_on() { heads_off.clear(); }
+void App::toggle_cross_head(int l, int h) {
+  auto it = std::find(cross_heads_off.begin(), cross_heads_off.end(), std::make_pair(l, h));
+  if (it == cross_heads_off.end())
+    cross_heads_off.push_back({l, h});
+  else
+    cross_heads_off.erase(it);
+  std::sort(cross_heads_off.begin(), cross_heads_off.end());
+}
+
+void App::all_heads_on() {
+  heads_off.clear();
+  cross_heads_off.clear();
+}
 
 void App::redraw_new_seed(int s) {
   sampler.seed += 1;
@@ -384,6 +397,7 @@ void on_loaded(App& app, const Event& e) {
   app.sel_pos = -1;
   app.done = false;
   app.heads_off.clear();
+  app.cross_heads_off.clear();
   app.branches.clear();
   app.started = false;
   app.before.reset();

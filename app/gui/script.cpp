@@ -158,6 +158,11 @@ void write_sidecar(const std::string& path, const App& app, const Options& o, in
   if (roles_selected(const_cast<App&>(app), rk, rl, rh, rs))
     f << "  \"roles\": {\"kind\": " << rk << ", \"layer\": " << rl << ", \"head\": " << rh << ", \"score\": " << rs
       << "},\n";
+  f << "  \"head_grids\": [";  // the All heads grids drawn: heads, heads-cross, heads-encoder
+  int ng = 0;
+  for (const auto& p : app.placements)
+    if (p.name.rfind("heads", 0) == 0) f << (ng++ ? ", " : "") << "\"" << p.name << "\"";
+  f << "],\n";
   f << "  \"block_ok\": " << (block_ok(const_cast<App&>(app)) ? "true" : "false") << ",\n";
   f << "  \"precision\": \"" << (app.model ? ds::precision_name(app.model->precision) : "") << "\",\n";
   f << "  \"view_rect\": [" << app.view_rect.x << ", " << app.view_rect.y << ", " << app.view_rect.z << ", "

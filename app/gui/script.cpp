@@ -54,6 +54,21 @@ void ScriptedRun::after_steps(int have) {
   phase_frames_ = 0;
 }
 
+// --bench, once the steps are in and the views settled: drags the timeline back to the
+// first step and forward again to the last, a step range a frame as a hand on the
+// slider would, then lets the views settle on the last step.
+void ScriptedRun::bench_scrub() {
+  constexpr int kDrag = 40, kSettleFrames = 30;  // frames each way; frames after
+  const int last = int(app_.trace.steps.size()) - 1, f = phase_frames_++;
+  bench_->scrubbing = f < 2 * kDrag;
+  if (f < kDrag)
+    app_.scrub_to(last - int(int64_t(last) * (f + 1) / kDrag));
+  else if (f < 2 * kDrag)
+    app_.scrub_to(int(int64_t(last) * (f + 1 - kDrag) / kDrag));
+  else if (f >= 2 * kDrag + kSettleFrames)
+    phase_ = kShoot;
+}
+
 bool ScriptedRun::advance(double t, double prev_frame) {
   if (!app_.error.empty()) {
     std::fprintf(stderr, "decoderscope: scripted run failed: %s\n", app_.error.c_str());
@@ -110,7 +125,10 @@ bool ScriptedRun::advance(double t, double prev_frame) {
       if (bench_ && phase_frames_ > 4) bench_->idle_frame((t - prev_frame) * 1000.0);
       if (++phase_frames_ >= (bench_ ? 64 : 4) && idle && !lens_waiting(app_) && !beams_waiting(app_) &&
           !next_waiting(app_) && !block_waiting(app_) && !kv_waiting(app_) && !roles_waiting(app_))
-        phase_ = kShoot;
+        phase_ = bench_ && have > 1 ? kBenchScrub : kShoot, phase_frames_ = 0;
+      break;
+    case kBenchScrub:
+      bench_scrub();
       break;
     case kShoot:
     case kEnd:

@@ -231,7 +231,8 @@ void App::rerun_with_heads(int s) {
   if (replay || !model || s < 0 || s >= int(trace.steps.size())) return;
   before = trace.steps[s].sample;
   before_step = s;
-  before_label = heads_off.empty() ? "before switching the heads back on" : "with every head on";
+  before_label =
+      heads_off.empty() && cross_heads_off.empty() ? "before switching the heads back on" : "with every head on";
   send_heads();
   rewind_engine(s);
   Command c;
@@ -922,10 +923,9 @@ void App::status_bar() {
     ImGui::SameLine();
     ImGui::TextDisabled("  last step %.1f ms", last_step_seconds * 1000);
   }
-  if (!heads_off.empty()) {
+  if (const size_t n_off = heads_off.size() + cross_heads_off.size()) {
     ImGui::SameLine();
-    ImGui::TextColored(ImVec4(1, 0.4f, 0.4f, 1), "  %d head%s switched off", int(heads_off.size()),
-                       heads_off.size() == 1 ? "" : "s");
+    ImGui::TextColored(ImVec4(1, 0.4f, 0.4f, 1), "  %d head%s switched off", int(n_off), n_off == 1 ? "" : "s");
   }
   if (!status.empty() && (scripted || ImGui::GetTime() - status_time < 8)) {  // scripted: no clock in pictures
     ImGui::SameLine();

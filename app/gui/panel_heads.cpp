@@ -324,7 +324,8 @@ void panel_heads(App& app) {
   const float side = compare ? std::min(avail.x * 0.38f, font * 24) : 0.0f;
   const float lab_w = font * 3.2f, lab_h = font * 1.4f;
   const float gap = std::max(2.0f, std::floor(font * 0.25f));
-  const float free_h = avail.y - float(grids.size()) * (lab_h + title_h);
+  const float spacing = ImGui::GetStyle().ItemSpacing.y * (grids.size() > 1 ? 2.0f : 1.0f);
+  const float free_h = avail.y - float(grids.size()) * (lab_h + title_h + spacing);
   float tile = std::floor(std::min((avail.x - side - lab_w) / H - gap, free_h / std::max(rows, 1) - gap));
   tile = std::clamp(tile, 16.0f, 160.0f);
 

@@ -32,9 +32,10 @@ void ScriptedRun::settle_settings() {
 // The steps asked for are in: re-run with heads off, fork, scrub back, or settle.
 void ScriptedRun::after_steps(int have) {
   app_.cursor = have - 1;
-  if (!o_.heads_off.empty() && have > 0) {
+  if ((!o_.heads_off.empty() || !o_.cross_heads_off.empty()) && have > 0) {
     // Re-run the last step with these heads switched off, to compare.
     app_.heads_off = o_.heads_off;
+    app_.cross_heads_off = o_.cross_heads_off;
     app_.rerun_with_heads(have - 1);
     phase_ = kRegen;
   } else if (o_.fork_at > 0 && have > 0) {

@@ -292,6 +292,35 @@ if [ -f "$MODELS/stories/model.safetensors" ]; then
   fi
 fi
 
+# ---- perf
+# All heads of an encoder-decoder model shows three grids (decoder self-attention,
+# cross-attention, encoder self-attention), each one map per head; a cross-attention
+# head switched off from the command line re-runs the last step (--head-off cL:H).
+if [ -f "$MODELS/dates/model.safetensors" ]; then
+  if run heads_dates --model builtin:dates --source "July 14, 1989" --steps 8 --view heads; then
+    check blank "$OUT/heads_dates.png"
+    if grep -q '"head_grids": \["heads", "heads-cross", "heads-encoder"\]' "$OUT/heads_dates.png.json" &&
+      grep -q '"name": "heads-cross", [^}]*"rows": 2, "cols": 4' "$OUT/heads_dates.png.json"; then
+      passed=$((passed + 1))
+    else
+      echo "FAIL heads_dates: All heads does not show the cross-attention and encoder grids of dates"
+      grep -o '"head_grids": [^]]*]' "$OUT/heads_dates.png.json"
+      failed=$((failed + 1))
+    fi
+  fi
+  if run heads_dates_off --model builtin:dates --source "July 14, 1989" --steps 8 --view heads --head-off c1:0; then
+    check blank "$OUT/heads_dates_off.png"
+  fi
+fi
+if run heads_dec "${DEC[@]}" --view heads; then
+  if grep -q '"head_grids": \["heads"\]' "$OUT/heads_dec.png.json"; then
+    passed=$((passed + 1))
+  else
+    echo "FAIL heads_dec: All heads of a decoder-only model should show its one grid alone"
+    failed=$((failed + 1))
+  fi
+fi
+
 # The soak: random user actions through the functions the widgets call (--soak), with
 # frames drawn between them; exits non-zero naming the action when one fails (an error
 # that is not an expected refusal, an OpenGL error, an abort, a hang). The same 300

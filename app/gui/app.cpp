@@ -44,7 +44,15 @@ const App::GrowingMatrix& App::attention_view(const std::string& slot, int layer
                 int(scores));
   GrowingMatrix& g = growing[slot];
   // Within one trace epoch steps are only appended, so the matrix as of a later step
-  // is the one as of an earlier step plus the rows of the steps in between.
+  // is the one as of an earlier step plus the rows of the steps in between, and the
+  // one as of an earlier step the later one cropped (scrubbing back costs no rebuild).
+  if (g.what == what && cursor >= 0 && cursor < g.step && g.lineage != 0 && g.m.ok() &&
+      cursor < int(trace.steps.size())) {
+    const int P = trace.positions(cursor);
+    g.m = crop(g.m, P, cross ? g.m.cols : P, scores);
+    g.step = cursor;
+    g.lineage = ++last_lineage;
+  }
   bool fresh = g.what != what || cursor < g.step || g.lineage == 0 || !g.m.ok();
   for (int s = g.step + 1; !fresh && s <= cursor; ++s) {
     Matrix rows = attention_step_rows(trace, layer, head, s, cross, scores);

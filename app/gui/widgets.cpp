@@ -256,25 +256,32 @@ HeatmapHit heatmap_widget(App& app, const char* name, const HeatmapArgs& a) {
   st.gap = {bg.x, bg.y, bg.z};
   st.gap_px = cell >= 10 ? 1.0f : 0.0f;
   char style_key[200];
-  std::snprintf(style_key, sizeof style_key, "|%d%d%d|%g|%g|%g|%g|%g|%dx%d", st.cmap, int(st.log), int(st.mask_only),
-                double(st.vmin), double(st.vmax), double(bg.x), double(bg.y), double(st.gap_px), int(W), int(H));
+  // Only the cells inside the window's visible area are rendered (a long trace's map
+  // is larger than the screen): a vw x vh part from (vx, vy) of the W x H cells.
+  const ImVec2 c0 = dl->GetClipRectMin(), c1 = dl->GetClipRectMax();
+  const int vx = int(std::clamp(c0.x - org.x, 0.0f, W)), vy = int(std::clamp(c0.y - org.y, 0.0f, H));
+  const int vw = int(std::clamp(c1.x - org.x, float(vx), W)) - vx,
+            vh = int(std::clamp(c1.y - org.y, float(vy), H)) - vy;
+  std::snprintf(style_key, sizeof style_key, "|%d%d%d|%g|%g|%g|%g|%g|%dx%d|%d,%d,%dx%d", st.cmap, int(st.log),
+                int(st.mask_only), double(st.vmin), double(st.vmax), double(bg.x), double(bg.y), double(st.gap_px),
+                int(W), int(H), vx, vy, vw, vh);
   // The cells go to the GPU only when the matrix changed, and then only the rows (and
   // columns) it gained while its lineage stays the same.
   HeatTexture& tex = app.heat_texture(name);
   const bool sent = tex.sync(m, a.lineage, app.uploads);
   const std::string key = a.lineage == 0 ? "" : std::to_string(a.lineage) + style_key;
   std::string& drawn = app.drawn_keys[name];
-  if (sent || key.empty() || key != drawn || rt.width() != int(W) || rt.height() != int(H)) {
-    rt.ensure(int(W), int(H));
+  if (sent || key.empty() || key != drawn || rt.width() != std::max(vw, 1) || rt.height() != std::max(vh, 1)) {
+    rt.ensure(vw, vh);
     rt.bind();
-    app.heat.draw(tex, st, 0, 0, int(W), int(H));
+    app.heat.draw(tex, st, -vx, vy + vh - int(H), int(W), int(H));
     RenderTarget::unbind(app.fb_w, app.fb_h);
     drawn = key;
   }
   app.last_heatmap = name;
 
-  ImGui::SetCursorScreenPos(org);
-  ImGui::Image((ImTextureID)(intptr_t)rt.texture(), ImVec2(W, H), ImVec2(0, 1), ImVec2(1, 0));
+  ImGui::SetCursorScreenPos(ImVec2(org.x + float(vx), org.y + float(vy)));
+  ImGui::Image((ImTextureID)(intptr_t)rt.texture(), ImVec2(float(vw), float(vh)), ImVec2(0, 1), ImVec2(1, 0));
   if (ImGui::IsItemHovered()) {
     ImVec2 mp = ImGui::GetIO().MousePos;
     int c = int((mp.x - org.x) / cell), r = int((mp.y - org.y) / cell);

@@ -111,11 +111,12 @@ fi
 
 # Heatmaps grown a row at a time while the engine runs (only the new rows go to the
 # GPU; past 32 positions the textures move to a larger allocation) are, cell for
-# cell, the ones a replay of the same trace sends whole.
+# cell, the ones a replay of the same trace sends whole. (All heads sends each head's
+# thumbnail, at most a tile's pixels, whole; the check is that it matches the replay.)
 for v in attention heads; do
   if run "grown_$v" "${DEC[@]}" --steps 30 --view "$v" --save-heatmap "$OUT/grown_${v}_cells.png" \
       --save-trace "$OUT/trace_grown_$v.json"; then
-    if grep -q '"appends": [1-9]' "$OUT/grown_$v.png.json"; then
+    if [ "$v" = heads ] || grep -q '"appends": [1-9]' "$OUT/grown_$v.png.json"; then
       passed=$((passed + 1))
     else
       echo "FAIL grown_$v: no heatmap was sent a row at a time"

@@ -204,9 +204,9 @@ RenderTarget& render_grid(App& app, int kind, const GridLayout& g) {
 
 // Opens head (l, h) of a grid in the view that shows it whole.
 void open_head(App& app, int kind, int l, int h) {
-  app.layer = l;
-  app.head = h;
   if (kind == kHeadsSelf) {
+    app.layer = l;
+    app.head = h;
     app.view = view_index("attention");
   } else {
     cross_show(app, l, h, kind == kHeadsEncoder);

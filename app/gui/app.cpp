@@ -61,7 +61,15 @@ const App::GrowingMatrix& App::attention_view(const std::string& slot, int layer
                 int(scores));
   GrowingMatrix& g = growing[slot];
   // Within one trace epoch steps are only appended, so the matrix as of a later step
-  // is the one as of an earlier step plus the rows of the steps in between.
+  // is the one as of an earlier step plus the rows of the steps in between, and the
+  // one as of an earlier step the later one cropped (scrubbing back costs no rebuild).
+  if (g.what == what && cursor >= 0 && cursor < g.step && g.lineage != 0 && g.m.ok() &&
+      cursor < int(trace.steps.size())) {
+    const int P = trace.positions(cursor);
+    g.m = crop(g.m, P, cross ? g.m.cols : P, scores);
+    g.step = cursor;
+    g.lineage = ++last_lineage;
+  }
   bool fresh = g.what != what || cursor < g.step || g.lineage == 0 || !g.m.ok();
   for (int s = g.step + 1; !fresh && s <= cursor; ++s) {
     Matrix rows = attention_step_rows(trace, layer, head, s, cross, scores);
@@ -270,10 +278,11 @@ void App::rerun_with_heads(int s) {
   if (replay || !model || s < 0 || s >= int(trace.steps.size())) return;
   before = trace.steps[s].sample;
   before_step = s;
-  before_label = heads_off.empty() ? "before switching the heads back on" : "with every head on";
-  const std::string what =
-      "re-run of step " + std::to_string(s + 1) + " with " +
-      (heads_off.empty() ? std::string("every head on") : std::to_string(heads_off.size()) + " heads off");
+  before_label =
+      heads_off.empty() && cross_heads_off.empty() ? "before switching the heads back on" : "with every head on";
+  const size_t n_off = heads_off.size() + cross_heads_off.size();
+  const std::string what = "re-run of step " + std::to_string(s + 1) + " with " +
+                           (n_off == 0 ? std::string("every head on") : std::to_string(n_off) + " heads off");
   Undo u = snapshot(what, s);
   u.added_branch = keep_as_branch("before the " + what, s);
   undo_stack.push(std::move(u));
@@ -305,6 +314,7 @@ void App::send_heads() {
   Command c;
   c.kind = Command::Heads;
   c.heads = heads_off;
+  c.cross_heads = cross_heads_off;
   worker.post(c);
 }
 
@@ -359,7 +369,19 @@ void App::toggle_head(int l, int h) {
   std::sort(heads_off.begin(), heads_off.end());
 }
 
-void App::all_heads_on() { heads_off.clear(); }
+void App::toggle_cross_head(int l, int h) {
+  auto it = std::find(cross_heads_off.begin(), cross_heads_off.end(), std::make_pair(l, h));
+  if (it == cross_heads_off.end())
+    cross_heads_off.push_back({l, h});
+  else
+    cross_heads_off.erase(it);
+  std::sort(cross_heads_off.begin(), cross_heads_off.end());
+}
+
+void App::all_heads_on() {
+  heads_off.clear();
+  cross_heads_off.clear();
+}
 
 void App::redraw_new_seed(int s) {
   sampler.seed += 1;
@@ -469,6 +491,7 @@ void on_loaded(App& app, const Event& e) {
   app.sel_pos = -1;
   app.done = false;
   app.heads_off.clear();
+  app.cross_heads_off.clear();
   app.branches.clear();
   app.undo_stack.clear();  // its steps were another model's
   app.pending_start.reset();
@@ -1067,10 +1090,9 @@ void App::status_bar() {
     ImGui::SameLine();
     ImGui::TextDisabled("  last step %.1f ms", last_step_seconds * 1000);
   }
-  if (!heads_off.empty()) {
+  if (const size_t n_off = heads_off.size() + cross_heads_off.size()) {
     ImGui::SameLine();
-    ImGui::TextColored(ImVec4(1, 0.4f, 0.4f, 1), "  %d head%s switched off", int(heads_off.size()),
-                       heads_off.size() == 1 ? "" : "s");
+    ImGui::TextColored(ImVec4(1, 0.4f, 0.4f, 1), "  %d head%s switched off", int(n_off), n_off == 1 ? "" : "s");
   }
   if (!status.empty() && (scripted || ImGui::GetTime() - status_time < 8)) {  // scripted: no clock in pictures
     // Cut to the width left (the model's details step aside for it), whole in a tooltip.

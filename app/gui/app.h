@@ -14,6 +14,7 @@
 #include "heatmap.h"
 #include "imgui.h"
 #include "probe/trace.h"
+#include "thumb.h"
 #include "trace_view.h"
 #include "undo.h"
 #include "views.h"
@@ -100,8 +101,9 @@ class App {
 
   // ---- sampling and interventions
   ds::SamplerConfig sampler;
-  std::vector<std::pair<int, int>> heads_off;  // (layer, head)
-  std::optional<ds::SampleRecord> before;      // the draw before a re-run, for comparison
+  std::vector<std::pair<int, int>> heads_off;        // (layer, head)
+  std::vector<std::pair<int, int>> cross_heads_off;  // cross-attention (layer, head), encoder-decoder models
+  std::optional<ds::SampleRecord> before;            // the draw before a re-run, for comparison
   int before_step = -1;
   std::string before_label;
 
@@ -179,20 +181,28 @@ class App {
   };
   std::map<std::string, GrowingMatrix> growing;
   const GrowingMatrix& attention_view(const std::string& slot, int layer, int head, bool cross, bool scores);
-  // The All heads grid: every head's matrix stays on the GPU and grows with the trace.
+  // The All heads grids (decoder self-attention, cross-attention, encoder
+  // self-attention): every head keeps a thumbnail (its matrix max-pooled to at most
+  // the tile's pixels, grown a step at a time) and a texture of it; the textures are
+  // sent a few at a time under a per-frame budget, the stale ones shown meanwhile.
   struct HeadTile {
     HeatTexture tex;
-    float lo = 0, hi = -1;  // Matrix::lo and hi of what tex holds
-    bool ok = false;
+    Thumb thumb;
+    uint64_t sent = 0;      // the thumb's serial that tex holds
+    float lo = 0, hi = -1;  // the range of what tex holds (Matrix::lo, hi)
+    bool ok = false;        // tex holds something to draw
   };
   struct HeadsGrid {
-    std::string what;  // trace epoch and kind
-    int step = -1;
-    uint64_t serial = 0;                           // bumped whenever a tile changes
+    std::string what;                              // trace epoch, kind, thumbnail side
+    int step = -1;                                 // the step the thumbs are built to
+    bool rebuilding = false;                       // thumbs started over: textures keep the old ones until done
+    size_t next = 0;                               // the tile the next upload round starts at
+    uint64_t serial = 0;                           // bumped whenever a texture changes
+    std::string drawn;                             // what the grid's render target shows
     std::vector<std::unique_ptr<HeadTile>> tiles;  // layer-major
-  } grid;
-  std::string heads_key;                                              // what the heads grid target shows
-  std::map<std::string, std::string> drawn_keys;                      // heatmap target -> what it shows
+  };
+  std::array<HeadsGrid, 3> grids;                 // kHeadsSelf, kHeadsCross, kHeadsEncoder (panel_heads.cpp)
+  std::map<std::string, std::string> drawn_keys;  // heatmap target -> what it shows
   std::map<std::string, std::unique_ptr<HeatTexture>> heat_textures;  // heatmap name -> its cells on the GPU
   HeatTexture& heat_texture(const std::string& name);
   UploadStats uploads;
@@ -220,10 +230,11 @@ class App {
   bool send_sampler();           // false (and the reason on the status line) when the settings are refused
   void send_heads();
   void fork_here();
-  void forget_branch(int i);              // Branches: "Forget this branch"
-  void scrub_to(int step);                // the timeline slider
-  void show_view(int v);                  // a tab of the view table (views.h), from the View menu or a script
-  void toggle_head(int layer, int head);  // All heads: right-click switches a head off or on
+  void forget_branch(int i);                    // Branches: "Forget this branch"
+  void scrub_to(int step);                      // the timeline slider
+  void show_view(int v);                        // a tab of the view table (views.h), from the View menu or a script
+  void toggle_head(int layer, int head);        // All heads: right-click switches a head off or on
+  void toggle_cross_head(int layer, int head);  // the same for a cross-attention head
   void all_heads_on();
   void redraw_new_seed(int s);  // Next token: "New seed, draw again"
   void set_theme(bool light_theme);

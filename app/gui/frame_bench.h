@@ -20,8 +20,10 @@ struct FrameTimes {
 class FrameBench {
  public:
   // At the top of a frame at time t: closes the last frame's record (kept when the
-  // engine was stepping during it).
+  // engine was stepping during it, or the timeline was being scrubbed).
   void begin_frame(double t, bool stepping);
+  // Set while the scripted run drags the timeline (the frames go to their own figures).
+  bool scrubbing = false;
   // The ms since the last lap, into a part of the current frame.
   void lap(double FrameTimes::*part);
   // A frame's length in ms with the engine idle.
@@ -33,6 +35,7 @@ class FrameBench {
 
  private:
   std::vector<FrameTimes> frames_;  // frames while stepping
+  std::vector<FrameTimes> scrub_;   // frames while scrubbing
   std::vector<double> idle_ms_;     // frame times after
   FrameTimes cur_;
   double last_frame_ = 0, last_cpu_ = 0, mark_ = 0;

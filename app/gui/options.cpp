@@ -18,7 +18,7 @@ usage: decoderscope [--model M] [--tokenizer F] [--precision f32|bf16|f16] [--th
                     [--steps N] [--view attention|heads|cross|residual|next|lens|branches|beams|block|kv|roles]
                     [--layer L] [--head H|mean] [--select POS] [--scores] [--mask-only] [--log]
                     [--colormap viridis|magma|greys] [--light] [--scale S]
-                    [--temperature T] [--top-k K] [--top-p P] [--seed S] [--head-off L:H ...]
+                    [--temperature T] [--top-k K] [--top-p P] [--seed S] [--head-off [c]L:H ...]
                     [--repetition-penalty R] [--penalty-alpha A] [--preview-temperature T]
                     [--step-back K] [--fork-at STEP [--fork-seed S]] [--undo N] [--beam W] [--length-penalty A]
                     [--screenshot out.png] [--save-heatmap cells.png] [--save-trace out.dstrace]
@@ -41,7 +41,8 @@ Scripted runs: --screenshot sets up, runs --steps steps (default 8), waits for t
   rectangles, for tests) and exits 0; --save-heatmap also saves the cells of the view's
   heatmap alone. --step-back K then scrubs back K steps and
   regenerates them with the engine (rewind + step) before the picture is taken.
-  --head-off L:H (repeatable) re-runs the last step with those heads switched off.
+  --head-off L:H (repeatable) re-runs the last step with those heads switched off
+  (cL:H: a cross-attention head of an encoder-decoder model).
   --preview-temperature T sets the temperature slider to T after the steps: the Next token
   view then shows the last step reshaped by it, nothing drawn.
 --repetition-penalty R: logits of tokens already in the text divided by R (R > 1: fewer
@@ -236,9 +237,12 @@ Options parse_options(int argc, char** argv) {
       sampler_option(o, a, val());
     else if (a == "--head-off") {
       std::string v = val();
+      const bool cross = !v.empty() && v[0] == 'c';  // cL:H, a cross-attention head
+      if (cross) v.erase(0, 1);
       auto c = v.find(':');
-      if (c == std::string::npos) die("--head-off expects LAYER:HEAD, got '" + v + "'");
-      o.heads_off.push_back({int(to_int(v.substr(0, c), a)), int(to_int(v.substr(c + 1), a))});
+      if (c == std::string::npos) die("--head-off expects LAYER:HEAD or cLAYER:HEAD, got '" + v + "'");
+      (cross ? o.cross_heads_off : o.heads_off)
+          .push_back({int(to_int(v.substr(0, c), a)), int(to_int(v.substr(c + 1), a))});
     } else if (a == "--size") {
       std::string v = val();
       auto x = v.find('x');

@@ -28,7 +28,8 @@ struct Options {
   ds::SamplerConfig sampler{1.0f, 0, 0.9f, 0};
   float preview_temperature = -1;  // >= 0: the Next token view previews this temperature after the steps
   std::vector<std::pair<int, int>> heads_off;
-  int beam_width = 0;  // --beam W (the Beam search view's width; 0: its default)
+  std::vector<std::pair<int, int>> cross_heads_off;  // --head-off cL:H
+  int beam_width = 0;                                // --beam W (the Beam search view's width; 0: its default)
   float length_penalty = 1.0f;
   bool no_kv_cache = false;  // generate without the KV cache (the whole prefix again each step)
   std::string stage;         // the Block view's stage opened (block_data.h ids: attn.scores, ln1, ...)

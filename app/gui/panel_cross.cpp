@@ -23,6 +23,11 @@ void cross_select(App& app, int layer, int head) {
   st.head = head;
 }
 
+void cross_show(App& app, int layer, int head, bool encoder) {
+  cross_select(app, layer, head);
+  app.state<CrossState>().encoder = encoder;
+}
+
 void cross_clamp(App& app, int n_layers, int n_heads) {
   CrossState& st = app.state<CrossState>();
   st.layer = std::min(st.layer, n_layers - 1);

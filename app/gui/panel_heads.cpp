@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "app.h"
+#include "window_io.h"
 
 namespace dsgui {
 
@@ -14,78 +15,108 @@ void compare_draws(App& app, const ds::SampleRecord& before, const ds::SampleRec
 
 namespace {
 
-bool is_off(const App& app, int l, int h) {
-  return std::find(app.heads_off.begin(), app.heads_off.end(), std::make_pair(l, h)) != app.heads_off.end();
+// The grids of an encoder-decoder model; a decoder-only one has the first alone.
+enum GridKind { kHeadsSelf = 0, kHeadsCross = 1, kHeadsEncoder = 2 };
+
+// The heads switched off in a grid: decoder self-attention or cross-attention (the
+// encoder runs once, before the steps: its heads cannot be switched off for a step).
+const std::vector<std::pair<int, int>>* off_list(const App& app, int kind) {
+  return kind == kHeadsSelf ? &app.heads_off : kind == kHeadsCross ? &app.cross_heads_off : nullptr;
 }
 
-// Brings every head's texture to the cursor: the rows of the steps taken since the
-// last call, or every head again when the trace or the kind changed or the cursor
-// went back. Returns false (and keeps nothing) when one texture a head would take
-// too much memory; the grid is then drawn from matrices made for the occasion.
-bool update_grid(App& app, int L, int H) {
-  App::HeadsGrid& g = app.grid;
+bool is_off(const App& app, int kind, int l, int h) {
+  const auto* v = off_list(app, kind);
+  return v && std::find(v->begin(), v->end(), std::make_pair(l, h)) != v->end();
+}
+
+void toggle_head_of(App& app, int kind, int l, int h) {
+  if (kind == kHeadsSelf)
+    app.toggle_head(l, h);
+  else if (kind == kHeadsCross)
+    app.toggle_cross_head(l, h);
+  else
+    app.say("the encoder reads the source once, before the steps: its heads cannot be switched off for a step");
+}
+const char* const kGridNames[] = {"heads", "heads-cross", "heads-encoder"};
+const char* const kGridTitles[] = {"Decoder self-attention", "Cross-attention (output tokens reading the source)",
+                                   "Encoder self-attention (source tokens reading each other)"};
+
+// Per frame: at most this long spent pooling new rows into thumbnails, and at most
+// this many bytes of thumbnails sent to the GPU (at least one tile a frame).
+constexpr double kBuildBudgetS = 0.010;
+constexpr size_t kUploadBudget = size_t(1) << 20;
+
+// Pools the rows of step s (every step's rows: the encoder's whole matrix) of every
+// head into its thumbnail.
+void pool_step(App& app, App::HeadsGrid& g, int kind, int H, int s) {
   const ds::Trace& t = app.trace;
-  // The largest texture a head may have (a power of two, as HeatTexture allocates)
-  // with all of them within 256 MB.
-  const size_t budget = size_t(256) << 20, cell = sizeof(float) + 1;
-  int max_room = 32;
-  while (size_t(L) * H * size_t(2 * max_room) * size_t(2 * max_room) * cell <= budget) max_room *= 2;
-  const int P = t.positions(app.cursor);
-  if (P > max_room || size_t(L) * H * size_t(max_room) * size_t(max_room) * cell > budget) {
-    g.tiles.clear();
-    g.what.clear();
-    return false;
-  }
-  char what[64];
-  std::snprintf(what, sizeof what, "%llu/%d", (unsigned long long)app.trace_epoch, int(app.show_scores));
-  const bool fresh = g.what != what || app.cursor < g.step || int(g.tiles.size()) != L * H;
-  // Make room ahead of time, a few heads a frame, so that no single frame copies
-  // every head's texture into a larger one.
-  auto grow_ahead = [&] {
-    const int soon = std::min(P + P / 4 + 1, max_room);
-    int left = 16;
-    for (auto& tile : g.tiles)
-      if (tile->ok && tile->tex.capacity_rows() < soon && left-- > 0) tile->tex.reserve(soon, soon);
-  };
-  if (!fresh && g.step == app.cursor) {
-    grow_ahead();
-    return true;
-  }
-  if (int(g.tiles.size()) != L * H) {
-    g.tiles.clear();
-    for (int i = 0; i < L * H; ++i) g.tiles.push_back(std::make_unique<App::HeadTile>());
-  }
-  for (int l = 0; l < L; ++l)
-    for (int h = 0; h < H; ++h) {
-      App::HeadTile& tile = *g.tiles[size_t(l) * H + h];
-      bool whole = fresh || !tile.ok;
-      for (int s = g.step + 1; !whole && s <= app.cursor; ++s) {
-        Matrix rows = attention_step_rows(t, l, h, s, false, app.show_scores);
-        if (!rows.error.empty() || !tile.tex.append_rows(t.steps[s].pos0, rows.rows, rows.cols, rows.v.data(),
-                                                         rows.mask.data(), app.uploads)) {
-          whole = true;
-          break;
-        }
-        if (rows.lo <= rows.hi) {
-          if (tile.lo <= tile.hi)
-            tile.lo = std::min(tile.lo, rows.lo), tile.hi = std::max(tile.hi, rows.hi);
-          else
-            tile.lo = rows.lo, tile.hi = rows.hi;
-        }
-      }
-      if (whole) {
-        Matrix m = attention_matrix(t, l, h, app.cursor, false, app.show_scores);
-        tile.ok = m.ok();
-        if (tile.ok) tile.tex.set(m.rows, m.cols, m.v.data(), m.mask.data(), app.uploads);
-        tile.lo = m.lo;
-        tile.hi = m.hi;
-      }
+  for (size_t i = 0; i < g.tiles.size(); ++i) {
+    const int l = int(i) / H, h = int(i) % H;
+    Thumb& th = g.tiles[i]->thumb;
+    if (kind == kHeadsEncoder) {
+      Matrix m = encoder_matrix(t, l, h);
+      if (m.ok()) th.add_rows(m, 0);
+    } else {
+      Matrix rows = attention_step_rows(t, l, h, s, kind == kHeadsCross, app.show_scores);
+      if (rows.error.empty()) th.add_rows(rows, t.steps[s].pos0);
     }
-  grow_ahead();
-  g.what = what;
-  g.step = app.cursor;
-  ++g.serial;
-  return true;
+  }
+}
+
+// Sends the thumbnails that changed, from where the last round stopped, within the
+// upload budget; the others keep their stale texture until a later frame. Returns
+// whether a texture changed.
+bool upload_tiles(App& app, App::HeadsGrid& g) {
+  const size_t n = g.tiles.size();
+  size_t left = kUploadBudget, i = 0;
+  bool changed = false;
+  for (; i < n; ++i) {
+    App::HeadTile& tile = *g.tiles[(g.next + i) % n];
+    if (tile.sent == tile.thumb.serial()) continue;
+    const Matrix& p = tile.thumb.pooled();
+    const size_t bytes = size_t(p.rows) * p.cols * (sizeof(float) + 1);
+    if (changed && bytes > left) break;
+    left -= std::min(left, bytes);
+    tile.sent = tile.thumb.serial();
+    if (!p.ok()) continue;
+    tile.tex.set(p.rows, p.cols, p.v.data(), p.mask.data(), app.uploads);
+    tile.lo = p.lo;
+    tile.hi = p.hi;
+    tile.ok = true;
+    changed = true;
+  }
+  g.next = n ? (g.next + i) % n : 0;
+  return changed;
+}
+
+// Brings a grid's thumbnails (side bins at most each way) to the cursor: the rows of
+// the steps taken since the last frame, within the frame's time budget; everything
+// again, over as many frames as it takes, when the trace, the kind or the size
+// changed or the cursor went back (the old textures stay on screen meanwhile).
+// Returns whether a texture changed.
+bool update_grid(App& app, int kind, int L, int H, int side) {
+  App::HeadsGrid& g = app.grids[size_t(kind)];
+  char what[80];
+  std::snprintf(what, sizeof what, "%llu/%d/%d/%d", (unsigned long long)app.trace_epoch, kind, int(app.show_scores),
+                side);
+  const int target = kind == kHeadsEncoder ? 0 : app.cursor;
+  if (g.what != what || int(g.tiles.size()) != L * H || target < g.step) {
+    if (int(g.tiles.size()) != L * H) {
+      g.tiles.clear();
+      for (int i = 0; i < L * H; ++i) g.tiles.push_back(std::make_unique<App::HeadTile>());
+    }
+    for (auto& tile : g.tiles) tile->thumb.reset(side);
+    g.what = what;
+    g.step = -1;
+    g.rebuilding = true;
+  }
+  const double t0 = now_s();
+  while (g.step < target && now_s() - t0 < kBuildBudgetS) pool_step(app, g, kind, H, ++g.step);
+  if (g.step == target) g.rebuilding = false;
+  // A grid started over shows its old maps until the new ones are whole.
+  const bool changed = !g.rebuilding && upload_tiles(app, g);
+  if (changed) ++g.serial;
+  return changed;
 }
 
 }  // namespace
@@ -117,73 +148,83 @@ void heads_controls(App& app) {
   const bool can_rerun = !app.replay && app.model && !app.worker.busy();
   ImGui::BeginDisabled(!can_rerun);
   char rerun[96];
-  std::snprintf(rerun, sizeof rerun, "Re-run step %d with %d head%s off", app.cursor + 1, int(app.heads_off.size()),
-                app.heads_off.size() == 1 ? "" : "s");
+  const size_t n_off = app.heads_off.size() + app.cross_heads_off.size();
+  std::snprintf(rerun, sizeof rerun, "Re-run step %d with %d head%s off", app.cursor + 1, int(n_off),
+                n_off == 1 ? "" : "s");
   if (ImGui::Button(rerun)) app.rerun_with_heads(app.cursor);
   tooltip(app,
           "Compute this step again with the switched-off heads silenced (their output set to zero), and compare "
           "the next-token probabilities. Later steps are dropped and use the same heads.");
   flow(font * 6);
-  ImGui::BeginDisabled(app.heads_off.empty());
+  ImGui::BeginDisabled(n_off == 0);
   if (ImGui::Button("All heads on")) app.all_heads_on();
   ImGui::EndDisabled();
   ImGui::EndDisabled();
   ImGui::TextDisabled("click a map to open it; right-click to switch that head off or on");
 }
 
-// Renders the whole grid into one target, only when something changed.
-RenderTarget& render_grid(App& app, const GridLayout& g) {
-  const ds::Trace& t = app.trace;
+// Renders a grid into its target, only when a tile or the style changed.
+RenderTarget& render_grid(App& app, int kind, const GridLayout& g) {
   const int L = g.L, H = g.H, gw = g.gw, gh = g.gh;
   const float tw = g.tile, th = g.tile, gap = g.gap;
-  const bool kept = update_grid(app, L, H);
+  // Thumbnails of at most the tile's pixels each way (a power of two, so that a
+  // slightly resized window keeps them).
+  int side = 8;
+  while (side * 2 <= int(g.tile)) side *= 2;
+  App::HeadsGrid& grid = app.grids[size_t(kind)];
+  update_grid(app, kind, L, H, side);
   char key[160];
-  std::snprintf(key, sizeof key, "%llu/%llu/%d/%d/%d/%d/%d/%d", (unsigned long long)(kept ? app.grid.serial : 0),
-                (unsigned long long)(kept ? 0 : app.version), kept ? 0 : app.cursor, int(app.show_scores), app.cmap, gw,
-                gh, int(app.light));
-  RenderTarget& rt = app.target("heads");
-  if (app.heads_key != key) {
-    app.heads_key = key;
+  std::snprintf(key, sizeof key, "%llu/%d/%d/%d/%d/%d", (unsigned long long)grid.serial, int(app.show_scores), app.cmap,
+                gw, gh, int(app.light));
+  RenderTarget& rt = app.target(kGridNames[kind]);
+  if (grid.drawn != key || rt.width() != gw || rt.height() != gh) {
+    grid.drawn = key;
     rt.ensure(gw, gh);
     rt.bind();
     ImVec4 bg = ImGui::GetStyleColorVec4(ImGuiCol_WindowBg);
     app.heat.clear(bg.x, bg.y, bg.z);
     for (int l = 0; l < L; ++l)
       for (int h = 0; h < H; ++h) {
+        const App::HeadTile& tile = *grid.tiles[size_t(l) * H + h];
+        if (!tile.ok) continue;
         HeatStyle st;
         st.cmap = app.cmap;
+        const bool scores = app.show_scores && kind != kHeadsEncoder;
+        float vmin, vmax;
+        display_range(tile.lo, tile.hi, scores, vmin, vmax);
+        st.vmin = scores ? vmin : 0.0f;
+        st.vmax = scores ? vmax : 1.0f;
         const int x = int(h * (tw + gap)), y = gh - int(l * (th + gap)) - int(th);
-        if (kept) {
-          const App::HeadTile& tile = *app.grid.tiles[size_t(l) * H + h];
-          if (!tile.ok) continue;
-          float vmin, vmax;
-          display_range(tile.lo, tile.hi, app.show_scores, vmin, vmax);
-          st.vmin = app.show_scores ? vmin : 0.0f;
-          st.vmax = app.show_scores ? vmax : 1.0f;
-          app.heat.draw(tile.tex, st, x, y, int(tw), int(th));
-        } else {
-          Matrix m = attention_matrix(t, l, h, app.cursor, false, app.show_scores);
-          if (!m.ok()) continue;
-          st.vmin = app.show_scores ? m.vmin : 0.0f;
-          st.vmax = app.show_scores ? m.vmax : 1.0f;
-          app.heat.draw(m.rows, m.cols, m.v.data(), m.mask.data(), st, x, y, int(tw), int(th), app.uploads);
-        }
+        app.heat.draw(tile.tex, st, x, y, int(tw), int(th));
       }
     RenderTarget::unbind(app.fb_w, app.fb_h);
   }
   return rt;
 }
 
+// Opens head (l, h) of a grid in the view that shows it whole.
+void open_head(App& app, int kind, int l, int h) {
+  if (kind == kHeadsSelf) {
+    app.layer = l;
+    app.head = h;
+    app.view = view_index("attention");
+  } else {
+    cross_show(app, l, h, kind == kHeadsEncoder);
+    app.view = view_index("cross");
+  }
+  app.view_request = true;
+}
+
 // Switched-off heads, the open head and the hovered head over the grid at org; a click
 // opens a head, a right-click switches it off or on.
-void grid_overlays(App& app, const GridLayout& g, ImVec2 org, bool hovered) {
+void grid_overlays(App& app, int kind, const GridLayout& g, ImVec2 org, bool hovered) {
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const int L = g.L, H = g.H;
   const float tw = g.tile, th = g.tile, gap = g.gap, tile = g.tile;
   for (int l = 0; l < L; ++l)
     for (int h = 0; h < H; ++h) {
       ImVec2 a(org.x + h * (tw + gap), org.y + l * (th + gap)), b(a.x + tw, a.y + th);
-      if (is_off(app, l, h)) {
+      if (is_off(app, kind, l, h)) {
         dl->AddRectFilled(a, b, IM_COL32(0, 0, 0, 150));
         dl->AddLine(a, b, IM_COL32(255, 70, 60, 255), 3);
         dl->AddLine(ImVec2(a.x, b.y), ImVec2(b.x, a.y), IM_COL32(255, 70, 60, 255), 3);
@@ -191,61 +232,38 @@ void grid_overlays(App& app, const GridLayout& g, ImVec2 org, bool hovered) {
         if (tile > ts.x)
           dl->AddText(ImVec2(a.x + (tw - ts.x) * 0.5f, a.y + (th - ts.y) * 0.5f), IM_COL32(255, 255, 255, 255), "OFF");
       }
-      if (l == app.layer && h == app.head)
+      if (kind == kHeadsSelf && l == app.layer && h == app.head)
         dl->AddRect(ImVec2(a.x - 2, a.y - 2), ImVec2(b.x + 2, b.y + 2), IM_COL32(255, 170, 40, 255), 0, 0, 2);
     }
-  if (hovered) {
-    ImVec2 mp = ImGui::GetIO().MousePos;
-    int h = int((mp.x - org.x) / (tw + gap)), l = int((mp.y - org.y) / (th + gap));
-    if (l >= 0 && l < L && h >= 0 && h < H) {
-      ImVec2 a(org.x + h * (tw + gap), org.y + l * (th + gap));
-      dl->AddRect(a, ImVec2(a.x + tw, a.y + th), IM_COL32(255, 255, 255, 255), 0, 0, 2);
-      ImGui::BeginTooltip();
-      ImGui::Text("layer %d, head %d%s", l, h, is_off(app, l, h) ? " (switched off)" : "");
-      ImGui::TextDisabled("click: open it in the Attention view");
-      ImGui::TextDisabled("right-click: switch it %s", is_off(app, l, h) ? "back on" : "off");
-      ImGui::EndTooltip();
-      if (ImGui::IsMouseClicked(0)) {
-        app.layer = l;
-        app.head = h;
-        app.view = view_index("attention");
-        app.view_request = true;
-      }
-      if (ImGui::IsMouseClicked(1)) app.toggle_head(l, h);
-    }
-  }
+  if (!hovered) return;
+  ImVec2 mp = ImGui::GetIO().MousePos;
+  int h = int((mp.x - org.x) / (tw + gap)), l = int((mp.y - org.y) / (th + gap));
+  if (l < 0 || l >= L || h < 0 || h >= H) return;
+  ImVec2 a(org.x + h * (tw + gap), org.y + l * (th + gap));
+  dl->AddRect(a, ImVec2(a.x + tw, a.y + th), IM_COL32(255, 255, 255, 255), 0, 0, 2);
+  const bool off = is_off(app, kind, l, h);
+  ImGui::BeginTooltip();
+  ImGui::Text("%s layer %d, head %d%s",
+              kind == kHeadsSelf    ? ""
+              : kind == kHeadsCross ? "cross"
+                                    : "encoder",
+              l, h, off ? " (switched off)" : "");
+  ImGui::TextDisabled("click: open it in the %s view", kind == kHeadsSelf ? "Attention" : "Cross-attention");
+  ImGui::TextDisabled("right-click: switch it %s", off ? "back on" : "off");
+  ImGui::EndTooltip();
+  if (ImGui::IsMouseClicked(0)) open_head(app, kind, l, h);
+  if (ImGui::IsMouseClicked(1)) toggle_head_of(app, kind, l, h);
 }
 
-}  // namespace
-
-void panel_heads(App& app) {
-  view_caption(app, "heads");
-  const ds::Trace& t = app.trace;
-  if (!has_step(app, "No step yet: press Step (Right arrow) to run the prompt through the model.")) return;
-  const ds::Config& cfg = t.config;
-  const int L = cfg.n_layers, H = cfg.n_heads;
+// One grid with its layer and head labels at the cursor.
+void draw_grid(App& app, int kind, const GridLayout& g) {
   const float font = ImGui::GetFontSize();
-  const ImGuiStyle& style = ImGui::GetStyle();
-
-  heads_controls(app);
-
-  // Layout: the grid on the left, the comparison on the right.
-  ImVec2 avail = ImGui::GetContentRegionAvail();
-  const bool compare = app.before && app.before_step == app.cursor && t.steps[app.cursor].sample;
-  const float side = compare ? std::min(avail.x * 0.38f, font * 24) : 0.0f;
-  const float lab_w = font * 3.2f, lab_h = font * 1.4f;
-  const float gap = std::max(2.0f, std::floor(font * 0.25f));
-  float tile = std::floor(std::min((avail.x - side - lab_w) / H - gap, (avail.y - lab_h) / L - gap));
-  tile = std::clamp(tile, 16.0f, 160.0f);
-  const float tw = tile, th = tile;
-  const int gw = int(H * (tw + gap)), gh = int(L * (th + gap));
-
-  RenderTarget& rt = render_grid(app, GridLayout{L, H, tile, gap, lab_w, lab_h, gw, gh});
-
-  ImGui::BeginGroup();
+  const int L = g.L, H = g.H;
+  const float tw = g.tile, th = g.tile, gap = g.gap, tile = g.tile;
+  RenderTarget& rt = render_grid(app, kind, g);
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const ImVec2 p0 = ImGui::GetCursorScreenPos();
-  const ImVec2 org(std::floor(p0.x + lab_w), std::floor(p0.y + lab_h));
+  const ImVec2 org(std::floor(p0.x + g.lab_w), std::floor(p0.y + g.lab_h));
   const ImU32 tc = ImGui::GetColorU32(ImGuiCol_Text);
   for (int h = 0; h < H; ++h) {
     char b[16];
@@ -260,11 +278,11 @@ void panel_heads(App& app) {
     dl->AddText(ImVec2(p0.x, org.y + l * (th + gap) + (th - font) * 0.5f), tc, b);
   }
   ImGui::SetCursorScreenPos(org);
-  ImGui::Image((ImTextureID)(intptr_t)rt.texture(), ImVec2(float(gw), float(gh)), ImVec2(0, 1), ImVec2(1, 0));
+  ImGui::Image((ImTextureID)(intptr_t)rt.texture(), ImVec2(float(g.gw), float(g.gh)), ImVec2(0, 1), ImVec2(1, 0));
   const bool hovered = ImGui::IsItemHovered();
-  grid_overlays(app, GridLayout{L, H, tile, gap, lab_w, lab_h, gw, gh}, org, hovered);
+  grid_overlays(app, kind, g, org, hovered);
   HeatmapPlacement pl;
-  pl.name = "heads";
+  pl.name = kGridNames[kind];
   pl.x = org.x;
   pl.y = org.y;
   pl.cell_w = tw + gap;
@@ -272,9 +290,51 @@ void panel_heads(App& app) {
   pl.rows = L;
   pl.cols = H;
   app.placements.push_back(pl);
-  app.last_heatmap = "heads";
+  if (kind == kHeadsSelf) app.last_heatmap = kGridNames[kind];
   ImGui::SetCursorScreenPos(p0);
-  ImGui::Dummy(ImVec2(lab_w + gw, lab_h + gh));
+  ImGui::Dummy(ImVec2(g.lab_w + g.gw, g.lab_h + g.gh));
+}
+
+}  // namespace
+
+void panel_heads(App& app) {
+  view_caption(app, "heads");
+  const ds::Trace& t = app.trace;
+  if (!has_step(app, "No step yet: press Step (Right arrow) to run the prompt through the model.")) return;
+  const ds::Config& cfg = t.config;
+  const float font = ImGui::GetFontSize();
+
+  heads_controls(app);
+
+  // The grids shown, one above the other: decoder self-attention, and for an
+  // encoder-decoder model its cross-attention and the encoder's self-attention.
+  std::vector<std::pair<int, int>> grids = {{kHeadsSelf, cfg.n_layers}};
+  if (cfg.encoder_decoder) {
+    grids.push_back({kHeadsCross, cfg.n_layers});
+    if (cfg.n_enc_layers > 0) grids.push_back({kHeadsEncoder, cfg.n_enc_layers});
+  }
+  const int H = cfg.n_heads;
+  int rows = 0;
+  for (auto [k, n] : grids) rows += n;
+  const float title_h = grids.size() > 1 ? ImGui::GetTextLineHeightWithSpacing() : 0.0f;
+
+  // Layout: the grids on the left, the comparison on the right.
+  ImVec2 avail = ImGui::GetContentRegionAvail();
+  const bool compare = app.before && app.before_step == app.cursor && t.steps[app.cursor].sample;
+  const float side = compare ? std::min(avail.x * 0.38f, font * 24) : 0.0f;
+  const float lab_w = font * 3.2f, lab_h = font * 1.4f;
+  const float gap = std::max(2.0f, std::floor(font * 0.25f));
+  const float spacing = ImGui::GetStyle().ItemSpacing.y * (grids.size() > 1 ? 2.0f : 1.0f);
+  const float free_h = avail.y - float(grids.size()) * (lab_h + title_h + spacing);
+  float tile = std::floor(std::min((avail.x - side - lab_w) / H - gap, free_h / std::max(rows, 1) - gap));
+  tile = std::clamp(tile, 16.0f, 160.0f);
+
+  ImGui::BeginGroup();
+  for (auto [kind, L] : grids) {
+    if (grids.size() > 1) ImGui::TextUnformatted(kGridTitles[kind]);
+    const int gw = int(H * (tile + gap)), gh = int(L * (tile + gap));
+    draw_grid(app, kind, GridLayout{L, H, tile, gap, lab_w, lab_h, gw, gh});
+  }
   ImGui::EndGroup();
 
   if (compare) {
@@ -284,10 +344,9 @@ void panel_heads(App& app) {
     ImGui::TextWrapped("Step %d: how the model's next-token probabilities moved", app.cursor + 1);
     ImGui::PopTextWrapPos();
     compare_draws(app, *app.before, *t.steps[app.cursor].sample, app.before_label.c_str(),
-                  app.heads_off.empty() ? "now" : "heads off");
+                  app.heads_off.empty() && app.cross_heads_off.empty() ? "now" : "heads off");
     ImGui::EndGroup();
   }
-  (void)style;
 }
 
 }  // namespace dsgui

@@ -32,9 +32,10 @@ void ScriptedRun::settle_settings() {
 // The steps asked for are in: re-run with heads off, fork, scrub back, or settle.
 void ScriptedRun::after_steps(int have) {
   app_.cursor = have - 1;
-  if (!o_.heads_off.empty() && have > 0) {
+  if ((!o_.heads_off.empty() || !o_.cross_heads_off.empty()) && have > 0) {
     // Re-run the last step with these heads switched off, to compare.
     app_.heads_off = o_.heads_off;
+    app_.cross_heads_off = o_.cross_heads_off;
     app_.rerun_with_heads(have - 1);
     phase_ = kRegen;
   } else if (o_.fork_at > 0 && have > 0) {
@@ -54,12 +55,28 @@ void ScriptedRun::after_steps(int have) {
   phase_frames_ = 0;
 }
 
+// --bench, once the steps are in and the views settled: drags the timeline back to the
+// first step and forward again to the last, a step range a frame as a hand on the
+// slider would, then lets the views settle on the last step.
+void ScriptedRun::bench_scrub() {
+  constexpr int kDrag = 40, kSettleFrames = 30;  // frames each way; frames after
+  const int last = int(app_.trace.steps.size()) - 1, f = phase_frames_++;
+  bench_->scrubbing = f < 2 * kDrag;
+  if (f < kDrag)
+    app_.scrub_to(last - int(int64_t(last) * (f + 1) / kDrag));
+  else if (f < 2 * kDrag)
+    app_.scrub_to(int(int64_t(last) * (f + 1 - kDrag) / kDrag));
+  else if (f >= 2 * kDrag + kSettleFrames)
+    phase_ = kShoot;
+}
+
 bool ScriptedRun::advance(double t, double prev_frame) {
   if (!app_.error.empty()) {
     std::fprintf(stderr, "decoderscope: scripted run failed: %s\n", app_.error.c_str());
     return false;
   }
-  if (t - t_start_ > 600) {
+  // A benchmark of a long run on a loaded machine may take longer than a screenshot.
+  if (t - t_start_ > (bench_ ? 3600 : 600)) {
     std::fprintf(stderr, "decoderscope: scripted run timed out\n");
     return false;
   }
@@ -113,7 +130,10 @@ bool ScriptedRun::advance(double t, double prev_frame) {
       if (bench_ && phase_frames_ > 4) bench_->idle_frame((t - prev_frame) * 1000.0);
       if (++phase_frames_ >= (bench_ ? 64 : 4) && idle && !lens_waiting(app_) && !beams_waiting(app_) &&
           !next_waiting(app_) && !block_waiting(app_) && !kv_waiting(app_) && !roles_waiting(app_))
-        phase_ = kShoot;
+        phase_ = bench_ && have > 1 ? kBenchScrub : kShoot, phase_frames_ = 0;
+      break;
+    case kBenchScrub:
+      bench_scrub();
       break;
     case kShoot:
     case kEnd:
@@ -161,6 +181,11 @@ void write_sidecar(const std::string& path, const App& app, const Options& o, in
   if (roles_selected(const_cast<App&>(app), rk, rl, rh, rs))
     f << "  \"roles\": {\"kind\": " << rk << ", \"layer\": " << rl << ", \"head\": " << rh << ", \"score\": " << rs
       << "},\n";
+  f << "  \"head_grids\": [";  // the All heads grids drawn: heads, heads-cross, heads-encoder
+  int ng = 0;
+  for (const auto& p : app.placements)
+    if (p.name.rfind("heads", 0) == 0) f << (ng++ ? ", " : "") << "\"" << p.name << "\"";
+  f << "],\n";
   f << "  \"block_ok\": " << (block_ok(const_cast<App&>(app)) ? "true" : "false") << ",\n";
   f << "  \"precision\": \"" << (app.model ? ds::precision_name(app.model->precision) : "") << "\",\n";
   f << "  \"view_rect\": [" << app.view_rect.x << ", " << app.view_rect.y << ", " << app.view_rect.z << ", "

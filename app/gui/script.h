@@ -27,10 +27,11 @@ class ScriptedRun {
   int shoot(int fw, int fh, int gl_errors);
 
  private:
-  enum Phase { kLoad, kStep, kScrub, kRegen, kSettle, kShoot, kEnd };
+  enum Phase { kLoad, kStep, kScrub, kRegen, kSettle, kBenchScrub, kShoot, kEnd };
   void settle_settings();  // the layer, head, selection and view asked for
   void after_steps(int have);
-  void step(int n);  // asks the worker for n steps
+  void step(int n);    // asks the worker for n steps
+  void bench_scrub();  // a frame of --bench's drag of the timeline
 
   const Options& o_;
   App& app_;

@@ -340,7 +340,11 @@ void SoakRun::act_heads_off() {
     app_.all_heads_on();
   } else {
     for (int i = 0, m = 1 + int(pick(2)); i < m; ++i)
-      app_.toggle_head(int(pick(uint64_t(std::max(1, c.n_layers)))), int(pick(uint64_t(std::max(1, c.n_heads)))));
+      if (c.encoder_decoder && pick(3) == 0)  // a map of the cross-attention grid
+        app_.toggle_cross_head(int(pick(uint64_t(std::max(1, c.n_layers)))),
+                               int(pick(uint64_t(std::max(1, c.n_heads)))));
+      else
+        app_.toggle_head(int(pick(uint64_t(std::max(1, c.n_layers)))), int(pick(uint64_t(std::max(1, c.n_heads)))));
   }
   app_.rerun_with_heads(app_.cursor);
 }

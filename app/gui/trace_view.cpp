@@ -100,6 +100,21 @@ Matrix attention_step_rows(const ds::Trace& t, int layer, int head, int step, bo
   return m;
 }
 
+Matrix crop(const Matrix& m, int rows, int cols, bool scores) {
+  Matrix c;
+  c.error = m.error;
+  c.rows = std::clamp(rows, 0, m.rows);
+  c.cols = std::clamp(cols, 0, m.cols);
+  c.v.resize(size_t(c.rows) * c.cols);
+  c.mask.resize(c.v.size());
+  for (int r = 0; r < c.rows; ++r) {
+    std::copy_n(m.v.data() + size_t(r) * m.cols, c.cols, c.v.data() + size_t(r) * c.cols);
+    std::copy_n(m.mask.data() + size_t(r) * m.cols, c.cols, c.mask.data() + size_t(r) * c.cols);
+  }
+  finish_range(c, scores);
+  return c;
+}
+
 void append_rows(Matrix& m, const Matrix& rows, int row0, bool scores) {
   const int R = std::max(m.rows, row0 + rows.rows), C = std::max(m.cols, rows.cols);
   if (C != m.cols) {  // wider: lay the earlier rows out again

@@ -37,6 +37,10 @@ Matrix attention_step_rows(const ds::Trace& t, int layer, int head, int step, bo
 // masked zeros (a key that did not exist when a row was computed). Keeps lo, hi,
 // vmin and vmax as attention_matrix sets them.
 void append_rows(Matrix& m, const Matrix& rows, int row0, bool scores);
+// The top-left rows x cols of m (no larger than m), with its range made again: the
+// matrix as of an earlier step of the same trace is this crop of a later one (rows:
+// the positions then; cols: the same for self-attention, the source for cross).
+Matrix crop(const Matrix& m, int rows, int cols, bool scores);
 // The colour range of a matrix whose allowed finite cells span [lo, hi] (lo > hi:
 // none): weights from 0, scores over their own range.
 void display_range(float lo, float hi, bool scores, float& vmin, float& vmax);

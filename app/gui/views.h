@@ -33,6 +33,8 @@ std::string view_id_list();
 // What views offer the rest of the window.
 // Cross-attention (panel_cross.cpp): the layer and head it shows, kept within the model.
 void cross_select(App& app, int layer, int head);
+// The same, on the encoder's self-attention (encoder true) or the cross-attention.
+void cross_show(App& app, int layer, int head, bool encoder);
 void cross_clamp(App& app, int n_layers, int n_heads);
 // Logit lens (panel_lens.cpp): whether it waits for the worker; the worker's answer.
 bool lens_waiting(App& app);

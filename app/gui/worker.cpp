@@ -141,6 +141,9 @@ void Worker::apply_heads() {
   for (auto [l, hh] : heads_off_)
     if (l >= 0 && l < cfg.n_layers && hh >= 0 && hh < cfg.n_heads)
       head_handles_.push_back(ds::zero_head(h, l, hh, cfg.d_head));
+  for (auto [l, hh] : cross_heads_off_)
+    if (cfg.encoder_decoder && l >= 0 && l < cfg.n_layers && hh >= 0 && hh < cfg.n_heads)
+      head_handles_.push_back(ds::zero_head(h, l, hh, cfg.d_head, ds::HeadSite::Cross));
 }
 
 namespace {
@@ -452,6 +455,9 @@ void Worker::inspect(const Command& c) {
     e.set_threads(std::max(1, c.threads));
     for (auto [l, hh] : heads_off_)
       if (l >= 0 && l < cfg.n_layers && hh >= 0 && hh < cfg.n_heads) ds::zero_head(e.hooks(), l, hh, cfg.d_head);
+    for (auto [l, hh] : cross_heads_off_)
+      if (cfg.encoder_decoder && l >= 0 && l < cfg.n_layers && hh >= 0 && hh < cfg.n_heads)
+        ds::zero_head(e.hooks(), l, hh, cfg.d_head, ds::HeadSite::Cross);
     SnapshotCollector col(*a, c.head);
     const std::string prefix = "blocks." + std::to_string(c.layer) + ".";
     for (const std::string& name : snapshot_hooks(cfg, c.layer)) {
@@ -616,6 +622,7 @@ void Worker::handle(Command& c) {
     }
     case Command::Heads: {
       heads_off_ = c.heads;
+      cross_heads_off_ = c.cross_heads;
       apply_heads();
       return;
     }

@@ -157,10 +157,11 @@ struct Command {
   // `count` positions in all (0 or less: the model's context).
   int width = 3;
   float length_penalty = 1;
-  int count = 1;                           // Step: how many steps (-1: to the end)
-  int keep = 0;                            // Rewind: the steps kept
-  ds::SamplerConfig sampler;               // Sampler, Shape (the settings to show)
-  std::vector<std::pair<int, int>> heads;  // Heads: (layer, head) switched off
+  int count = 1;                                 // Step: how many steps (-1: to the end)
+  int keep = 0;                                  // Rewind: the steps kept
+  ds::SamplerConfig sampler;                     // Sampler, Shape (the settings to show)
+  std::vector<std::pair<int, int>> heads;        // Heads: (layer, head) switched off
+  std::vector<std::pair<int, int>> cross_heads;  // Heads: cross-attention (layer, head) switched off
   // Lens: the residual vectors to read ([rows][d_model]), their labels, and the step,
   // position and request they answer. Shape: step and version.
   std::vector<std::vector<float>> resid;
@@ -248,7 +249,7 @@ class Worker {
   std::string spec_;  // what the loaded model was opened as (Command::Load's spec)
   std::unique_ptr<ds::Session> session_;
   ds::SamplerConfig sampler_;
-  std::vector<std::pair<int, int>> heads_off_;
+  std::vector<std::pair<int, int>> heads_off_, cross_heads_off_;
   std::vector<int> head_handles_;
   std::vector<int> forced_;  // the tokens of the session's first steps (Command::forced)
 

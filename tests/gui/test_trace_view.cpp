@@ -147,6 +147,31 @@ TEST(TraceView, MatricesGrownStepByStepEqualTheCoreAndTheWhole) {
     }
 }
 
+TEST(TraceView, AnEarlierStepsMatrixIsACropOfALaterOne) {
+  for (bool encdec : {false, true}) {
+    ds::Trace t = run(encdec, encdec ? std::vector<int>{'a', 'b', 0} : std::vector<int>{}, 6);
+    const int last = int(t.steps.size()) - 1;
+    for (bool cross : encdec ? std::vector<bool>{false, true} : std::vector<bool>{false})
+      for (bool scores : {false, true}) {
+        if (cross && scores) continue;
+        const dsgui::Matrix later = dsgui::attention_matrix(t, 1, 0, last, cross, scores);
+        for (int step = 0; step < last; ++step) {
+          SCOPED_TRACE(::testing::Message() << "encdec " << encdec << " cross " << cross << " step " << step);
+          const dsgui::Matrix want = dsgui::attention_matrix(t, 1, 0, step, cross, scores);
+          const dsgui::Matrix got = dsgui::crop(later, want.rows, want.cols, scores);
+          ASSERT_EQ(got.rows, want.rows);
+          ASSERT_EQ(got.cols, want.cols);
+          EXPECT_EQ(got.v, want.v);
+          EXPECT_EQ(got.mask, want.mask);
+          EXPECT_EQ(got.lo, want.lo);
+          EXPECT_EQ(got.hi, want.hi);
+          EXPECT_EQ(got.vmin, want.vmin);
+          EXPECT_EQ(got.vmax, want.vmax);
+        }
+      }
+  }
+}
+
 TEST(TraceView, StepRowsSayWhatIsMissing) {
   ds::Trace t = run(false, {}, 2);
   EXPECT_FALSE(dsgui::attention_step_rows(t, 0, 0, 5, false, false).ok());

@@ -53,6 +53,7 @@ ReadProbe::ReadProbe(int threads, size_t bytes)
   // First touch by the thread that later reads the part.
 #pragma omp parallel for num_threads(threads_) schedule(static)
   for (int64_t i = 0; i < int64_t(n_); ++i) p[i] = 1.0f;
+  advise_huge_pages(buf_);  // once written, as Model does with the weights
 }
 
 double ReadProbe::pass() {

@@ -91,6 +91,7 @@ void sinusoid_table(const Config& c, int npos, std::vector<float>& out) {
 
 Model::Model(Config c, Weights wt) : cfg(std::move(c)), w(std::move(wt)) {
   cfg.validate();
+  advise_huge_pages(w.large_block);  // written by now (perf/memory.h)
   check_shape("tok_embed", w.embed_view(), cfg.vocab_size, cfg.d_model);
   if (cfg.pos == PosKind::Learned) check_shape("pos_embed", w.pos_embed, cfg.max_seq, cfg.d_model);
   if (int(w.blocks.size()) != cfg.n_layers)
@@ -144,7 +145,7 @@ Engine::Engine(std::shared_ptr<const Model> model) : model_(std::move(model)), h
   // every layer's keys and values up to its position, short streams that should not
   // also pay a page walk every 4 KB.
   const size_t per = size_t(c.max_seq) * size_t(c.kv_dim());
-  kv_block_ = allocate_weight_block(2 * size_t(c.n_layers) * per * sizeof(float));
+  kv_block_ = allocate_weight_block(2 * size_t(c.n_layers) * per * sizeof(float), HugePages::AtFirstTouch);
   float* kv = static_cast<float*>(kv_block_.get());
   for (int l = 0; l < c.n_layers; ++l) {
     k_cache_.push_back(kv + 2 * size_t(l) * per);
@@ -200,7 +201,8 @@ KvCache Engine::make_cache() const {
   KvCache kv;
   // Small caches (many beams of a small model) are plain allocations; large ones get
   // huge pages as the engine's own.
-  kv.block = bytes >= (size_t(2) << 20) ? allocate_weight_block(bytes) : allocate_aligned(bytes);
+  kv.block =
+      bytes >= (size_t(2) << 20) ? allocate_weight_block(bytes, HugePages::AtFirstTouch) : allocate_aligned(bytes);
   float* base = static_cast<float*>(kv.block.get());
   for (int l = 0; l < c.n_layers; ++l) {
     kv.k.push_back(base + 2 * size_t(l) * per);

@@ -43,8 +43,9 @@ class BigAlloc {
     parts_.push_back({&m, &h, m.rows(), m.cols(), total_});
     total_ += (bytes + 63) / 64 * 64;
   }
-  void finish() {
-    if (parts_.empty()) return;
+  // Returns the block (null when there are no large matrices).
+  Keep finish() {
+    if (parts_.empty()) return nullptr;
     Keep block = allocate_weight_block(total_);
     char* base = static_cast<char*>(block.get());
     for (const Part& q : parts_) {
@@ -57,6 +58,7 @@ class BigAlloc {
         q.h->data.place(reinterpret_cast<uint16_t*>(base + q.offset), size_t(q.rows * q.cols), block);
       }
     }
+    return block;
   }
 
  private:
@@ -234,7 +236,7 @@ void Weights::narrow(Precision p) {
   if (p == Precision::F32) return;
   BigAlloc big(p);
   each_matrix(*this, [&](WMat& m, Mat16& h) { big.matrix(m, h); });
-  big.finish();
+  large_block = big.finish();
   each_matrix(*this, [&](WMat& m, Mat16& h) {
     if (m.size()) ds::narrow(m.data(), m.size(), p, h.data.data());
     h.tiles = m.tiles();  // element by element: the storage order carries over
@@ -274,7 +276,7 @@ Weights Weights::zeros(const Config& c, Precision p) {
   // The structure is complete, so the matrices have their final addresses.
   BigAlloc big(p);
   each_matrix(w, [&](WMat& m, Mat16& h) { big.matrix(m, h); });
-  big.finish();
+  w.large_block = big.finish();
   if (p != Precision::F32) each_matrix(w, [](WMat& m, Mat16&) { m = WMat(); });
   return w;
 }

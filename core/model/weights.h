@@ -201,6 +201,10 @@ struct Weights {
   std::vector<Block> enc_blocks;
   Norm enc_ln_final;
 
+  // The block the large matrices live in (Weights::zeros, narrow()), which Model
+  // advises for huge pages once the weights are written (perf/memory.h).
+  Keep large_block;
+
   // Allocates every tensor at its shape for cfg, filled with zeros. The large
   // matrices (linear layers, token embeddings, head) are placed in one block in the
   // order a token reads them (see perf/memory.h); the block is a fresh mapping that

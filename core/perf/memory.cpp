@@ -13,9 +13,15 @@ namespace ds {
 
 namespace {
 std::string megabytes(size_t bytes) { return std::to_string((bytes + (1u << 20) - 1) >> 20) + " MB"; }
+
+// The deleter of a weight block; it also tells advise_huge_pages the mapping's length.
+struct Unmap {
+  size_t len;
+  void operator()(void* q) const { munmap(q, len); }
+};
 }  // namespace
 
-std::shared_ptr<void> allocate_weight_block(size_t bytes) {
+std::shared_ptr<void> allocate_weight_block(size_t bytes, HugePages when) {
   if (bytes == 0) return nullptr;
   constexpr size_t kHuge = size_t(2) << 20;
   const size_t len = (bytes + kHuge - 1) / kHuge * kHuge;
@@ -29,9 +35,21 @@ std::shared_ptr<void> allocate_weight_block(size_t bytes) {
   if (r + len + kHuge > start + len) munmap(reinterpret_cast<void*>(start + len), r + len + kHuge - (start + len));
   void* p = reinterpret_cast<void*>(start);
 #ifdef MADV_HUGEPAGE
-  madvise(p, len, MADV_HUGEPAGE);  // before the first touch, so it faults in huge pages
+  if (when == HugePages::AtFirstTouch) madvise(p, len, MADV_HUGEPAGE);  // faults in huge pages
+#else
+  (void)when;
 #endif
-  return std::shared_ptr<void>(p, [len](void* q) { munmap(q, len); });
+  return std::shared_ptr<void>(p, Unmap{len});
+}
+
+bool advise_huge_pages(const std::shared_ptr<void>& block) {
+  const Unmap* u = block ? std::get_deleter<Unmap>(block) : nullptr;
+  if (!u) return false;
+#ifdef MADV_HUGEPAGE
+  return madvise(block.get(), u->len, MADV_HUGEPAGE) == 0;
+#else
+  return false;
+#endif
 }
 
 std::shared_ptr<void> allocate_aligned(size_t bytes) {

@@ -1,22 +1,43 @@
 #pragma once
-// Large buffers (weight matrices, the KV cache, the bandwidth probe's buffer) ask the
-// kernel for transparent huge pages: decoding reads every weight once per token, and
-// with 4 KB pages a token of a 500 MB model walks 120,000 page-table entries. On this
-// project's test machine reads from huge pages run about 25% faster. Where THP is
-// unavailable or disabled the advice is ignored.
+// Large buffers (weight matrices, the KV cache, the bandwidth probe's buffer) are
+// anonymous mappings that may be given transparent huge pages: decoding reads every
+// weight once per token, and with 4 KB pages a token of a 500 MB model walks 120,000
+// page-table entries.
+//
+// When the advice is given matters. With the kernel's usual THP settings
+// (enabled=madvise, defrag=madvise) every first touch of an advised region asks for a
+// 2 MB page there and then, compacting memory synchronously when none is free and
+// zeroing 2 MB per fault; loading a 440 MB checkpoint into advised memory cost
+// 0.6-2 s of system time (README, "Start"). So the weights are written into plain
+// 4 KB pages (no compaction, ever) and advised only once written (advise_huge_pages),
+// which lets the kernel's khugepaged merge them into huge pages in the background,
+// off the loading thread. The KV cache, written a position at a time during decoding,
+// keeps the advice from the start (HugePages::AtFirstTouch). Where THP is unavailable
+// or disabled the advice is ignored.
 #include <cstddef>
 #include <memory>
 
 namespace ds {
 
+enum class HugePages {
+  AfterWrite,    // no advice until advise_huge_pages(): first touches never compact
+  AtFirstTouch,  // advised before the first touch: each 2 MB faults in as one huge page
+};
+
 // A block for a model's large weight matrices: one anonymous mapping whose start is
-// 2 MB-aligned, advised for huge pages before anything touches it, and zero-filled
+// 2 MB-aligned, advised for huge pages as `when` says, and zero-filled
 // (as fresh mappings are). One mapping rather than one allocation per matrix means
 // no 4 KB pages at the ends of each matrix (an allocation's header lands in the
 // first 2 MB of its mapping and is written before any advice can apply), and the
 // matrices can sit in the order a token reads them. The block is unmapped when the
 // last owner lets go. Throws ds::Error when the memory is not available.
-std::shared_ptr<void> allocate_weight_block(size_t bytes);
+std::shared_ptr<void> allocate_weight_block(size_t bytes, HugePages when = HugePages::AfterWrite);
+
+// Advises a block from allocate_weight_block for huge pages, once its contents are
+// written: the pages already there stay as they are (the kernel's khugepaged may merge
+// them later, on its own time), nothing is compacted now. Does nothing for null or for
+// other storage; returns whether the advice was given.
+bool advise_huge_pages(const std::shared_ptr<void>& block);
 
 // Zero-initialised storage of `bytes`, aligned to 64 bytes, freed with the last owner.
 std::shared_ptr<void> allocate_aligned(size_t bytes);

@@ -516,6 +516,30 @@ void on_loaded(App& app, const Event& e) {
 
 }  // namespace
 
+// A session began: an empty trace for it (the Start it replaced can be undone).
+void on_started(App& app, Event& e) {
+  if (app.pending_start) {
+    app.undo_stack.push(std::move(*app.pending_start));
+    app.pending_start.reset();
+    app.say("started: Ctrl+Z brings back the text shown before");
+  }
+  ds::Trace& trace = app.trace;
+  trace = ds::Trace{};
+  trace.config = app.model ? app.model->cfg : trace.config;
+  trace.model_name = app.model ? app.model->name : "";
+  trace.source = std::move(e.source);
+  trace.source_text = std::move(e.source_text);
+  trace.encoder = std::move(e.encoder);
+  ++app.version;
+  ++app.trace_epoch;
+  app.cursor = -1;
+  app.sel_pos = -1;
+  app.done = false;
+  app.started = true;
+  app.replay = false;
+  started_with_text(app);
+}
+
 void App::handle_events() {
   for (Event& e : worker.poll()) {
     switch (e.kind) {
@@ -527,25 +551,7 @@ void App::handle_events() {
         on_loaded(*this, e);
         break;
       case Event::Started:
-        if (pending_start) {
-          undo_stack.push(std::move(*pending_start));
-          pending_start.reset();
-          say("started: Ctrl+Z brings back the text shown before");
-        }
-        trace = ds::Trace{};
-        trace.config = model ? model->cfg : trace.config;
-        trace.model_name = model ? model->name : "";
-        trace.source = std::move(e.source);
-        trace.source_text = std::move(e.source_text);
-        trace.encoder = std::move(e.encoder);
-        ++version;
-        ++trace_epoch;
-        cursor = -1;
-        sel_pos = -1;
-        done = false;
-        started = true;
-        replay = false;
-        started_with_text(*this);
+        on_started(*this, e);
         break;
       case Event::Step: {
         if (e.step_index < int(trace.steps.size())) {  // a step taken again

@@ -151,6 +151,25 @@ void check_options(Options& o) {
 
 }  // namespace
 
+// --head-off LAYER:HEAD (a self-attention head) or cLAYER:HEAD (a cross-attention head).
+void head_off_option(Options& o, const std::string& a, std::string v) {
+  const bool cross = !v.empty() && v[0] == 'c';
+  if (cross) v.erase(0, 1);
+  auto c = v.find(':');
+  if (c == std::string::npos) die("--head-off expects LAYER:HEAD or cLAYER:HEAD, got '" + v + "'");
+  (cross ? o.cross_heads_off : o.heads_off)
+      .push_back({int(to_int(v.substr(0, c), a)), int(to_int(v.substr(c + 1), a))});
+}
+
+// --size WIDTHxHEIGHT.
+void size_option(Options& o, const std::string& a, const std::string& v) {
+  auto x = v.find('x');
+  if (x == std::string::npos) die("--size expects WIDTHxHEIGHT");
+  o.width = int(to_int(v.substr(0, x), a));
+  o.height = int(to_int(v.substr(x + 1), a));
+  o.has_size = true;
+}
+
 Options parse_options(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -235,22 +254,11 @@ Options parse_options(int argc, char** argv) {
       o.scale = to_float(val(), a);
     else if (is_sampler_option(a))
       sampler_option(o, a, val());
-    else if (a == "--head-off") {
-      std::string v = val();
-      const bool cross = !v.empty() && v[0] == 'c';  // cL:H, a cross-attention head
-      if (cross) v.erase(0, 1);
-      auto c = v.find(':');
-      if (c == std::string::npos) die("--head-off expects LAYER:HEAD or cLAYER:HEAD, got '" + v + "'");
-      (cross ? o.cross_heads_off : o.heads_off)
-          .push_back({int(to_int(v.substr(0, c), a)), int(to_int(v.substr(c + 1), a))});
-    } else if (a == "--size") {
-      std::string v = val();
-      auto x = v.find('x');
-      if (x == std::string::npos) die("--size expects WIDTHxHEIGHT");
-      o.width = int(to_int(v.substr(0, x), a));
-      o.height = int(to_int(v.substr(x + 1), a));
-      o.has_size = true;
-    } else
+    else if (a == "--head-off")
+      head_off_option(o, a, val());
+    else if (a == "--size")
+      size_option(o, a, val());
+    else
       die("unknown option '" + a + "' (try --help)");
   }
   check_options(o);

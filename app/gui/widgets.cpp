@@ -386,10 +386,10 @@ RenderTarget& heatmap_cells(App& app, const char* name, const HeatmapArgs& a, co
   const bool sent = tex.sync(m, a.lineage, app.uploads);
   const std::string key = a.lineage == 0 ? "" : std::to_string(a.lineage) + style_key;
   std::string& drawn = app.drawn_keys[name];
-  if (sent || key.empty() || key != drawn || rt.width() != std::max(vw, 1) || rt.height() != std::max(vh, 1)) {
-    rt.ensure(vw, vh);
+  if (sent || key.empty() || key != drawn || rt.width() != std::max(int(W), 1) || rt.height() != std::max(int(H), 1)) {
+    rt.ensure(int(W), int(H));
     rt.bind();
-    app.heat.draw(tex, st, -vx, vy + vh - int(H), int(W), int(H));
+    app.heat.draw(tex, st, 0, 0, int(W), int(H));
     RenderTarget::unbind(app.fb_w, app.fb_h);
     drawn = key;
   }

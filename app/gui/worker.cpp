@@ -571,29 +571,21 @@ void Worker::steps(const Command& c) {
 void Worker::handle(Command& c) {
   switch (c.kind) {
     case Command::Inspect:
-      inspect(c);
-      return;
+      return inspect(c);
     case Command::Measure:
-      measure(c);
-      return;
+      return measure(c);
     case Command::Roles:
-      roles(c);
-      return;
+      return roles(c);
     case Command::Load:
-      load(c);
-      return;
+      return load(c);
     case Command::Start:
-      start(c);
-      return;
+      return start(c);
     case Command::Beam:
-      beam(c);
-      return;
+      return beam(c);
     case Command::Step:
-      steps(c);
-      return;
+      return steps(c);
     case Command::Restore:
-      restore(c);
-      return;
+      return restore(c);
     case Command::Rewind: {
       if (!session_) return;
       int k = std::clamp(c.keep, 0, session_->steps_done());

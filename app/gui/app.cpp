@@ -360,23 +360,19 @@ void App::show_view(int v) {
   view_request = true;
 }
 
-void App::toggle_head(int l, int h) {
-  auto it = std::find(heads_off.begin(), heads_off.end(), std::make_pair(l, h));
-  if (it == heads_off.end())
-    heads_off.push_back({l, h});
+// Adds (l, h) to a sorted list of heads switched off, or takes it out.
+static void toggle_in(std::vector<std::pair<int, int>>& off, int l, int h) {
+  auto it = std::find(off.begin(), off.end(), std::make_pair(l, h));
+  if (it == off.end())
+    off.push_back({l, h});
   else
-    heads_off.erase(it);
-  std::sort(heads_off.begin(), heads_off.end());
+    off.erase(it);
+  std::sort(off.begin(), off.end());
 }
 
-void App::toggle_cross_head(int l, int h) {
-  auto it = std::find(cross_heads_off.begin(), cross_heads_off.end(), std::make_pair(l, h));
-  if (it == cross_heads_off.end())
-    cross_heads_off.push_back({l, h});
-  else
-    cross_heads_off.erase(it);
-  std::sort(cross_heads_off.begin(), cross_heads_off.end());
-}
+void App::toggle_head(int l, int h) { toggle_in(heads_off, l, h); }
+
+void App::toggle_cross_head(int l, int h) { toggle_in(cross_heads_off, l, h); }
 
 void App::all_heads_on() {
   heads_off.clear();

@@ -1,8 +1,7 @@
 #include "bench/bandwidth.h"
 
 #include "perf/memory.h"
-
-#include <omp.h>
+#include "perf/team.h"
 
 #include <algorithm>
 #include <chrono>
@@ -47,28 +46,40 @@ float sum_floats(const float* p, size_t n) {
 }  // namespace
 
 ReadProbe::ReadProbe(int threads, size_t bytes)
-    : threads_(std::max(1, threads)), n_(std::max<size_t>(bytes / sizeof(float) / 64, 1) * 64) {
+    : threads_(std::max(1, threads)),
+      n_(std::max<size_t>(bytes / sizeof(float) / 64, 1) * 64),
+      team_(std::make_shared<ThreadTeam>(threads_)) {
   buf_ = allocate_weight_block(n_ * sizeof(float));  // as the weight matrices are
   float* p = static_cast<float*>(buf_.get());
   // First touch by the thread that later reads the part.
-#pragma omp parallel for num_threads(threads_) schedule(static)
-  for (int64_t i = 0; i < int64_t(n_); ++i) p[i] = 1.0f;
+  team_->run([&](int t) {
+    const auto [b, e] = part(t);
+    std::fill(p + b, p + e, 1.0f);
+  });
   advise_huge_pages(buf_);  // once written, as Model does with the weights
+}
+
+// Thread t's part of the buffer: [first, end) in floats, whole 64-float lines.
+std::pair<size_t, size_t> ReadProbe::part(int t) const {
+  const size_t nt = size_t(threads_), chunk = (n_ / 64 + nt - 1) / nt * 64;
+  const size_t b = std::min(n_, chunk * size_t(t));
+  return {b, std::min(n_, b + chunk)};
 }
 
 double ReadProbe::pass() {
   const float* p = static_cast<const float*>(buf_.get());
   const size_t n = n_;
-  float total = 0;
+  std::vector<float> sums(size_t(threads_), 0.0f);
   auto t0 = std::chrono::steady_clock::now();
-#pragma omp parallel num_threads(threads_) reduction(+ : total)
-  {
-    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-    const size_t chunk = (n / 64 + nt - 1) / nt * 64;
-    const size_t b = std::min(n, chunk * size_t(t)), e = std::min(n, b + chunk);
-    total += sum_floats(p + b, e - b);
-  }
+  // On a team of threads like the engine's (perf/team.h), not OpenMP's, so that no
+  // other threads spin beside the engine's between the probe's passes and the tokens.
+  team_->run([&](int t) {
+    const auto [b, e] = part(t);
+    sums[size_t(t)] = sum_floats(p + b, e - b);
+  });
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  float total = 0;
+  for (float x : sums) total += x;
   static volatile float sink = 0;
   sink = sink + total;
   rates_.push_back(double(n * sizeof(float)) / s / 1e9);

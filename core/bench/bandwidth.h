@@ -4,9 +4,12 @@
 // (weight bytes) / (this rate) is the floor of the time per token.
 #include <cstddef>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace ds {
+
+class ThreadTeam;
 
 struct Bandwidth {
   double gb_per_s = 0;  // best of the repetitions, 1 GB = 1e9 bytes
@@ -30,8 +33,10 @@ class ReadProbe {
   const std::vector<double>& rates() const { return rates_; }
 
  private:
+  std::pair<size_t, size_t> part(int t) const;
   int threads_;
   size_t n_;  // floats
+  std::shared_ptr<ThreadTeam> team_;
   std::shared_ptr<void> buf_;
   std::vector<double> rates_;
 };

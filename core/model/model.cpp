@@ -566,7 +566,7 @@ void Engine::attend_rows(Stack st, int layer, const AttnPoints& pts, int T, int 
   const bool par = nt > 1 && int64_t(T) * S * H >= 4096;
   const bool hs = hooks_.active(st, layer, pts.scores), hp = hooks_.active(st, layer, pts.pattern);
   if (!hs && !hp) {
-    parallel_for(H, nt, par, [&](int h) {
+    team_.parallel_for(H, par, [&](int h) {
       head_scores(h, T, pos0, keys);
       head_softmax(h, T, pos0, keys);
       head_mix(h, T, pos0, keys);
@@ -574,11 +574,11 @@ void Engine::attend_rows(Stack st, int layer, const AttnPoints& pts, int T, int 
     return;
   }
   float* att = s_->att.data();
-  parallel_for(H, nt, par, [&](int h) { head_scores(h, T, pos0, keys); });
+  team_.parallel_for(H, par, [&](int h) { head_scores(h, T, pos0, keys); });
   if (hs) hooks_.fire(st, layer, pts.scores, pos0, {att, 3, {H, T, S}});
-  parallel_for(H, nt, par, [&](int h) { head_softmax(h, T, pos0, keys); });
+  team_.parallel_for(H, par, [&](int h) { head_softmax(h, T, pos0, keys); });
   if (hp) hooks_.fire(st, layer, pts.pattern, pos0, {att, 3, {H, T, S}});
-  parallel_for(H, nt, par, [&](int h) { head_mix(h, T, pos0, keys); });
+  team_.parallel_for(H, par, [&](int h) { head_mix(h, T, pos0, keys); });
 }
 
 // Decoding: one query row over S keys. The cache is read a key row (every head) at a
@@ -591,7 +591,7 @@ void Engine::attend_one_row(Stack st, int layer, const AttnPoints& pts, int pos0
   const float scale = 1.0f / std::sqrt(float(dh));
   const bool split = decode_split(S);
   float* att = s_->att.data();  // [H, 1, S]
-  over_key_shares(S, nt, split, [&](int, int j0, int j1) {
+  team_.over_key_shares(S, split, [&](int, int j0, int j1) {
     for (int j = j0; j < j1; ++j) {
       if (may_read(keys, pos0, j)) {
         head_dots(s_->q.data(), keys.K + size_t(j) * kvd, H, group, dh, scale, att + j, S);
@@ -603,7 +603,7 @@ void Engine::attend_one_row(Stack st, int layer, const AttnPoints& pts, int pos0
   if (hooks_.active(st, layer, pts.scores)) hooks_.fire(st, layer, pts.scores, pos0, {att, 3, {H, 1, S}});
   for (int h = 0; h < H; ++h) head_softmax(h, 1, pos0, keys);
   if (hooks_.active(st, layer, pts.pattern)) hooks_.fire(st, layer, pts.pattern, pos0, {att, 3, {H, 1, S}});
-  over_key_shares(S, nt, split, [&](int t, int j0, int j1) {
+  team_.over_key_shares(S, split, [&](int t, int j0, int j1) {
     float* z = split ? s_->zpart.data() + size_t(t) * qd : s_->z.data();  // [q_dim]
     std::fill_n(z, qd, 0.0f);
     for (int j = j0; j < j1; ++j) head_axpys(att + j, S, keys.V + size_t(j) * kvd, H, group, dh, z);

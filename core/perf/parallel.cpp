@@ -76,6 +76,7 @@ MatvecTeam::~MatvecTeam() = default;
 
 void MatvecTeam::set_threads(int n) {
   threads_ = std::max(1, n);
+  pool_.resize(threads_);
   shares_ = std::make_unique<RowShare[]>(size_t(threads_));
 }
 
@@ -91,7 +92,7 @@ void MatvecTeam::run(std::span<const MatvecPart> parts, const float* x, const Ca
   // read the end of the last product's rows starts on the first rows of this one,
   // which sit right after them in memory (and are already on their way into its cache).
   flip_ = !flip_;
-  parallel_for(nt, nt, true, [&](int t) {
+  pool_.run([&](int t) {
     // First the cache rows this thread's attention reads next: the other threads'
     // streaming covers the time, and they take over rows of this thread's share.
     if (warm && warm->rows > 0) warm_cache(*warm, t, nt);

@@ -9,35 +9,13 @@
 #include <utility>
 
 #include "perf/gemv.h"
+#include "perf/team.h"
 
 namespace ds {
-
-// Runs f(0 .. n-1), across nt threads when par. A serial loop never enters OpenMP,
-// whose serialised regions allocate.
-template <class F>
-void parallel_for(int n, int nt, bool par, F&& f) {
-  if (!par || nt <= 1) {
-    for (int i = 0; i < n; ++i) f(i);
-    return;
-  }
-#pragma omp parallel for num_threads(nt) schedule(static)
-  for (int i = 0; i < n; ++i) f(i);
-}
 
 // The keys thread t of nt takes when one query row's attention over S keys is split:
 // [S t / nt, S (t + 1) / nt).
 inline std::pair<int, int> key_share(int S, int t, int nt) { return {S * t / nt, S * (t + 1) / nt}; }
-
-// Calls f(thread, j0, j1) for the key ranges of one query row's attention over S
-// keys: one range [0, S) on the calling thread, or one share per thread when split.
-template <class F>
-void over_key_shares(int S, int nt, bool split, F&& f) {
-  if (!split) return f(0, 0, S);
-  parallel_for(nt, nt, true, [&](int t) {
-    const auto [j0, j1] = key_share(S, t, nt);
-    f(t, j0, j1);
-  });
-}
 
 // One product of a group: y = W x (+ bias), then GELU-tanh when gelu. The bias and
 // the activation are applied by whichever thread computed the rows, so they add no
@@ -61,7 +39,8 @@ struct CacheRows {
   bool split = false;
 };
 
-// Matrix-vector products on a fixed number of threads. The matrices of a group sit one
+// Matrix-vector products on a fixed number of threads (a persistent ThreadTeam, which
+// the engine's other parallel loops share). The matrices of a group sit one
 // after another in the weights' block and the threads split their rows, taken in
 // order, into contiguous shares, so each thread reads one sequential stream. A thread
 // that finishes its share takes rows from the back of the others' (the owner takes
@@ -76,9 +55,27 @@ class MatvecTeam {
   // Every part's product with the same input x, in one parallel region.
   void run(std::span<const MatvecPart> parts, const float* x, const CacheRows* warm = nullptr);
 
+  // f(i) for i = 0 .. n-1, across the threads when par.
+  template <class F>
+  void parallel_for(int n, bool par, F&& f) {
+    pool_.parallel_for(n, par, std::forward<F>(f));
+  }
+
+  // Calls f(thread, j0, j1) for the key ranges of one query row's attention over S
+  // keys: one range [0, S) on the calling thread, or one share per thread when split.
+  template <class F>
+  void over_key_shares(int S, bool split, F&& f) {
+    if (!split || threads_ <= 1) return f(0, 0, S);
+    pool_.run([&](int t) {
+      const auto [j0, j1] = key_share(S, t, threads_);
+      f(t, j0, j1);
+    });
+  }
+
  private:
   struct RowShare;
   int threads_ = 1;
+  ThreadTeam pool_;
   std::unique_ptr<RowShare[]> shares_;  // one per thread
   bool flip_ = false;                   // the shares' order alternates between calls
 };

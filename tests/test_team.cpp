@@ -69,6 +69,13 @@ TEST(ThreadTeam, WakesAfterSleepingAndResizes) {
   EXPECT_EQ(sum.load(), 1);
 }
 
+TEST(ThreadTeam, ATeamThatSleepsAtOnceRunsEveryRegion) {
+  ds::ThreadTeam team(3, 0);  // no spin: every region wakes the others
+  std::atomic<int> sum{0};
+  for (int r = 0; r < 500; ++r) team.run([&](int t) { sum += t + 1; });
+  EXPECT_EQ(sum.load(), 500 * 6);
+}
+
 TEST(ThreadTeam, ParallelForCoversTheRangeOnce) {
   ds::ThreadTeam team(2);
   for (int n : {0, 1, 2, 3, 7, 12, 100}) {

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/decode_bench.h"
+#include "bench/load_split.h"
 #include "io/llama2c.h"
 #include "io/loader.h"
 #include "io/model_folder.h"
@@ -277,8 +278,7 @@ std::vector<int> parse_ids(const std::string& s, const std::string& what) {
   return ids;
 }
 
-ds::LoadedModel open_model(const Args& a) {
-  if (!a.has("model")) throw Error("--model PATH is required");
+ds::Precision precision_of(const Args& a) {
   ds::Precision p = ds::Precision::F32;
   if (a.has("precision")) {
     const std::string v = a.str("precision");
@@ -291,6 +291,12 @@ ds::LoadedModel open_model(const Args& a) {
     else
       throw Error("--precision must be f32, bf16 or f16, not '" + v + "'");
   }
+  return p;
+}
+
+ds::LoadedModel open_model(const Args& a) {
+  if (!a.has("model")) throw Error("--model PATH is required");
+  const ds::Precision p = precision_of(a);
   return ds::load_model(a.str("model"), a.str("tokenizer"), p);
 }
 
@@ -718,7 +724,9 @@ int cmd_heads(const Args& a) {
 
 int cmd_bench(const Args& a) {
   only(a, {"model", "tokenizer", "steps", "threads", "reps", "precision", "prefill", "trace-tokens"});
-  auto m = open_model(a);
+  if (!a.has("model")) throw Error("--model PATH is required");
+  ds::LoadedModel m;
+  const ds::LoadSplit load = ds::measure_load(a.str("model"), a.str("tokenizer"), precision_of(a), m);
   const ds::Config& c = m.model->cfg;
   ds::DecodeBenchOptions o;
   o.steps = int(a.integer("steps", std::min(c.max_seq, 64), 2, c.max_seq));
@@ -733,6 +741,10 @@ int cmd_bench(const Args& a) {
   auto r =
       ds::run_decode_bench(m.model, o, [](const std::string& s) { std::fprintf(stderr, "  ... %s\n", s.c_str()); });
   ds::print_decode_bench(stdout, r, o);
+  ds::print_load_split(stdout, load);
+  double user = 0, sys = 0;
+  ds::process_times(user, sys);
+  std::printf("whole run               user %.2f s, system %.2f s (getrusage)\n", user, sys);
   return 0;
 }
 

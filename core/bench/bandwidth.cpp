@@ -48,7 +48,7 @@ float sum_floats(const float* p, size_t n) {
 ReadProbe::ReadProbe(int threads, size_t bytes)
     : threads_(std::max(1, threads)),
       n_(std::max<size_t>(bytes / sizeof(float) / 64, 1) * 64),
-      team_(std::make_shared<ThreadTeam>(threads_)) {
+      team_(std::make_shared<ThreadTeam>(threads_, 0)) {
   buf_ = allocate_weight_block(n_ * sizeof(float));  // as the weight matrices are
   float* p = static_cast<float*>(buf_.get());
   // First touch by the thread that later reads the part.
@@ -71,8 +71,8 @@ double ReadProbe::pass() {
   const size_t n = n_;
   std::vector<float> sums(size_t(threads_), 0.0f);
   auto t0 = std::chrono::steady_clock::now();
-  // On a team of threads like the engine's (perf/team.h), not OpenMP's, so that no
-  // other threads spin beside the engine's between the probe's passes and the tokens.
+  // On a team of threads like the engine's (perf/team.h), not OpenMP's, whose threads
+  // would spin beside the engine's after each pass; this team's sleep at once.
   team_->run([&](int t) {
     const auto [b, e] = part(t);
     sums[size_t(t)] = sum_floats(p + b, e - b);

@@ -73,7 +73,7 @@ void ThreadTeam::dispatch(Job job, void* ctx) {
 void ThreadTeam::worker(int t, uint64_t seen) {
   for (;;) {
     auto started = [&] { return epoch_.load(std::memory_order_acquire) != seen; };
-    if (!spin_until(started, std::chrono::microseconds(kSpinMicroseconds))) {
+    if (!spin_until(started, std::chrono::microseconds(spin_us_))) {
       std::unique_lock<std::mutex> lock(m_);
       sleepers_.fetch_add(1, std::memory_order_seq_cst);
       cv_.wait(lock, [&] { return epoch_.load(std::memory_order_seq_cst) != seen; });

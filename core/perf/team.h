@@ -21,7 +21,8 @@ namespace ds {
 
 class ThreadTeam {
  public:
-  explicit ThreadTeam(int n = 1) { resize(n); }
+  // spin_us: how long a thread spins waiting for the next region before it sleeps.
+  explicit ThreadTeam(int n = 1, int spin_us = kSpinMicroseconds) : spin_us_(spin_us) { resize(n); }
   ~ThreadTeam() { stop(); }
   ThreadTeam(const ThreadTeam&) = delete;
   ThreadTeam& operator=(const ThreadTeam&) = delete;
@@ -50,8 +51,9 @@ class ThreadTeam {
     });
   }
 
-  // How long a thread spins waiting for the next region before it sleeps.
-  static constexpr int kSpinMicroseconds = 200;
+  // The default spin: longer than the serial work between two products of a token
+  // (a norm, a short attention, the sampler), far shorter than a token.
+  static constexpr int kSpinMicroseconds = 100;
 
  private:
   using Job = void (*)(void*, int);
@@ -59,6 +61,7 @@ class ThreadTeam {
   void worker(int t, uint64_t seen);  // seen: the region number when it started
   void stop();
 
+  int spin_us_;
   std::vector<std::thread> threads_;
   // The current region: its number (odd and even alternate; 0 until the first), what to
   // call, and how many of the team's threads have not finished it yet.

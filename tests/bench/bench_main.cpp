@@ -3,11 +3,13 @@
 //                           [--format gpt2|own]
 //   decoderscope_bench decode [--shape gpt2-small|llama-110m] [--steps N] [--threads N] [--reps R]
 //                             [--precision f32|bf16|f16] [--prefill N] [--trace-tokens N]
+//   decoderscope_bench team [--threads 2] [--regions N] [--gap-us 5]
 #include <cstdio>
 #include <cstring>
 
 int bench_load(int argc, char** argv);    // bench_load.cpp
 int bench_decode(int argc, char** argv);  // bench_decode.cpp
+int bench_team(int argc, char** argv);    // bench_team.cpp
 
 int main(int argc, char** argv) {
   struct Sub {
@@ -19,6 +21,7 @@ int main(int argc, char** argv) {
       {"load", bench_load, "write a GPT-2-shaped model.safetensors, then time and measure loading it"},
       {"decode", bench_decode,
        "bandwidth floor, decode, prefill and trace memory of a random GPT-2-small or llama-110M-shaped model"},
+      {"team", bench_team, "what one parallel region costs: OpenMP's fork and join against the engine's thread team"},
   };
   if (argc >= 2) {
     for (const Sub& s : subs)

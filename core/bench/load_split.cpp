@@ -1,0 +1,100 @@
+#include "bench/load_split.h"
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <vector>
+
+#include "perf/memory.h"
+
+namespace ds {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// The files a load reads: a checkpoint itself, or a folder's weight files.
+std::vector<std::string> model_files(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::string dir = path;
+  if (path.rfind("builtin:", 0) == 0) dir = resolve_builtin(path.substr(8));
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return {dir};
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string ext = e.path().extension().string();
+    if (e.is_regular_file(ec) && (ext == ".safetensors" || ext == ".bin")) files.push_back(e.path().string());
+  }
+  return files;
+}
+
+// Copies a file through an 8 MB buffer (faulted in beforehand): its bytes.
+uint64_t read_file(const std::string& path, std::vector<char>& buf) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return 0;  // the load that follows says what is wrong with it
+  uint64_t total = 0;
+  for (;;) {
+    const ssize_t r = ::read(fd, buf.data(), buf.size());
+    if (r <= 0) break;
+    total += uint64_t(r);
+  }
+  ::close(fd);
+  return total;
+}
+
+}  // namespace
+
+void process_times(double& user_s, double& system_s) {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  user_s = double(u.ru_utime.tv_sec) + double(u.ru_utime.tv_usec) / 1e6;
+  system_s = double(u.ru_stime.tv_sec) + double(u.ru_stime.tv_usec) / 1e6;
+}
+
+LoadSplit measure_load(const std::string& path, const std::string& tokenizer, Precision p, LoadedModel& out) {
+  LoadSplit s;
+  std::vector<char> buf(size_t(8) << 20, 1);
+  const std::vector<std::string> files = model_files(path);
+  auto t0 = Clock::now();
+  for (const std::string& f : files) s.file_bytes += read_file(f, buf);
+  s.read_s = seconds_since(t0);
+  s.files = int(files.size());
+
+  double u0, s0, u1, s1;
+  process_times(u0, s0);
+  t0 = Clock::now();
+  out = load_model(path, tokenizer, p);
+  s.load_s = seconds_since(t0);
+  process_times(u1, s1);
+  s.load_user_s = u1 - u0;
+  s.load_system_s = s1 - s0;
+
+  s.weight_bytes = uint64_t(out.model->w.bytes());
+  t0 = Clock::now();
+  {
+    std::shared_ptr<void> block = allocate_weight_block(size_t(s.weight_bytes));
+    char* q = static_cast<char*>(block.get());
+    for (uint64_t i = 0; i < s.weight_bytes; i += 4096) q[i] = 1;
+  }
+  s.fault_s = seconds_since(t0);
+  s.rest_s = std::max(0.0, s.load_s - s.read_s - s.fault_s);
+  return s;
+}
+
+void print_load_split(std::FILE* f, const LoadSplit& s) {
+  std::fprintf(f, "load                    %.3f s (user %.3f s, system %.3f s) for %.1f MB of weights\n", s.load_s,
+               s.load_user_s, s.load_system_s, double(s.weight_bytes) / 1e6);
+  std::fprintf(f, "  reading               %.3f s: %d file(s), %.1f MB read once (%.2f GB/s)\n", s.read_s, s.files,
+               double(s.file_bytes) / 1e6, s.read_s > 0 ? double(s.file_bytes) / s.read_s / 1e9 : 0.0);
+  std::fprintf(f, "  faulting              %.3f s: a fresh block of the weights' size, one write per 4 KB page\n",
+               s.fault_s);
+  std::fprintf(f, "  converting, checking  %.3f s: the rest of the load (tiles, 16-bit storage, value checks)\n",
+               s.rest_s);
+  std::fprintf(f, "  load / (read + fault) %.2f\n", s.read_s + s.fault_s > 0 ? s.load_s / (s.read_s + s.fault_s) : 0.0);
+}
+
+}  // namespace ds

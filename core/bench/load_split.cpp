@@ -25,6 +25,7 @@ std::vector<std::string> model_files(const std::string& path) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return {dir};
   std::vector<std::string> files;
+  if (!fs::exists(fs::path(dir) / "config.json", ec)) return files;  // no model folder: the load says so
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string ext = e.path().extension().string();
     if (e.is_regular_file(ec) && (ext == ".safetensors" || ext == ".bin")) files.push_back(e.path().string());

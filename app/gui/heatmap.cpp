@@ -337,7 +337,11 @@ void HeatTexture::set(int rows, int cols, const float* values, const uint8_t* ma
 
 bool HeatTexture::grow(int rows, int cols, const float* values, const uint8_t* mask, UploadStats& stats) {
   if (rows < rows_ || cols < cols_ || rows_ == 0) return false;
-  reserve(rows, cols);  // keeps what is held
+  // Outgrown storage: the caller sends the matrix whole into a larger one (set). Copying
+  // the cells held on the GPU instead went through a framebuffer read that Mesa's
+  // software renderer does on the window's thread: one frame of about 50 ms when a
+  // 1,024-position map moved to 1,024 x 1,024.
+  if (!fits(rows, cols)) return false;
   // The rows held, in the new columns; then the new rows, whole.
   put(cols_, 0, cols - cols_, rows_, values + cols_, mask + cols_, cols, stats);
   put(0, rows_, cols, rows - rows_, values + size_t(rows_) * cols, mask + size_t(rows_) * cols, cols, stats);

@@ -12,7 +12,8 @@ namespace dsgui {
 
 // What the residual view shows.
 struct ResidualState {
-  int kind = 2;  // which point of each layer the map shows (a kind of trace_view.h)
+  int kind = 2;       // which point of each layer the map shows (a kind of trace_view.h)
+  GrowingNorms grow;  // the map's norms, read a step at a time
 };
 
 namespace {
@@ -128,7 +129,8 @@ void norm_map(App& app) {
   ImGui::Combo("##cmap", &app.cmap, kColormapNames, 3);
   char key[96];
   std::snprintf(key, sizeof key, "%llu/%d/%d", (unsigned long long)app.version, app.cursor, st.kind);
-  const App::CachedMatrix& cm = app.cached("resid", key, [&] { return resid_norm_map(t, app.cursor, st.kind); });
+  const App::CachedMatrix& cm =
+      app.cached("resid", key, [&] { return st.grow.as_of(t, app.trace_epoch, app.cursor, st.kind); });
   const Matrix& m = cm.m;
   if (!m.ok()) {
     ImGui::TextDisabled("%s", m.error.c_str());

@@ -278,6 +278,72 @@ Matrix resid_norm_map(const ds::Trace& t, int step, int kind) {
   return m;
 }
 
+void GrowingNorms::start(uint64_t epoch, int kind, int layers) {
+  epoch_ = epoch;
+  kind_ = kind;
+  layers_ = layers;
+  read_ = -1;
+  any_ = false;
+  norms_.assign(size_t(layers), {});
+  written_.clear();
+  m_step_ = -2;
+}
+
+bool GrowingNorms::add_step(const ds::Trace& t, int s) {
+  const ds::TraceStep& st = t.steps[size_t(s)];
+  const int P = t.positions(s);
+  if (int(written_.size()) < P) written_.resize(size_t(P), -1);
+  for (int l = 0; l < layers_; ++l) {
+    std::vector<float>& row = norms_[size_t(l)];
+    if (int(row.size()) < P) row.resize(size_t(P), 0.0f);
+    const ds::Tensor* x = find(st, "blocks." + std::to_string(l) + "." + kResidNames[kind_]);
+    if (!x || x->shape.size() != 2) continue;
+    const std::vector<float> n = x->row_norms();
+    for (size_t r = 0; r < n.size(); ++r) {
+      const int p = st.pos0 + int(r);
+      if (p < 0 || p >= P) break;
+      if (written_[size_t(p)] >= 0 && written_[size_t(p)] < s) return false;  // written again
+      written_[size_t(p)] = s;
+      row[size_t(p)] = n[r];
+      any_ = true;
+    }
+  }
+  read_ = s;
+  return true;
+}
+
+const Matrix& GrowingNorms::as_of(const ds::Trace& t, uint64_t epoch, int step, int kind) {
+  if (step < 0 || step >= int(t.steps.size()) || kind < 0 || kind >= kResidKinds) {
+    m_ = resid_norm_map(t, step, kind);  // its message
+    m_step_ = -2;
+    return m_;
+  }
+  if (epoch != epoch_ || kind != kind_ || layers_ != t.config.n_layers) start(epoch, kind, t.config.n_layers);
+  if (step == m_step_) return m_;
+  bool grown = true;
+  for (int s = read_ + 1; s <= step && grown; ++s) grown = add_step(t, s);
+  if (!grown) {  // a position written again: the map as of this step from the trace
+    start(epoch, kind, t.config.n_layers);
+    m_ = resid_norm_map(t, step, kind);
+    return m_;
+  }
+  Matrix& m = m_;
+  m = Matrix();
+  m_step_ = step;
+  if (!any_) {
+    m.error = std::string("the trace did not record ") + kResidNames[kind];
+    return m;
+  }
+  m.rows = layers_;
+  m.cols = t.positions(step);
+  m.v.resize(size_t(m.rows) * m.cols);
+  m.mask.assign(size_t(m.rows) * m.cols, 1);
+  for (int l = 0; l < m.rows; ++l)
+    std::copy_n(norms_[size_t(l)].begin(), m.cols, m.v.begin() + ptrdiff_t(size_t(l) * m.cols));
+  finish_range(m, false);
+  return m;
+}
+
 std::vector<TokenInfo> tokens_as_of(const ds::Trace& t, int step) {
   std::vector<TokenInfo> out;
   if (t.steps.empty() || step < 0) return out;

@@ -49,6 +49,29 @@ void display_range(float lo, float hi, bool scores, float& vmin, float& vmax);
 inline constexpr int kResidKinds = 4;
 // Layer x position map of the norms of one residual point (kind as above).
 Matrix resid_norm_map(const ds::Trace& t, int step, int kind);
+// The same map kept for a whole run and grown a step at a time: a step of a long run
+// reads only its own rows (a compact trace keeps resid_post as float16 values, and the
+// norms of 1,000 positions x 12 layers of 768 values each took tens of ms a frame).
+// Within one trace epoch (steps only appended) as_of(step) equals resid_norm_map(t,
+// step, kind): later steps are cropped off unless one of them wrote a position again
+// (a run without the KV cache recomputes every position), which starts it over.
+struct GrowingNorms {
+  // The map as of `step`; reads the steps after the last one read, or starts over when
+  // epoch or kind differ from the last call's.
+  const Matrix& as_of(const ds::Trace& t, uint64_t epoch, int step, int kind);
+
+ private:
+  void start(uint64_t epoch, int kind, int layers);
+  bool add_step(const ds::Trace& t, int s);  // false: nothing to read, or a position written again
+  uint64_t epoch_ = 0;
+  int kind_ = -1, layers_ = 0, read_ = -1;  // steps 0 .. read_ are in the table
+  bool any_ = false;
+  std::vector<std::vector<float>> norms_;  // [layer][position]
+  std::vector<int> written_;               // positions' steps: the last step that wrote each (-1: none)
+  Matrix m_;
+  int m_step_ = -2;  // the step m_ is as of (-2: none)
+};
+
 // The residual vector at a position (kind as above).
 bool resid_vector(const ds::Trace& t, int step, int layer, int kind, int pos, std::vector<float>& out);
 // The norm of that vector; also for points a compact trace keeps as norms only.

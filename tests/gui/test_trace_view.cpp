@@ -238,3 +238,54 @@ TEST(TraceView, ResidualNormsSurviveTheCompactTrace) {
   }
   EXPECT_GT(compared, 0);
 }
+
+// The residual map grown a step at a time, scrubbed back and forward, equals the map
+// read from the whole trace at every step, for every kind; with and without the KV cache
+// (where every step writes every position again) and for a trace replaced by another.
+TEST(TraceView, GrowingNormsEqualTheMapReadWhole) {
+  auto same = [](const dsgui::Matrix& a, const dsgui::Matrix& b) {
+    ASSERT_EQ(a.error, b.error);
+    if (!b.error.empty()) return;  // nothing to draw: the message is what the view shows
+    ASSERT_EQ(a.rows, b.rows);
+    ASSERT_EQ(a.cols, b.cols);
+    ASSERT_EQ(a.v, b.v);
+    ASSERT_EQ(a.mask, b.mask);
+    ASSERT_EQ(a.vmin, b.vmin);
+    ASSERT_EQ(a.vmax, b.vmax);
+  };
+  for (bool compact : {false, true})
+    for (bool encdec : {false, true}) {
+      const ds::Trace t = run(encdec, encdec ? std::vector<int>{5, 6, 7} : std::vector<int>{}, 8, compact);
+      const int n = int(t.steps.size());
+      for (int kind = 0; kind < dsgui::kResidKinds; ++kind) {
+        dsgui::GrowingNorms g;
+        // forward one step at a time, back to the start, forward in jumps
+        std::vector<int> path;
+        for (int s = 0; s < n; ++s) path.push_back(s);
+        for (int s = n - 1; s >= 0; --s) path.push_back(s);
+        for (int s = 0; s < n; s += 3) path.push_back(s);
+        path.push_back(n - 1);
+        for (int s : path) {
+          SCOPED_TRACE("compact " + std::to_string(compact) + " encdec " + std::to_string(encdec) + " kind " +
+                       std::to_string(kind) + " step " + std::to_string(s));
+          same(g.as_of(t, 1, s, kind), dsgui::resid_norm_map(t, s, kind));
+        }
+        // another trace under a new epoch: nothing of the first is kept
+        const ds::Trace u = run(encdec, encdec ? std::vector<int>{9, 8} : std::vector<int>{}, 4, compact);
+        for (int s = 0; s < int(u.steps.size()); ++s) same(g.as_of(u, 2, s, kind), dsgui::resid_norm_map(u, s, kind));
+      }
+    }
+  // Without the KV cache each step writes every position again.
+  auto m = tiny_model(false);
+  ds::SessionOptions o;
+  o.record = dsgui::record_patterns(m->cfg);
+  o.kv_cache = false;
+  ds::Session s(m, dsgui::demo_tokenizer(128), o);
+  s.start({1, 'h', 'i'});
+  for (int i = 0; i < 6; ++i) s.step();
+  const ds::Trace& t = s.trace();
+  ASSERT_GT(t.steps.size(), 3u);
+  dsgui::GrowingNorms g;
+  for (int step : {0, 1, 2, 5, 3, 6, 6})
+    if (step < int(t.steps.size())) same(g.as_of(t, 1, step, 2), dsgui::resid_norm_map(t, step, 2));
+}

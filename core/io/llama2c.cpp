@@ -307,7 +307,7 @@ Llama2cModel load_llama2c(const std::string& path, Precision precision) {
   }
   // Every allocation below is bounded by the file size checked above. The matrices
   // are allocated in their final precision; norms stay float32.
-  m.w = Weights::zeros(m.cfg, precision);
+  m.w = Weights::zeros(m.cfg, precision, true);
   read_weights(r, path, h, m.w);
   return m;
 }

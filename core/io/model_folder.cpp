@@ -573,7 +573,7 @@ void load_gpt2(FolderModel& m, const json& j, const std::string& config_path, co
   const SafeTensors::Entry* lm_head = check_gpt2_tensors(st, c, prefix, st_path);
   const int64_t d = c.d_model, ff = c.d_ff, V = c.vocab_size;
   auto lname = [&](int l, const char* rest) { return gpt2_layer_name(prefix, l, rest); };
-  m.w = Weights::zeros(c, p);
+  m.w = Weights::zeros(c, p, true);
   Weights& w = m.w;
   Filler fill(st);
   std::vector<ReadJob> jobs;
@@ -716,7 +716,7 @@ void load_own(FolderModel& m, const json& j, const std::string& config_path, con
     throw Error(config_path + ": describes a model of at least " + std::to_string(int64_t(matrix_params(c))) +
                 " parameters but " + st_path + " holds only " + std::to_string(int64_t(held)) + " values");
 
-  m.w = Weights::zeros(c, p);
+  m.w = Weights::zeros(c, p, true);
   Weights& w = m.w;
   if (c.encoder_decoder && st.find("encoder.tok_embed")) {
     Weights::allocate_matrix(p, w.enc_tok_embed, w.enc_tok_embed16, c.vocab_size, c.d_model);

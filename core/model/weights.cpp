@@ -44,9 +44,19 @@ class BigAlloc {
     total_ += (bytes + 63) / 64 * 64;
   }
   // Returns the block (null when there are no large matrices).
-  Keep finish() {
+  Keep finish(bool check_memory = false) {
     if (parts_.empty()) return nullptr;
-    Keep block = allocate_weight_block(total_);
+    if (check_memory)
+      if (std::string why = weights_memory_shortfall(total_, available_memory_bytes(), p_); !why.empty())
+        throw Error(why);
+    Keep block;
+    try {
+      block = allocate_weight_block(total_);
+    } catch (const Error& e) {
+      // Refused by the system (a limit on this process, say): the same advice.
+      throw Error(std::string(e.what()) + " for the weights" +
+                  (p_ == Precision::F32 ? "; open the model in bfloat16 (--precision bf16), which needs half" : ""));
+    }
     char* base = static_cast<char*>(block.get());
     for (const Part& q : parts_) {
       if (p_ == Precision::F32) {
@@ -258,7 +268,22 @@ void Weights::allocate_matrix(Precision p, WMat& m, Mat16& h, int64_t rows, int6
   if (p != Precision::F32) m = WMat();
 }
 
-Weights Weights::zeros(const Config& c, Precision p) {
+std::string weights_memory_shortfall(size_t need, size_t available, Precision p) {
+  if (available == 0 || need <= available) return "";
+  auto gb = [](double b) {
+    char t[32];
+    std::snprintf(t, sizeof t, "%.1f GB", b / 1e9);
+    return std::string(t);
+  };
+  std::string s = "not enough memory for this model: its weights need " + gb(double(need)) + " in " +
+                  precision_name(p) + " and " + gb(double(available)) + " is available";
+  if (p == Precision::F32)
+    return s + "; open it in bfloat16 (--precision bf16, or the precision box beside the model), which needs " +
+           gb(double(need) / 2);
+  return s + " (close other programs, or choose a smaller model)";
+}
+
+Weights Weights::zeros(const Config& c, Precision p, bool check_memory) {
   c.validate();
   Weights w;
   w.blocks.reserve(size_t(c.n_layers));
@@ -276,7 +301,7 @@ Weights Weights::zeros(const Config& c, Precision p) {
   // The structure is complete, so the matrices have their final addresses.
   BigAlloc big(p);
   each_matrix(w, [&](WMat& m, Mat16& h) { big.matrix(m, h); });
-  w.large_block = big.finish();
+  w.large_block = big.finish(check_memory);
   if (p != Precision::F32) each_matrix(w, [](WMat& m, Mat16&) { m = WMat(); });
   return w;
 }

@@ -211,7 +211,11 @@ struct Weights {
   // reads as zeros and is faulted in by its first write, so a loader pays for no
   // zeroing. With a 16-bit precision those matrices are allocated as Mat16 instead,
   // so a loader can fill them directly. Norm gains are 1, biases 0.
-  static Weights zeros(const Config& cfg, Precision p = Precision::F32);
+  // check_memory (the loaders): refuses, with a message that says how much the weights
+  // need and suggests bfloat16, when the large matrices need more than the memory the
+  // system has available (weights_memory_shortfall), instead of mapping a block the
+  // kernel would fail to give once the loader writes into it.
+  static Weights zeros(const Config& cfg, Precision p = Precision::F32, bool check_memory = false);
   // Allocates one large matrix in a block of its own: m at float32, else h at p.
   static void allocate_matrix(Precision p, WMat& m, Mat16& h, int64_t rows, int64_t cols);
 
@@ -266,5 +270,9 @@ struct Weights {
   // beyond kMaxWeightMagnitude, and its flat index.
   void check_finite() const;
 };
+
+// Why weights of `need` bytes stored as p cannot be loaded with `available` bytes of
+// memory free (0: unknown, never refused), or "" when they fit.
+std::string weights_memory_shortfall(size_t need, size_t available, Precision p);
 
 }  // namespace ds

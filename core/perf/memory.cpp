@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 
 #include "util/error.h"
@@ -50,6 +51,16 @@ bool advise_huge_pages(const std::shared_ptr<void>& block) {
 #else
   return false;
 #endif
+}
+
+size_t available_memory_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  size_t kb = 0;
+  std::string unit;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
 }
 
 std::shared_ptr<void> allocate_aligned(size_t bytes) {

@@ -39,6 +39,10 @@ std::shared_ptr<void> allocate_weight_block(size_t bytes, HugePages when = HugeP
 // other storage; returns whether the advice was given.
 bool advise_huge_pages(const std::shared_ptr<void>& block);
 
+// The memory the system could give this process now without swapping (Linux's
+// MemAvailable), in bytes; 0 when it cannot be read.
+size_t available_memory_bytes();
+
 // Zero-initialised storage of `bytes`, aligned to 64 bytes, freed with the last owner.
 std::shared_ptr<void> allocate_aligned(size_t bytes);
 

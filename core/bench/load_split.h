@@ -4,8 +4,9 @@
 // measured apart in the same process:
 //  * reading: the model's files copied once into memory that is already mapped (a
 //    warm page cache makes this a copy out of the kernel's cache);
-//  * faulting: a fresh block of the weights' size mapped in, one write per 4 KB page
-//    (the kernel finds and zeroes each page, as a loader's first writes make it do);
+//  * faulting: fresh pages mapped in, one write per 4 KB page (the kernel finds and
+//    zeroes each page, as a loader's first writes make it do), timed on a block of up to
+//    256 MB before the load and scaled to the weights' bytes;
 // and what remains of the load once those two are taken off: converting (tiles,
 // 16-bit storage) and checking the values. A loader that overlaps faulting or reading
 // with its own work on another thread can take less than the sum; the remainder is
@@ -30,8 +31,8 @@ struct LoadSplit {
 // The CPU time of this process so far: user and system seconds.
 void process_times(double& user_s, double& system_s);
 
-// Reads the model's files once (which also warms the page cache), loads the model
-// into `out` timing it, then faults in a block of its weights' size. Throws ds::Error
+// Reads the model's files once (which also warms the page cache), faults in a block
+// of up to 256 MB and lets it go, then loads the model into `out` timing it. Throws ds::Error
 // as load_model does.
 LoadSplit measure_load(const std::string& path, const std::string& tokenizer, Precision p, LoadedModel& out);
 

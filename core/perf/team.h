@@ -63,8 +63,8 @@ class ThreadTeam {
 
   int spin_us_;
   std::vector<std::thread> threads_;
-  // The current region: its number (odd and even alternate; 0 until the first), what to
-  // call, and how many of the team's threads have not finished it yet.
+  // The current region: its number (counts regions, and the stop), what to call, and
+  // how many of the team's threads have not finished it yet.
   alignas(64) std::atomic<uint64_t> epoch_{0};
   Job job_ = nullptr;
   void* ctx_ = nullptr;

@@ -92,6 +92,5 @@ int bench_team(int argc, char** argv) {
   std::printf("OpenMP fork and join                  %.2f us  (%.2f us over the serial loop)\n", o, o - s);
   std::printf("persistent ThreadTeam                 %.2f us  (%.2f us over the serial loop)\n", p, p - s);
   std::printf("OpenMP / team, per region             %.2f\n", o / p);
-  (void)out;
   return 0;
 }

@@ -295,6 +295,79 @@ TEST(Llama2c, NonFiniteWeightsAreNamed) {
   EXPECT_EQ(poison(n_floats - 1, std::numeric_limits<float>::quiet_NaN()), "");
 }
 
+// Every large matrix of w, as the engine reads it.
+static std::vector<ds::MatView> matrix_views(const ds::Weights& w) {
+  std::vector<ds::MatView> v = {w.embed_view(), w.head_view()};
+  for (const ds::Block& b : w.blocks)
+    for (const ds::Linear* l : {&b.attn.q, &b.attn.k, &b.attn.v, &b.attn.o, &b.ffn.gate, &b.ffn.up, &b.ffn.down})
+      v.push_back(l->view());
+  return v;
+}
+
+// A checkpoint of 16 MB or more is read by several threads, a piece each, and its
+// matrices written in tiles as they are read: the same bytes as reading them row-major
+// and converting afterwards (Weights::to_tiles), in every precision. The vocabulary
+// (5003) leaves a row-major tail of 3 rows after the tiles of the embedding and head.
+TEST(Llama2c, TilesWrittenWhileReadingEqualConvertingAfterwards) {
+  TempDir tmp;
+  for (bool shared : {true, false}) {
+    const std::string path = tmp.path(shared ? "shared.bin" : "separate.bin");
+    const ds::Config c = ds::llama2c_config(256, 768, 4, 8, 2, 5003, 64, shared);
+    ds::save_llama2c(path, c, ds::Weights::random(c, 3));
+    ASSERT_GE(std::filesystem::file_size(path), uint64_t{16} << 20);
+    for (ds::Precision p : {ds::Precision::F32, ds::Precision::BF16, ds::Precision::F16}) {
+      SCOPED_TRACE(std::string(ds::precision_name(p)) + (shared ? ", shared head" : ", separate head"));
+      ds::Llama2cModel a = ds::load_llama2c(path, p, ds::Llama2cStorage::Tiles);
+      ds::Llama2cModel b = ds::load_llama2c(path, p);
+      EXPECT_FALSE(b.w.in_tiles());
+      b.w.to_tiles();
+      const std::vector<ds::MatView> va = matrix_views(a.w), vb = matrix_views(b.w);
+      ASSERT_EQ(va.size(), vb.size());
+      for (size_t i = 0; i < va.size(); ++i) {
+        ASSERT_EQ(va[i].type, vb[i].type);
+        ASSERT_EQ(va[i].rows, vb[i].rows);
+        ASSERT_EQ(va[i].cols, vb[i].cols);
+        EXPECT_EQ(va[i].tile_rows, vb[i].tile_rows) << "matrix " << i;
+        EXPECT_EQ(
+            std::memcmp(va[i].data, vb[i].data, size_t(va[i].rows * va[i].cols) * ds::precision_bytes(va[i].type)), 0)
+            << "matrix " << i;
+      }
+      EXPECT_EQ(a.w.blocks[3].ln3.g, b.w.blocks[3].ln3.g);
+      EXPECT_EQ(a.w.ln_final.g, b.w.ln_final.g);
+    }
+  }
+}
+
+// With several threads reading, the error is the one a single reader would meet
+// first: two NaNs far apart in the file, the earlier one is named, every time.
+TEST(Llama2c, SeveralReadersNameTheFirstBadValueInTheFile) {
+  TempDir tmp;
+  const std::string good = tmp.path("good.bin"), path = tmp.path("two_nans.bin");
+  const ds::Config c = ds::llama2c_config(256, 768, 4, 8, 8, 4096, 64, true);
+  ds::save_llama2c(good, c, ds::Weights::random(c, 4));
+  std::ifstream in(good, std::ios::binary);
+  const std::vector<char> orig((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<char> b = orig;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // token_embedding_table row 4000, then w3 of the last layer (the file's last matrix).
+  const size_t early = 28 + 4 * (size_t{4000} * 256 + 7);
+  const size_t late = b.size() - 4 * (size_t{64} * 32 + 256 + 768 * 256 / 2);
+  std::memcpy(b.data() + early, &nan, 4);
+  std::memcpy(b.data() + late, &nan, 4);
+  write_bytes(path, b);
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    const std::string m = load_error(path);
+    EXPECT_TRUE(ds::test::contains(m, "token_embedding_table") &&
+                ds::test::contains(m, "at index " + std::to_string(4000 * 256 + 7)))
+        << m;
+  }
+  // Only the late one: named too.
+  std::memcpy(b.data() + early, orig.data() + early, 4);
+  write_bytes(path, b);
+  const std::string m = load_error(path);
+  EXPECT_TRUE(ds::test::contains(m, "w3 (layer 3)") && ds::test::contains(m, "NaN")) << m;
+}
+
 TEST(Llama2c, RandomMutationsLoadOrThrow) {
   TempDir tmp;
   const std::vector<char> good = small_checkpoint(tmp, false);

@@ -48,6 +48,28 @@ TEST(Tiles, ConversionPlacesEveryElementAndRoundTrips) {
   }
 }
 
+// A loader reads rows into a buffer and writes them from there into a matrix's tiles
+// (rows_into_tiles): the bytes must be those of converting the rows in place.
+TEST(Tiles, WritingRowsIntoTilesEqualsConvertingInPlace) {
+  for (int esz : {4, 2}) {
+    for (auto [rows, cols] : kShapes) {
+      SCOPED_TRACE(std::to_string(esz) + " bytes, " + std::to_string(rows) + "x" + std::to_string(cols));
+      const size_t bytes = size_t(rows * cols * esz);
+      std::vector<unsigned char> src(bytes);
+      std::mt19937 g(5);
+      for (unsigned char& b : src) b = static_cast<unsigned char>(g());
+      std::vector<unsigned char> want = src;
+      ds::rows_to_tiles(want.data(), esz, rows, cols);
+      std::vector<unsigned char> got(bytes, 0xAB);
+      const int64_t pr = ds::tile_rows(rows);
+      ds::rows_into_tiles(src.data(), got.data(), esz, pr, cols);
+      const size_t tiled = size_t(pr * cols * esz);
+      std::copy(src.begin() + std::ptrdiff_t(tiled), src.end(), got.begin() + std::ptrdiff_t(tiled));
+      EXPECT_EQ(got, want);
+    }
+  }
+}
+
 TEST(Tiles, ProductsAndRowsMatchDoubleLoops) {
   for (ds::Precision prec : {ds::Precision::F32, ds::Precision::BF16, ds::Precision::F16}) {
     for (auto [rows, cols] : kShapes) {

@@ -1,5 +1,8 @@
 #include "io/llama2c.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -7,11 +10,19 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+
+#include <atomic>
+#include <exception>
 #include <filesystem>
-#include <fstream>
+#include <mutex>
 #include <sstream>
+#include <system_error>
+#include <thread>
 #include <vector>
 
+#include "perf/gemv.h"
+#include "perf/mapped_file.h"
+#include "perf/memory.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 
@@ -63,35 +74,56 @@ std::string describe(const Header& h) {
   return o.str();
 }
 
-// Sequential reader over an opened checkpoint whose size has already been checked.
-class Reader {
+// An opened checkpoint, read with pread so that several threads can read it at once.
+// Its size is taken when it is opened; a read that comes up short means the file
+// changed since (the loader then throws, naming the tensor being read).
+class File {
  public:
-  Reader(std::ifstream& f, const std::string& path) : f_(f), path_(path) {}
+  explicit File(const std::string& path) : path_(path) {
+    do {
+      fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    } while (fd_ < 0 && errno == EINTR);
+    if (fd_ < 0) throw Error(path + ": cannot open llama2.c checkpoint (" + std::strerror(errno) + ")");
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) {
+      const int err = errno;
+      ::close(fd_);
+      throw Error(path + ": cannot determine the file size (" + std::strerror(err) + ")");
+    }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd_);
+      throw Error(path + ": not a regular file");
+    }
+    size_ = static_cast<int64_t>(st.st_size);
+    ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
+  }
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+  ~File() { ::close(fd_); }
+  int64_t size() const { return size_; }
+  int fd() const { return fd_; }
 
-  void read(void* dst, int64_t bytes, const std::string& what) {
+  // Reads bytes at offset into dst, or throws naming `what`.
+  void read(void* dst, int64_t bytes, int64_t offset, const std::string& what) const {
     char* p = static_cast<char*>(dst);
     while (bytes > 0) {
-      const int64_t chunk = bytes < (int64_t{1} << 28) ? bytes : (int64_t{1} << 28);
-      f_.read(p, static_cast<std::streamsize>(chunk));
-      if (f_.gcount() != static_cast<std::streamsize>(chunk)) {
-        throw Error(path_ + ": read failed in " + what + " at byte " + std::to_string(pos_ + f_.gcount()) +
-                    " (did the file change while loading?)");
+      const ssize_t r =
+          ::pread(fd_, p, static_cast<size_t>(std::min<int64_t>(bytes, int64_t{1} << 30)), static_cast<off_t>(offset));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {
+        throw Error(path_ + ": read failed in " + what + " at byte " + std::to_string(offset) + " (" +
+                    (r < 0 ? std::string(std::strerror(errno)) : "did the file change while loading?") + ")");
       }
-      p += chunk;
-      pos_ += chunk;
-      bytes -= chunk;
+      p += r;
+      offset += r;
+      bytes -= r;
     }
-  }
-  void skip(int64_t bytes) {
-    f_.seekg(static_cast<std::streamoff>(bytes), std::ios::cur);
-    if (!f_) throw Error(path_ + ": seek failed at byte " + std::to_string(pos_));
-    pos_ += bytes;
   }
 
  private:
-  std::ifstream& f_;
   const std::string& path_;
-  int64_t pos_ = 0;
+  int fd_ = -1;
+  int64_t size_ = 0;
 };
 
 std::string tensor_label(const std::string& llama_name, int layer) {
@@ -102,6 +134,7 @@ std::string tensor_label(const std::string& llama_name, int layer) {
 // first+count-1 of the tensor, naming it.
 void check_finite(const std::string& path, const float* v, int64_t count, int64_t first, const std::string& what,
                   const std::string& our_name) {
+  if (weights_in_range(v, count)) return;
   for (int64_t i = 0; i < count; ++i) {
     if (!std::isfinite(v[i])) {
       throw Error(path + ": tensor " + what + " [" + our_name + "] holds " +
@@ -117,42 +150,157 @@ void check_finite(const std::string& path, const float* v, int64_t count, int64_
   }
 }
 
-// Reads count floats into dst and rejects NaN or infinity, naming the tensor.
-void read_tensor(Reader& r, const std::string& path, float* dst, int64_t count, const std::string& llama_name,
-                 int layer, const std::string& our_name) {
-  const std::string what = tensor_label(llama_name, layer);
-  r.read(dst, count * 4, what);
-  to_host(dst, count);
-  check_finite(path, dst, count, 0, what, our_name);
+// Rejects the first of n values narrowed to p (from the float32 values `wide`) that
+// became infinite: finite in the file but beyond the range of p.
+void check_narrowed(const std::string& path, const float* wide, const uint16_t* out, int64_t n, Precision p,
+                    int64_t first, const std::string& what, const std::string& our_name) {
+  if (weights_in_range(out, n, p)) return;
+  for (int64_t i = 0; i < n; ++i) {
+    if (weight_in_range(out[i], p)) continue;
+    char v[32];
+    std::snprintf(v, sizeof v, "%.9g", static_cast<double>(wide[i]));
+    throw Error(path + ": tensor " + what + " [" + our_name + "] holds " + v + " at index " +
+                std::to_string(first + i) + ", beyond the range of " + precision_name(p) + " (load it as " +
+                (p == Precision::F16 ? "bfloat16 or float32)" : "float32)"));
+  }
 }
 
-// Reads a float32 matrix of count values into m, or, when h holds a 16-bit matrix,
-// into h a piece at a time through buf (rounded to nearest even): only the 16-bit
-// copy of the whole matrix is ever held.
-void read_matrix(Reader& r, const std::string& path, WMat& m, Mat16& h, int64_t count, const std::string& llama_name,
-                 int layer, const std::string& our_name, std::vector<float>& buf) {
-  if (h.empty()) return read_tensor(r, path, m.data(), count, llama_name, layer, our_name);
-  const std::string what = tensor_label(llama_name, layer);
-  constexpr int64_t kChunk = int64_t{1} << 18;
-  buf.resize(static_cast<size_t>(std::min(count, kChunk)));
-  for (int64_t i0 = 0; i0 < count; i0 += kChunk) {
-    const int64_t n = std::min(kChunk, count - i0);
-    r.read(buf.data(), n * 4, what);
-    to_host(buf.data(), n);
-    check_finite(path, buf.data(), n, i0, what, our_name);
-    uint16_t* out = h.data.data() + i0;
-    narrow(buf.data(), n, h.type, out);
-    const uint16_t exp = h.type == Precision::BF16 ? 0x7F80 : 0x7C00;
-    for (int64_t i = 0; i < n; ++i) {
-      if ((out[i] & exp) == exp) {  // finite in the file, too large once narrowed
-        char v[32];
-        std::snprintf(v, sizeof v, "%.9g", static_cast<double>(buf[static_cast<size_t>(i)]));
-        throw Error(path + ": tensor " + what + " [" + our_name + "] holds " + v + " at index " +
-                    std::to_string(i0 + i) + ", beyond the range of " + precision_name(h.type) + " (load it as " +
-                    (h.type == Precision::F16 ? "bfloat16 or float32)" : "float32)"));
+// Where one tensor of the file goes.
+struct Target {
+  std::string what, ours;  // its llama2.c name (with the layer) and decoderscope's
+  float* f32 = nullptr;    // float32 storage, or
+  uint16_t* h = nullptr;   // 16-bit storage of type `type`
+  Precision type = Precision::F32;
+  int64_t rows = 0, cols = 0;
+  int64_t pr = 0;            // its first pr rows are written in tiles (perf/gemv.h); 0: row-major
+  WMat* in_place = nullptr;  // or: a float32 matrix to be placed where the mapped file holds it
+  int64_t offset = 0;        // where the tensor starts in the file
+};
+
+// Values [first, first + count) of a target, which start at file byte `offset`.
+struct Piece {
+  size_t target = 0;
+  int64_t offset = 0, first = 0, count = 0;
+};
+
+// The pieces of a file in file order: about kPieceBytes each, so that a piece read
+// into a buffer is still in cache when it is checked, narrowed and written in tiles,
+// and whole groups of 8 rows, so that each piece's tiles are its own.
+struct Plan {
+  static constexpr int64_t kPieceBytes = int64_t{256} << 10;
+  std::vector<Target> targets;
+  std::vector<Piece> pieces;
+  int64_t offset = kHeaderBytes;  // where the next tensor starts in the file
+
+  void add(Target t) {
+    t.offset = offset;
+    const int64_t count = t.rows * t.cols;
+    const int64_t rows_each = std::max<int64_t>(8, kPieceBytes / 4 / std::max<int64_t>(t.cols, 1) / 8 * 8);
+    const int64_t step = std::max<int64_t>(1, std::min(count, rows_each * t.cols));
+    for (int64_t first = 0; first < count; first += step)
+      pieces.push_back({targets.size(), offset + 4 * first, first, std::min(step, count - first)});
+    offset += 4 * count;
+    targets.push_back(std::move(t));
+  }
+  void skip(int64_t bytes) { offset += bytes; }
+  int64_t bytes() const { return offset; }
+};
+
+// Buffers of one reading thread.
+struct Scratch {
+  std::vector<float> f32;
+  std::vector<uint16_t> h;
+  bool populate = true;  // fault in each piece's destination in one call before writing it
+};
+
+// Checks one piece of a mapped file in place; a target with storage of its own (a
+// norm's gains: small, and kept as an Eigen vector) gets a copy.
+void check_mapped_piece(const MappedFile& file, const std::string& path, const Target& t, const Piece& p) {
+  const float* in = reinterpret_cast<const float*>(file.data() + p.offset);
+  check_finite(path, in, p.count, p.first, t.what, t.ours);
+  if (t.f32) std::copy(in, in + p.count, t.f32 + p.first);
+}
+
+// Reads, checks and stores one piece: float32 row-major straight into place, anything
+// else through a buffer (narrowed to 16 bits, and written in tiles).
+void read_piece(const File& f, const std::string& path, const Target& t, const Piece& p, Scratch& s) {
+  const bool direct = t.f32 && t.pr == 0;
+  if (s.populate && p.count >= 4096) {
+    if (t.f32)
+      s.populate = populate_for_write(t.f32 + p.first, size_t(p.count) * sizeof(float));
+    else
+      s.populate = populate_for_write(t.h + p.first, size_t(p.count) * sizeof(uint16_t));
+  }
+  if (!direct) s.f32.resize(static_cast<size_t>(p.count));
+  float* in = direct ? t.f32 + p.first : s.f32.data();
+  f.read(in, p.count * 4, p.offset, t.what);
+  to_host(in, p.count);
+  check_finite(path, in, p.count, p.first, t.what, t.ours);
+  if (direct) return;
+  const int64_t r0 = p.first / t.cols, tiled_rows = std::max<int64_t>(0, std::min(r0 + p.count / t.cols, t.pr) - r0);
+  const int64_t tiled = tiled_rows * t.cols;  // values of this piece that go in tiles; the rest stay row-major
+  if (t.f32) {
+    rows_into_tiles(in, t.f32 + p.first, 4, tiled_rows, t.cols);
+    std::copy(in + tiled, in + p.count, t.f32 + p.first + tiled);
+    return;
+  }
+  if (tiled) s.h.resize(static_cast<size_t>(p.count));
+  uint16_t* out = tiled ? s.h.data() : t.h + p.first;
+  narrow(in, p.count, t.type, out);
+  check_narrowed(path, in, out, p.count, t.type, p.first, t.what, t.ours);
+  if (!tiled) return;
+  rows_into_tiles(out, t.h + p.first, 2, tiled_rows, t.cols);
+  std::copy(out + tiled, out + p.count, t.h + p.first + tiled);
+}
+
+// How many threads read a plan of this many bytes: one for small files, else up to
+// four. A reading thread spends most of its time copying from the page cache and
+// faulting in fresh pages, both of which scale with cores.
+int reading_threads(int64_t bytes) {
+  if (bytes < (int64_t{16} << 20)) return 1;
+  return static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
+}
+
+// Runs every piece of the plan on reading_threads() threads (the caller is one of
+// them). Pieces are taken in file order, so the file streams front to back; the error
+// reported is the one of the earliest piece that failed, as a single reader would
+// report it: every piece before it has been taken, and each is finished.
+// run(piece, scratch) does one piece.
+template <class Run>
+void run_plan(const Plan& plan, Run&& run) {
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex mu;
+  size_t error_piece = SIZE_MAX;
+  std::exception_ptr error;
+  auto work = [&] {
+    Scratch s;
+    while (!failed.load(std::memory_order_relaxed)) {
+      const size_t i = next.fetch_add(1, std::memory_order_relaxed);
+      if (i >= plan.pieces.size()) return;
+      try {
+        run(plan.pieces[i], s);
+      } catch (...) {
+        const std::lock_guard<std::mutex> lock(mu);
+        if (i < error_piece) {
+          error_piece = i;
+          error = std::current_exception();
+        }
+        failed.store(true, std::memory_order_relaxed);
       }
     }
+  };
+  std::vector<std::thread> helpers;
+  for (int k = 1; k < reading_threads(plan.bytes()); ++k) {
+    try {
+      helpers.emplace_back(work);
+    } catch (const std::system_error&) {
+      break;  // no more threads: the ones started do the work
+    }
   }
+  work();
+  for (std::thread& t : helpers) t.join();
+  if (error) std::rethrow_exception(error);
 }
 
 std::string layer_name(int l, const char* rest) { return "blocks." + std::to_string(l) + "." + rest; }
@@ -237,60 +385,85 @@ void check_header(const std::string& path, const Header& h, int64_t file_size) {
   }
 }
 
-// Reads the weights in the file's order into w (allocated for the header's shapes).
-void read_weights(Reader& r, const std::string& path, const Header& h, Weights& w) {
+// Where each tensor of the file goes in w (allocated for the header's shapes), in the
+// file's order; matrices in tiles when `tiles` and their shape allows, or, when
+// `in_place`, left where the mapped file holds them (float32 only).
+Plan plan_weights(const Header& h, Weights& w, bool tiles, bool in_place) {
   const bool shared = h.vocab > 0;
   const int64_t vocab = shared ? h.vocab : -int64_t{h.vocab};
   const int64_t head_size = h.dim / h.heads, kv_dim = head_size * h.kv_heads;
   const int nl = h.layers;
   const int64_t d = h.dim, hd = h.hidden;
-  std::vector<float> buf;
-  auto matrix = [&](WMat& mat, Mat16& h16, int64_t count, const char* llama_name, int layer, const std::string& ours) {
-    read_matrix(r, path, mat, h16, count, llama_name, layer, ours, buf);
+  Plan plan;
+  auto matrix = [&](WMat& m, Mat16& h16, int64_t rows, int64_t cols, const char* llama_name, int layer,
+                    const std::string& ours) {
+    Target t{tensor_label(llama_name, layer), ours};
+    if (in_place)
+      t.in_place = &m;
+    else if (h16.empty())
+      t.f32 = m.data();
+    else
+      t.h = h16.data.data(), t.type = h16.type;
+    t.rows = rows;
+    t.cols = cols;
+    t.pr = tiles && tiles_fit(rows, cols) ? tile_rows(rows) : 0;
+    plan.add(std::move(t));
   };
-  auto linear = [&](Linear& lin, int64_t count, const char* llama_name, int layer, const char* ours) {
-    matrix(lin.W, lin.W16, count, llama_name, layer, layer_name(layer, ours));
+  auto vector = [&](Vec& v, const char* llama_name, int layer, const std::string& ours) {
+    Target t{tensor_label(llama_name, layer), ours, v.data()};
+    t.rows = 1;
+    t.cols = v.size();
+    plan.add(std::move(t));
+  };
+  auto linear = [&](Linear& lin, int64_t rows, int64_t cols, const char* llama_name, int layer, const char* ours) {
+    matrix(lin.W, lin.W16, rows, cols, llama_name, layer, layer_name(layer, ours));
   };
 
-  matrix(w.tok_embed, w.tok_embed16, vocab * d, "token_embedding_table", -1, "tok_embed");
-  for (int l = 0; l < nl; ++l)
-    read_tensor(r, path, w.blocks[l].ln1.g.data(), d, "rms_att_weight", l, layer_name(l, "ln1.g"));
-  for (int l = 0; l < nl; ++l) linear(w.blocks[l].attn.q, d * d, "wq", l, "attn.q.W");
-  for (int l = 0; l < nl; ++l) linear(w.blocks[l].attn.k, kv_dim * d, "wk", l, "attn.k.W");
-  for (int l = 0; l < nl; ++l) linear(w.blocks[l].attn.v, kv_dim * d, "wv", l, "attn.v.W");
-  for (int l = 0; l < nl; ++l) linear(w.blocks[l].attn.o, d * d, "wo", l, "attn.o.W");
-  for (int l = 0; l < nl; ++l)
-    read_tensor(r, path, w.blocks[l].ln3.g.data(), d, "rms_ffn_weight", l, layer_name(l, "ln3.g"));
-  for (int l = 0; l < nl; ++l) linear(w.blocks[l].ffn.gate, hd * d, "w1", l, "mlp.gate.W");
-  for (int l = 0; l < nl; ++l) linear(w.blocks[l].ffn.down, d * hd, "w2", l, "mlp.down.W");
-  for (int l = 0; l < nl; ++l) linear(w.blocks[l].ffn.up, hd * d, "w3", l, "mlp.up.W");
-  read_tensor(r, path, w.ln_final.g.data(), d, "rms_final_weight", -1, "ln_final.g");
-  r.skip(4 * int64_t{h.seq_len} * head_size);  // freq_cis_real, freq_cis_imag: unused
-  if (!shared) matrix(w.lm_head, w.lm_head16, vocab * d, "wcls", -1, "lm_head");
+  matrix(w.tok_embed, w.tok_embed16, vocab, d, "token_embedding_table", -1, "tok_embed");
+  for (int l = 0; l < nl; ++l) vector(w.blocks[l].ln1.g, "rms_att_weight", l, layer_name(l, "ln1.g"));
+  for (int l = 0; l < nl; ++l) linear(w.blocks[l].attn.q, d, d, "wq", l, "attn.q.W");
+  for (int l = 0; l < nl; ++l) linear(w.blocks[l].attn.k, kv_dim, d, "wk", l, "attn.k.W");
+  for (int l = 0; l < nl; ++l) linear(w.blocks[l].attn.v, kv_dim, d, "wv", l, "attn.v.W");
+  for (int l = 0; l < nl; ++l) linear(w.blocks[l].attn.o, d, d, "wo", l, "attn.o.W");
+  for (int l = 0; l < nl; ++l) vector(w.blocks[l].ln3.g, "rms_ffn_weight", l, layer_name(l, "ln3.g"));
+  for (int l = 0; l < nl; ++l) linear(w.blocks[l].ffn.gate, hd, d, "w1", l, "mlp.gate.W");
+  for (int l = 0; l < nl; ++l) linear(w.blocks[l].ffn.down, d, hd, "w2", l, "mlp.down.W");
+  for (int l = 0; l < nl; ++l) linear(w.blocks[l].ffn.up, hd, d, "w3", l, "mlp.up.W");
+  vector(w.ln_final.g, "rms_final_weight", -1, "ln_final.g");
+  plan.skip(4 * int64_t{h.seq_len} * head_size);  // freq_cis_real, freq_cis_imag: unused
+  if (!shared) matrix(w.lm_head, w.lm_head16, vocab, d, "wcls", -1, "lm_head");
+  return plan;
+}
+
+// Leaves the matrices of a plan where the mapped file holds them, once their values are
+// checked (a piece at a time, on several threads).
+void use_in_place(const File& f, const std::string& path, const Plan& plan, Weights& w) {
+  const std::shared_ptr<const MappedFile> file = MappedFile::map(f.fd(), static_cast<size_t>(f.size()), path);
+  run_plan(plan, [&](const Piece& p, Scratch&) { check_mapped_piece(*file, path, plan.targets[p.target], p); });
+  if (!file->intact()) throw Error(file->why_changed());
+  const Keep keep(file, const_cast<char*>(file->data()));
+  for (const Target& t : plan.targets)
+    if (t.in_place)
+      t.in_place->place(reinterpret_cast<float*>(const_cast<char*>(file->data()) + t.offset), t.rows, t.cols, keep);
+  w.large_block = keep;  // the block Weights::zeros mapped for them, never touched, is given back
+  w.mapped = file;
 }
 
 }  // namespace
 
-Llama2cModel load_llama2c(const std::string& path, Precision precision) {
+Llama2cModel load_llama2c(const std::string& path, Precision precision, Llama2cStorage storage) {
   std::error_code ec;
-  const auto st = std::filesystem::status(path, ec);
+  const auto st = std::filesystem::status(path, ec);  // before opening: opening a FIFO would wait for a writer
   if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
     throw Error(path + ": not a regular file");
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(path + ": cannot open llama2.c checkpoint (" + std::strerror(errno) + ")");
-  f.seekg(0, std::ios::end);
-  const std::streamoff end = f.tellg();
-  if (!f || end < 0) throw Error(path + ": cannot determine the file size (not a regular file?)");
-  f.seekg(0, std::ios::beg);
-  const int64_t file_size = static_cast<int64_t>(end);
-
+  const File f(path);
+  const int64_t file_size = f.size();
   if (file_size < kHeaderBytes) {
     throw Error(path + ": file is " + std::to_string(file_size) + " bytes, shorter than the " +
                 std::to_string(kHeaderBytes) + "-byte llama2.c header");
   }
-  Reader r(f, path);
   int32_t raw[7];
-  r.read(raw, kHeaderBytes, "the header");
+  f.read(raw, kHeaderBytes, 0, "the header");
   to_host(raw, 7);
   Header h{raw[0], raw[1], raw[2], raw[3], raw[4], raw[5], raw[6]};
 
@@ -307,8 +480,21 @@ Llama2cModel load_llama2c(const std::string& path, Precision precision) {
   }
   // Every allocation below is bounded by the file size checked above. The matrices
   // are allocated in their final precision; norms stay float32.
+  // (In place, the block for the matrices is address space only, never touched.)
+  const bool in_place =
+      storage == Llama2cStorage::Mapped && precision == Precision::F32 && std::endian::native == std::endian::little;
+  const bool tiles = storage == Llama2cStorage::Tiles || (storage == Llama2cStorage::Mapped && !in_place);
   m.w = Weights::zeros(m.cfg, precision, true);
-  read_weights(r, path, h, m.w);
+  const Plan plan = plan_weights(h, m.w, tiles, in_place);
+  if (plan.bytes() != file_size)
+    throw Error(path + ": internal error: the tensors cover " + std::to_string(plan.bytes()) + " of " +
+                std::to_string(file_size) + " bytes");
+  if (in_place) {
+    use_in_place(f, path, plan, m.w);
+  } else {
+    run_plan(plan, [&](const Piece& p, Scratch& s) { read_piece(f, path, plan.targets[p.target], p, s); });
+    if (tiles) m.w.mark_tiles();
+  }
   return m;
 }
 

@@ -35,7 +35,21 @@ Config llama2c_config(int dim, int hidden_dim, int n_layers, int n_heads, int n_
 // precision: the storage of the linear layers, token embedding and classifier. With
 // BF16 or F16 each of them is read in float32 a piece at a time and rounded to
 // nearest even as it is read, so no float32 copy of the weights is ever held.
-Llama2cModel load_llama2c(const std::string& path, Precision precision = Precision::F32);
+// storage: where the matrices go.
+//   Rows:  storage of their own, row-major (what the format holds).
+//   Tiles: storage of their own in tiles (perf/gemv.h, Weights::mark_tiles's rule),
+//          written so as they are read.
+//   Mapped: at float32, in place in the mapped file (perf/mapped_file.h): nothing is
+//          copied, so the model opens in the time it takes to check its values, and
+//          the file must stay as it is while the model is used (the engine ends a
+//          forward pass with an error when it changes). Decoding reads row-major
+//          float32 from page-cache pages as fast as from tiles in fresh memory (README,
+//          "Start"). At 16 bits, as Tiles. Loaders of whole models use this.
+// The file is read (or checked) by up to four threads at once, a piece each, in file
+// order; an error names the first bad value in the file, as one reader would.
+enum class Llama2cStorage { Rows, Tiles, Mapped };
+Llama2cModel load_llama2c(const std::string& path, Precision precision = Precision::F32,
+                          Llama2cStorage storage = Llama2cStorage::Rows);
 
 // Why cfg cannot be written as a llama2.c checkpoint, or "" when it can.
 std::string llama2c_incompatibility(const Config& cfg);

@@ -21,7 +21,7 @@ constexpr const char* kBuiltin = "builtin:";
 
 LoadedModel load_llama2c_model(const std::string& path, const std::string& tokenizer_path, Precision precision) {
   LoadedModel out;
-  Llama2cModel m = load_llama2c(path, precision);
+  Llama2cModel m = load_llama2c(path, precision, Llama2cStorage::Mapped);
   out.precision = precision;
   out.kind = "llama2c";
   out.name = fs::path(path).filename().string();
@@ -34,14 +34,13 @@ LoadedModel load_llama2c_model(const std::string& path, const std::string& token
     if (fs::exists(beside, ec)) tp = beside.string();
   }
   if (!tp.empty()) out.tokenizer = std::make_shared<LlamaTokenizer>(LlamaTokenizer::load(tp, m.cfg.vocab_size));
-  m.w.to_tiles();  // the storage decoding reads fastest (perf/gemv.h)
   out.model = std::make_shared<const Model>(std::move(m.cfg), std::move(m.w));
   return out;
 }
 
 LoadedModel load_folder_model(const std::string& dir, const std::string& tokenizer_path, const std::string& name,
                               Precision precision) {
-  FolderModel f = load_model_folder(dir, precision, true);  // in tiles as it reads
+  FolderModel f = load_model_folder(dir, precision, true, true);  // in place, or in tiles as it reads
   LoadedModel out;
   out.precision = precision;
   out.kind = f.format;

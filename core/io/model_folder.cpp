@@ -17,6 +17,7 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "io/safetensors.h"
 #include "model/config_json.h"
@@ -107,31 +108,6 @@ Dest dest_of(const Weights::TensorRef& t, bool tiles) {
   return dest_of(t.rows, t.cols, tiles && t.matrix, t.data, t.data16, t.type);
 }
 
-// Whether all n values are finite and at most kMaxWeightMagnitude (model/weights.h) in
-// magnitude: a branch-free scan of the bits (NaN and infinity compare above the bound),
-// cheap enough to run on every chunk as it is read.
-constexpr uint32_t kMaxWeightBits = std::bit_cast<uint32_t>(kMaxWeightMagnitude);
-bool in_range(float v) { return (std::bit_cast<uint32_t>(v) & 0x7FFFFFFFu) <= kMaxWeightBits; }
-bool all_in_range(const float* v, int64_t n) {
-  uint32_t bad = 0;
-  for (int64_t i = 0; i < n; ++i) bad |= (std::bit_cast<uint32_t>(v[i]) & 0x7FFFFFFFu) > kMaxWeightBits ? 1u : 0u;
-  return bad == 0;
-}
-// bfloat16 is the top half of a float32; float16 stays below 65504, so only its
-// infinities and NaNs (all exponent bits set) are out of range.
-bool in_range(uint16_t v, Precision p) {
-  if (p == Precision::BF16) return (uint32_t{v} << 16 & 0x7FFFFFFFu) <= kMaxWeightBits;
-  return (~v & 0x7C00) != 0;
-}
-bool all_in_range(const uint16_t* v, int64_t n, Precision p) {
-  uint32_t bad = 0;
-  if (p == Precision::BF16) {
-    for (int64_t i = 0; i < n; ++i) bad |= (uint32_t{v[i]} << 16 & 0x7FFFFFFFu) > kMaxWeightBits ? 1u : 0u;
-  } else {
-    for (int64_t i = 0; i < n; ++i) bad |= (~v[i] & 0x7C00) == 0 ? 1u : 0u;
-  }
-  return bad == 0;
-}
 std::string number(float v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
@@ -230,6 +206,9 @@ class Filler {
     }
   }
 
+  // Checks the values of e where they lie (a mapped file's float32 values).
+  void check_in_place(const SafeTensors::Entry& e, const float* v) const { check(e, 0, v, e.numel()); }
+
   // Whether tensors a and b hold the same values (as float32; both numel() long).
   bool same_values(const SafeTensors::Entry& a, const SafeTensors::Entry& b) {
     const int64_t n = a.numel();
@@ -249,14 +228,14 @@ class Filler {
   static constexpr int64_t kChunk = int64_t{1} << 18;  // values per read: 1 MB of float32
 
   void check(const SafeTensors::Entry& e, int64_t first, const float* v, int64_t n) const {
-    if (all_in_range(v, n)) return;
+    if (weights_in_range(v, n)) return;
     for (int64_t i = 0; i < n; ++i)
-      if (!in_range(v[i])) bad_value(e, first + i, v[i], Precision::F32);
+      if (!weight_in_range(v[i])) bad_value(e, first + i, v[i], Precision::F32);
   }
   void check(const SafeTensors::Entry& e, int64_t first, const uint16_t* v, int64_t n, Precision p) const {
-    if (all_in_range(v, n, p)) return;
+    if (weights_in_range(v, n, p)) return;
     for (int64_t i = 0; i < n; ++i)
-      if (!in_range(v[i], p)) bad_value(e, first + i, widen(v[i], p), p);
+      if (!weight_in_range(v[i], p)) bad_value(e, first + i, widen(v[i], p), p);
   }
   // Throws for the value at flat index i of e, which is `got` once stored as p.
   [[noreturn]] void bad_value(const SafeTensors::Entry& e, int64_t i, float got, Precision p) const {
@@ -679,8 +658,39 @@ std::vector<std::string> checked_vocab(const json& tok, const Config& cfg, const
   return vocab;
 }
 
+// Leaves the float32 large matrices of `todo` where the mapped file holds them, once
+// checked (the tiles their Dest may ask for do not apply); the rest are read as usual. Returns false, doing nothing,
+// unless every large matrix is F32 in the file at a 4-byte boundary.
+bool read_own_in_place(const SafeTensors& st, Weights& w,
+                       const std::vector<std::tuple<const SafeTensors::Entry*, Dest, bool>>& todo) {
+  if (std::endian::native != std::endian::little) return false;
+  for (const auto& [e, dest, matrix] : todo)
+    if (matrix && (e->dtype != "F32" || !dest.f32 || (st.data_start() + e->begin) % alignof(float) != 0)) return false;
+  const std::shared_ptr<const MappedFile> file = st.map();
+  char* base = const_cast<char*>(file->data()) + st.data_start();
+  Filler fill(st);
+  std::map<const float*, float*> where;
+  std::vector<ReadJob> jobs;
+  for (const auto& [e, dest, matrix] : todo) {
+    if (!matrix) {
+      jobs.push_back({e, [&fill, d = dest](const SafeTensors::Entry& en) { fill.copy(en, d); }, {}});
+      continue;
+    }
+    const float* at = reinterpret_cast<const float*>(base + e->begin);
+    where[dest.f32] = const_cast<float*>(at);
+    jobs.push_back({e, [&fill, at](const SafeTensors::Entry& en) { fill.check_in_place(en, at); }, {}});
+  }
+  run_in_file_order(st, jobs);
+  if (!file->intact()) throw Error(file->why_changed());
+  const Keep keep(file, base);
+  w.place_matrices(where, keep);
+  w.large_block = keep;  // the block Weights::zeros mapped for them, never touched, is given back
+  w.mapped = file;
+  return true;
+}
+
 void load_own(FolderModel& m, const json& j, const std::string& config_path, const std::string& st_path, Precision p,
-              bool tiles) {
+              bool tiles, bool in_place) {
   m.format = "decoderscope";
   try {
     const int version = json_int(j, "version");
@@ -723,10 +733,10 @@ void load_own(FolderModel& m, const json& j, const std::string& config_path, con
   }
   // Every tensor present with its shape, and nothing else, before any is read.
   std::set<std::string> used;
-  std::vector<std::pair<const SafeTensors::Entry*, Dest>> todo;
+  std::vector<std::tuple<const SafeTensors::Entry*, Dest, bool>> todo;  // tensor, where it goes, a large matrix
   for (auto& t : w.tensors()) {
     const Shape shape = is_vector_name(t.name) ? Shape{t.rows} : Shape{t.rows, t.cols};
-    todo.push_back({&need_tensor(st, t.name, shape), dest_of(t, tiles)});
+    todo.push_back({&need_tensor(st, t.name, shape), dest_of(t, tiles), t.matrix});
     used.insert(t.name);
   }
   std::vector<std::string> unknown;
@@ -734,9 +744,10 @@ void load_own(FolderModel& m, const json& j, const std::string& config_path, con
     if (!used.count(e.name)) unknown.push_back(e.name);
   if (!unknown.empty())
     throw Error(st_path + ": holds tensors this configuration does not use: " + list_names(unknown));
+  if (in_place && p == Precision::F32 && read_own_in_place(st, w, todo)) return;  // else as asked, tiles or rows
   Filler fill(st);
   std::vector<ReadJob> jobs;
-  for (auto& [e, dest] : todo)
+  for (auto& [e, dest, matrix] : todo)
     jobs.push_back(
         {e, [&fill, d = dest](const SafeTensors::Entry& en) { fill.copy(en, d); }, fresh_memory({dest}, e->numel())});
   run_in_file_order(st, jobs);
@@ -745,7 +756,7 @@ void load_own(FolderModel& m, const json& j, const std::string& config_path, con
 
 }  // namespace
 
-FolderModel load_model_folder(const std::string& dir, Precision precision, bool tiles) {
+FolderModel load_model_folder(const std::string& dir, Precision precision, bool tiles, bool in_place) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw Error(dir + ": not a folder");
   const fs::path d(dir);
@@ -779,7 +790,7 @@ FolderModel load_model_folder(const std::string& dir, Precision precision, bool 
       throw Error(config_path + ": field \"format\" is " +
                   excerpt(json(format).dump(-1, ' ', true, json::error_handler_t::replace)) +
                   ", expected \"decoderscope\"");
-    load_own(m, j, config_path, st_path, precision, tiles);
+    load_own(m, j, config_path, st_path, precision, tiles, in_place);
   } else {
     load_gpt2(m, j, config_path, st_path, precision, tiles);
   }

@@ -54,7 +54,13 @@ struct FolderModel {
 // (naming the tensor).
 // tiles: the large matrices are written in tiles (perf/gemv.h) as they are read, as
 // load_model keeps them, instead of row-major.
-FolderModel load_model_folder(const std::string& dir, Precision precision = Precision::F32, bool tiles = false);
+// in_place: in decoderscope's own format at float32, when the file holds every large
+// matrix as F32 (at a 4-byte boundary, as its writer puts them), the matrices are
+// checked and left where the mapped file holds them, row-major (perf/mapped_file.h):
+// nothing is copied, and the file must stay as it is while the model is used (the
+// engine ends a forward pass with an error when it changes). Otherwise as `tiles`.
+FolderModel load_model_folder(const std::string& dir, Precision precision = Precision::F32, bool tiles = false,
+                              bool in_place = false);
 
 // Writes dir/config.json and dir/model.safetensors in decoderscope's own format,
 // creating dir. tokenizer: {"kind": "chars" or "words", "vocab": [...vocab_size

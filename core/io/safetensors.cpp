@@ -313,6 +313,11 @@ const SafeTensors::Entry* SafeTensors::find(const std::string& name) const {
 
 void SafeTensors::release(const Entry&) const {}
 
+std::shared_ptr<const MappedFile> SafeTensors::map() const {
+  if (fd_ < 0) throw Error(path_ + ": mapping a closed file");
+  return MappedFile::map(fd_, static_cast<size_t>(size_), path_);
+}
+
 void SafeTensors::prefetch(uint64_t begin, uint64_t end) const {
   if (fd_ < 0 || end <= begin || data_start_ + begin >= size_) return;
   const uint64_t a = data_start_ + begin, b = std::min(size_, data_start_ + end);

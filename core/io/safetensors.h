@@ -20,10 +20,13 @@
 // lets the kernel's read-ahead stream the file.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "util/precision.h"  // Precision and the 16-bit conversions
+
+#include "perf/mapped_file.h"
 
 namespace ds {
 
@@ -50,6 +53,10 @@ class SafeTensors {
   const Entry* find(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   uint64_t file_size() const { return size_; }
+  // Where the data section starts in the file (Entry offsets are relative to it).
+  uint64_t data_start() const { return data_start_; }
+  // The whole file mapped into memory (perf/mapped_file.h), for values used in place.
+  std::shared_ptr<const MappedFile> map() const;
 
   // Copies e's numel() values into out as float32, widening F16 and BF16 exactly
   // (subnormals, infinities and NaN included). Other dtypes throw

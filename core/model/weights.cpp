@@ -10,6 +10,24 @@
 
 namespace ds {
 
+bool weights_in_range(const float* v, int64_t n) {
+  constexpr uint32_t kMax = std::bit_cast<uint32_t>(kMaxWeightMagnitude);
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) bad |= (std::bit_cast<uint32_t>(v[i]) & 0x7FFFFFFFu) > kMax ? 1u : 0u;
+  return bad == 0;
+}
+
+bool weights_in_range(const uint16_t* v, int64_t n, Precision p) {
+  constexpr uint32_t kMax = std::bit_cast<uint32_t>(kMaxWeightMagnitude);
+  uint32_t bad = 0;
+  if (p == Precision::BF16) {
+    for (int64_t i = 0; i < n; ++i) bad |= (uint32_t{v[i]} << 16 & 0x7FFFFFFFu) > kMax ? 1u : 0u;
+  } else {
+    for (int64_t i = 0; i < n; ++i) bad |= (~v[i] & 0x7C00) == 0 ? 1u : 0u;
+  }
+  return bad == 0;
+}
+
 namespace {
 
 // Every large matrix of w (stored in W/float32 or in its 16-bit twin), in the order
@@ -211,6 +229,14 @@ void each_storage(Weights& w, F&& f) {
   });
 }
 }  // namespace
+
+void Weights::place_matrices(const std::map<const float*, float*>& where, const Keep& keep) {
+  each_matrix(*this, [&](WMat& m, Mat16&) {
+    if (m.size() == 0) return;
+    auto it = where.find(m.data());
+    if (it != where.end()) m.place(it->second, m.rows(), m.cols(), keep);
+  });
+}
 
 void Weights::to_tiles() {
   each_storage(*this, [](void* p, int esz, int64_t rows, int64_t cols, bool& on) {

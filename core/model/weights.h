@@ -3,7 +3,9 @@
 // y = W x + b; this is also llama2.c's layout.
 #include <Eigen/Core>
 #include <algorithm>
+#include <bit>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -11,6 +13,7 @@
 
 #include "model/config.h"
 #include "perf/gemv.h"
+#include "perf/mapped_file.h"
 
 namespace ds {
 
@@ -24,6 +27,21 @@ namespace ds {
 // 1e25, 13 orders of magnitude below the overflow, and flags corrupted files (such
 // as random bytes read as float32, up to 3.4e38) as such.
 constexpr float kMaxWeightMagnitude = 1e10f;
+
+// Whether a weight is finite and at most kMaxWeightMagnitude in magnitude: a test of
+// the bits (NaN and infinity compare above the bound), branch-free over an array so
+// that loaders can run it on every chunk they read while it is still in cache.
+// bfloat16 is the top half of a float32; float16 stays below 65504, so only its
+// infinities and NaNs (all exponent bits set) are out of range.
+inline bool weight_in_range(float v) {
+  return (std::bit_cast<uint32_t>(v) & 0x7FFFFFFFu) <= std::bit_cast<uint32_t>(kMaxWeightMagnitude);
+}
+inline bool weight_in_range(uint16_t v, Precision p) {
+  if (p == Precision::BF16) return (uint32_t{v} << 16 & 0x7FFFFFFFu) <= std::bit_cast<uint32_t>(kMaxWeightMagnitude);
+  return (~v & 0x7C00) != 0;
+}
+bool weights_in_range(const float* v, int64_t n);
+bool weights_in_range(const uint16_t* v, int64_t n, Precision p);
 
 using MatRM = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using Vec = Eigen::VectorXf;
@@ -204,6 +222,10 @@ struct Weights {
   // The block the large matrices live in (Weights::zeros, narrow()), which Model
   // advises for huge pages once the weights are written (perf/memory.h).
   Keep large_block;
+  // The model file the large matrices view in place (a float32 llama2.c checkpoint,
+  // io/llama2c.h), or null when they hold their own storage. The engine checks after
+  // each forward pass that the file has not changed under them (perf/mapped_file.h).
+  std::shared_ptr<const MappedFile> mapped;
 
   // Allocates every tensor at its shape for cfg, filled with zeros. The large
   // matrices (linear layers, token embeddings, head) are placed in one block in the
@@ -216,6 +238,9 @@ struct Weights {
   // system has available (weights_memory_shortfall), instead of mapping a block the
   // kernel would fail to give once the loader writes into it.
   static Weights zeros(const Config& cfg, Precision p = Precision::F32, bool check_memory = false);
+  // Moves the float32 large matrices found in `where` (by their current data) to the
+  // storage it gives, row-major, kept alive by keep; the others stay as they are.
+  void place_matrices(const std::map<const float*, float*>& where, const Keep& keep);
   // Allocates one large matrix in a block of its own: m at float32, else h at p.
   static void allocate_matrix(Precision p, WMat& m, Mat16& h, int64_t rows, int64_t cols);
 

@@ -237,6 +237,30 @@ void regroup_all(void* W, int esz, int64_t rows, int64_t cols, bool to_tiles) {
 void rows_to_tiles(void* W, int esz, int64_t rows, int64_t cols) { regroup_all(W, esz, rows, cols, true); }
 void tiles_to_rows(void* W, int esz, int64_t rows, int64_t cols) { regroup_all(W, esz, rows, cols, false); }
 
+namespace {
+template <int Esz>
+void rows_into_tiles_of(const char* src, char* dst, int64_t rows, int64_t cols) {
+  constexpr size_t piece = 8 * Esz;
+  const size_t row_bytes = size_t(cols) * Esz;
+  for (int64_t g = 0; g < rows / 8; ++g) {
+    const char* in = src + size_t(g) * 8 * row_bytes;
+    char* out = dst + size_t(g) * 8 * row_bytes;
+    for (int64_t c = 0; c < cols; c += 8)
+      for (int64_t k = 0; k < 8; ++k, out += piece)
+        std::memcpy(out, in + size_t(k) * row_bytes + size_t(c) * Esz, piece);
+  }
+}
+}  // namespace
+
+void rows_into_tiles(const void* src, void* dst, int esz, int64_t rows, int64_t cols) {
+  const char* s = static_cast<const char*>(src);
+  char* d = static_cast<char*>(dst);
+  if (esz == 4)
+    rows_into_tiles_of<4>(s, d, rows, cols);
+  else
+    rows_into_tiles_of<2>(s, d, rows, cols);
+}
+
 void widen_rows(const uint16_t* W, Precision p, int64_t cols, int64_t r0, int64_t r1, float* out) {
   const uint16_t* in = W + r0 * cols;
   const int64_t n = (r1 - r0) * cols;

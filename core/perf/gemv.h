@@ -28,6 +28,10 @@ inline int64_t element_index(int64_t r, int64_t c, int64_t cols, int64_t pr) {
 // in place (tiles_fit(rows, cols) must hold).
 void rows_to_tiles(void* W, int esz, int64_t rows, int64_t cols);
 void tiles_to_rows(void* W, int esz, int64_t rows, int64_t cols);
+// Writes `rows` row-major rows at src (rows a multiple of 8, cols of 8) as tiles at dst,
+// which covers the same number of bytes and does not overlap src: the copy a loader
+// makes from a buffer it has just read into a matrix's storage.
+void rows_into_tiles(const void* src, void* dst, int esz, int64_t rows, int64_t cols);
 
 // y[r - r0] = sum_c W[r, c] x[c] for rows r0 <= r < r1 of a [rows, cols] matrix whose
 // element type is p (W points at row 0) and whose first pr rows are in tiles (0:

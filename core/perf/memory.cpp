@@ -1,6 +1,7 @@
 #include "perf/memory.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -49,6 +50,19 @@ bool advise_huge_pages(const std::shared_ptr<void>& block) {
 #ifdef MADV_HUGEPAGE
   return madvise(block.get(), u->len, MADV_HUGEPAGE) == 0;
 #else
+  return false;
+#endif
+}
+
+bool populate_for_write(void* p, size_t bytes) {
+#ifdef MADV_POPULATE_WRITE
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t a = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
+  return a >= b || ::madvise(reinterpret_cast<void*>(a), b - a, MADV_POPULATE_WRITE) == 0;
+#else
+  (void)p;
+  (void)bytes;
   return false;
 #endif
 }

@@ -39,6 +39,12 @@ std::shared_ptr<void> allocate_weight_block(size_t bytes, HugePages when = HugeP
 // other storage; returns whether the advice was given.
 bool advise_huge_pages(const std::shared_ptr<void>& block);
 
+// Maps in, ready for writing, the whole pages inside [p, p + bytes) that are not mapped
+// yet, without writing to them (Linux 5.14's MADV_POPULATE_WRITE): the page faults a
+// loader's first writes would take, taken in one call. Returns false where that is not
+// supported or the memory is not available (the writes then fault as usual).
+bool populate_for_write(void* p, size_t bytes);
+
 // The memory the system could give this process now without swapping (Linux's
 // MemAvailable), in bytes; 0 when it cannot be read.
 size_t available_memory_bytes();

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -201,3 +202,21 @@ TEST(BuiltinModels, AdderAddsFreshPairs) {
   EXPECT_GE(acc, 0.99) << "exact match " << acc << "; some misses:" << report;
   std::printf("adder: %d / %d exact (%.2f%%)\n", right, kSamples, 100.0 * acc);
 }
+
+namespace {
+
+// Every shipped model records the command that trains it again, and that command
+// writes into the folder the model ships in (README, "Built-in models"): a copy of
+// the command can be run as it is from the repository's root.
+TEST(BuiltinModels, TrainingCommandWritesIntoTheShippedFolder) {
+  for (const char* name : {"dates", "dates-postnorm", "adder", "stories"}) {
+    SCOPED_TRACE(name);
+    const ds::LoadedModel m = load_or_skip(name);
+    const nlohmann::json t = nlohmann::json::parse(m.training);
+    const std::string command = t.at("command").get<std::string>();
+    EXPECT_EQ(command.rfind("decoderscope-cli train --task ", 0), 0u) << command;
+    EXPECT_NE(command.find(" --out assets/models/" + std::string(name) + " "), std::string::npos) << command;
+  }
+}
+
+}  // namespace

@@ -101,6 +101,11 @@ void FrameBench::report(const App& app) {
       app.model ? app.model->name.c_str() : "?", app.model ? ds::precision_name(app.model->precision) : "?",
       app.engine_threads, app.engine_threads == 1 ? "" : "s", steps, secs, steps ? secs * 1000 / double(steps) : 0.0,
       secs > 0 ? double(steps) / secs : 0.0, n, st.longest, st.p99, st.median, st.cpu);
+  if (model_shown_at >= 0)
+    std::printf(
+        "bench: opening: first frame %.2f s after the program started, the first frame showing the model %.2f s "
+        "(its load on the engine's thread: %.2f s)\n",
+        first_frame_at, model_shown_at, app.model ? app.model->load_seconds : 0.0);
   print_breakdown(frames_);
   if (!scrub_.empty()) {
     const Spread sc = spread(scrub_);

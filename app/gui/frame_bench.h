@@ -30,6 +30,9 @@ class FrameBench {
   void idle_frame(double ms) { idle_ms_.push_back(ms); }
   // When the steps started and ended.
   double steps_t0 = 0, steps_t1 = 0;
+  // Seconds after main() began at which the first frame, and the first frame showing
+  // the loaded model, were on screen (negative until then).
+  double first_frame_at = -1, model_shown_at = -1;
   // Prints the figures on stdout.
   void report(const App& app);
 

@@ -254,6 +254,9 @@ void draw_frame(GLFWwindow* win, App& app, FrameBench* bench, int& fw, int& fh, 
 // The frame loop; returns the exit code. While something moves (the engine, playing,
 // loading) frames come at most kFrameRate a second, as a display's refresh would pace
 // them: a software renderer (Mesa llvmpipe) draws on the same cores as the engine, and
+// When main() began (now_s()), for --bench's opening figures.
+double g_started = 0;
+
 // frames drawn faster than that only slow the engine down. Scripted runs are unpaced.
 int run_loop(GLFWwindow* win, App& app, const Options& o, bool scripted) {
   FrameBench frame_bench;
@@ -307,7 +310,11 @@ int run_loop(GLFWwindow* win, App& app, const Options& o, bool scripted) {
       return rc;
     }
     glfwSwapBuffers(win);
-    if (bench) bench->lap(&FrameTimes::swap);
+    if (bench) {
+      bench->lap(&FrameTimes::swap);
+      if (bench->first_frame_at < 0) bench->first_frame_at = now_s() - g_started;
+      if (bench->model_shown_at < 0 && app.model && !app.loading) bench->model_shown_at = now_s() - g_started;
+    }
   }
   return 0;
 }
@@ -328,6 +335,7 @@ Options read_options(int argc, char** argv, std::string& problem) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  g_started = now_s();
   std::string problem;
   const Options o = read_options(argc, argv, problem);
   const bool scripted = !o.screenshot.empty() || !o.save_heatmap.empty() || o.bench || o.soak > 0;

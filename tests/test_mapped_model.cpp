@@ -44,6 +44,13 @@ std::string next_step_error(Engine& e) {
 
 Config small_llama() { return llama2c_config(64, 160, 3, 4, 2, 300, 64, true); }
 
+// A small checkpoint of random weights written to path, then opened as the app and
+// the CLI open it (in place).
+LoadedModel saved_and_opened(const std::string& path, uint64_t seed) {
+  save_llama2c(path, small_llama(), Weights::random(small_llama(), seed));
+  return load_model(path);
+}
+
 TEST(MappedModel, Llama2cInPlaceGivesTheLogitsOfACopy) {
   TempDir tmp;
   const std::string path = tmp.path("m.bin");
@@ -62,8 +69,7 @@ TEST(MappedModel, Llama2cInPlaceGivesTheLogitsOfACopy) {
 TEST(MappedModel, Llama2cCutShortWhileOpenEndsTheNextStepInAnError) {
   TempDir tmp;
   const std::string path = tmp.path("m.bin");
-  save_llama2c(path, small_llama(), Weights::random(small_llama(), 22));
-  const LoadedModel m = load_model(path);
+  const LoadedModel m = saved_and_opened(path, 22);
   Engine e(m.model);
   ASSERT_EQ(next_step_error(e), "");
   ASSERT_EQ(::truncate(path.c_str(), 4096), 0);
@@ -80,8 +86,7 @@ TEST(MappedModel, Llama2cCutShortWhileOpenEndsTheNextStepInAnError) {
 TEST(MappedModel, Llama2cRewrittenInPlaceEndsTheNextStepInAnError) {
   TempDir tmp;
   const std::string path = tmp.path("m.bin");
-  save_llama2c(path, small_llama(), Weights::random(small_llama(), 23));
-  const LoadedModel m = load_model(path);
+  const LoadedModel m = saved_and_opened(path, 23);
   Engine e(m.model);
   ASSERT_EQ(next_step_error(e), "");
   // File times may be as coarse as a scheduler tick: let one pass.
@@ -100,8 +105,7 @@ TEST(MappedModel, Llama2cRewrittenInPlaceEndsTheNextStepInAnError) {
 TEST(MappedModel, Llama2cReplacedByRenameKeepsTheOpenModel) {
   TempDir tmp;
   const std::string path = tmp.path("m.bin");
-  save_llama2c(path, small_llama(), Weights::random(small_llama(), 25));
-  const LoadedModel m = load_model(path);
+  const LoadedModel m = saved_and_opened(path, 25);
   const std::vector<float> before = logits_of(m.model, 4);
   // save_llama2c writes a new file and renames it over the old one.
   save_llama2c(path, small_llama(), Weights::random(small_llama(), 26));

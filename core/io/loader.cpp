@@ -40,7 +40,8 @@ LoadedModel load_llama2c_model(const std::string& path, const std::string& token
 
 LoadedModel load_folder_model(const std::string& dir, const std::string& tokenizer_path, const std::string& name,
                               Precision precision) {
-  FolderModel f = load_model_folder(dir, precision, true, true);  // in place, or in tiles as it reads  // in place, or in tiles as it reads
+  FolderModel f = load_model_folder(dir, precision, true,
+                                    true);  // in place, or in tiles as it reads  // in place, or in tiles as it reads
   LoadedModel out;
   out.precision = precision;
   out.kind = f.format;

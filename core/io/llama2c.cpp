@@ -437,8 +437,8 @@ Plan plan_weights(const Header& h, Weights& w, bool tiles, bool in_place) {
 
 // Leaves the matrices of a plan where the mapped file holds them, once their values are
 // checked (a piece at a time, on several threads).
-void use_in_place(const File& f, const std::string& path, const Plan& plan, Weights& w) {
-  const std::shared_ptr<const MappedFile> file = MappedFile::map(f.fd(), static_cast<size_t>(f.size()), path);
+void use_in_place(const std::shared_ptr<const MappedFile>& file, const std::string& path, const Plan& plan,
+                  Weights& w) {
   run_plan(plan, [&](const Piece& p, Scratch&) { check_mapped_piece(*file, path, plan.targets[p.target], p); });
   if (!file->intact()) throw Error(file->why_changed());
   const Keep keep(file, const_cast<char*>(file->data()));
@@ -481,16 +481,23 @@ Llama2cModel load_llama2c(const std::string& path, Precision precision, Llama2cS
   // Every allocation below is bounded by the file size checked above. The matrices
   // are allocated in their final precision; norms stay float32.
   // (In place, the block for the matrices is address space only, never touched.)
-  const bool in_place =
-      storage == Llama2cStorage::Mapped && precision == Precision::F32 && std::endian::native == std::endian::little;
-  const bool tiles = storage == Llama2cStorage::Tiles || (storage == Llama2cStorage::Mapped && !in_place);
+  // A file that cannot be mapped (some network or special file systems) is read.
+  std::shared_ptr<const MappedFile> file;
+  if (storage == Llama2cStorage::Mapped && precision == Precision::F32 && std::endian::native == std::endian::little) {
+    try {
+      file = MappedFile::map(f.fd(), static_cast<size_t>(file_size), path);
+    } catch (const Error&) {
+      file = nullptr;
+    }
+  }
+  const bool tiles = storage == Llama2cStorage::Tiles || (storage == Llama2cStorage::Mapped && !file);
   m.w = Weights::zeros(m.cfg, precision, true);
-  const Plan plan = plan_weights(h, m.w, tiles, in_place);
+  const Plan plan = plan_weights(h, m.w, tiles, file != nullptr);
   if (plan.bytes() != file_size)
     throw Error(path + ": internal error: the tensors cover " + std::to_string(plan.bytes()) + " of " +
                 std::to_string(file_size) + " bytes");
-  if (in_place) {
-    use_in_place(f, path, plan, m.w);
+  if (file) {
+    use_in_place(file, path, plan, m.w);
   } else {
     run_plan(plan, [&](const Piece& p, Scratch& s) { read_piece(f, path, plan.targets[p.target], p, s); });
     if (tiles) m.w.mark_tiles();

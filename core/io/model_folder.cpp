@@ -659,14 +659,20 @@ std::vector<std::string> checked_vocab(const json& tok, const Config& cfg, const
 }
 
 // Leaves the float32 large matrices of `todo` where the mapped file holds them, once
-// checked (the tiles their Dest may ask for do not apply); the rest are read as usual. Returns false, doing nothing,
-// unless every large matrix is F32 in the file at a 4-byte boundary.
+// checked (the tiles their Dest may ask for do not apply); the rest are read as usual.
+// Returns false, doing nothing, unless every large matrix is F32 in the file at a
+// 4-byte boundary and the file can be mapped.
 bool read_own_in_place(const SafeTensors& st, Weights& w,
                        const std::vector<std::tuple<const SafeTensors::Entry*, Dest, bool>>& todo) {
   if (std::endian::native != std::endian::little) return false;
   for (const auto& [e, dest, matrix] : todo)
     if (matrix && (e->dtype != "F32" || !dest.f32 || (st.data_start() + e->begin) % alignof(float) != 0)) return false;
-  const std::shared_ptr<const MappedFile> file = st.map();
+  std::shared_ptr<const MappedFile> file;
+  try {
+    file = st.map();
+  } catch (const Error&) {
+    return false;  // a file that cannot be mapped (some network or special file systems) is read
+  }
   char* base = const_cast<char*>(file->data()) + st.data_start();
   Filler fill(st);
   std::map<const float*, float*> where;

@@ -1,7 +1,6 @@
 #include "io/llama2c.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <algorithm>
 #include <bit>
@@ -14,12 +13,14 @@
 #include <atomic>
 #include <exception>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <system_error>
 #include <thread>
 #include <vector>
 
+#include "io/file_read.h"
 #include "perf/gemv.h"
 #include "perf/mapped_file.h"
 #include "perf/memory.h"
@@ -80,21 +81,9 @@ std::string describe(const Header& h) {
 class File {
  public:
   explicit File(const std::string& path) : path_(path) {
-    do {
-      fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    } while (fd_ < 0 && errno == EINTR);
-    if (fd_ < 0) throw Error(path + ": cannot open llama2.c checkpoint (" + std::strerror(errno) + ")");
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0) {
-      const int err = errno;
-      ::close(fd_);
-      throw Error(path + ": cannot determine the file size (" + std::strerror(err) + ")");
-    }
-    if (!S_ISREG(st.st_mode)) {
-      ::close(fd_);
-      throw Error(path + ": not a regular file");
-    }
-    size_ = static_cast<int64_t>(st.st_size);
+    uint64_t size = 0;
+    fd_ = open_regular_file(path, size);
+    size_ = static_cast<int64_t>(size);
     ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
   }
   File(const File&) = delete;
@@ -105,19 +94,8 @@ class File {
 
   // Reads bytes at offset into dst, or throws naming `what`.
   void read(void* dst, int64_t bytes, int64_t offset, const std::string& what) const {
-    char* p = static_cast<char*>(dst);
-    while (bytes > 0) {
-      const ssize_t r =
-          ::pread(fd_, p, static_cast<size_t>(std::min<int64_t>(bytes, int64_t{1} << 30)), static_cast<off_t>(offset));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) {
-        throw Error(path_ + ": read failed in " + what + " at byte " + std::to_string(offset) + " (" +
-                    (r < 0 ? std::string(std::strerror(errno)) : "did the file change while loading?") + ")");
-      }
-      p += r;
-      offset += r;
-      bytes -= r;
-    }
+    if (std::string why = pread_exact(fd_, dst, uint64_t(bytes), uint64_t(offset)); !why.empty())
+      throw Error(path_ + ": read failed in " + what + ": " + why);
   }
 
  private:
@@ -172,9 +150,9 @@ struct Target {
   uint16_t* h = nullptr;   // 16-bit storage of type `type`
   Precision type = Precision::F32;
   int64_t rows = 0, cols = 0;
-  int64_t pr = 0;            // its first pr rows are written in tiles (perf/gemv.h); 0: row-major
-  WMat* in_place = nullptr;  // or: a float32 matrix to be placed where the mapped file holds it
-  int64_t offset = 0;        // where the tensor starts in the file
+  int64_t pr = 0;         // its first pr rows are written in tiles (perf/gemv.h); 0: row-major
+  bool in_place = false;  // a float32 matrix left where the mapped file holds it (f32: its storage until then)
+  int64_t offset = 0;     // where the tensor starts in the file
 };
 
 // Values [first, first + count) of a target, which start at file byte `offset`.
@@ -213,12 +191,12 @@ struct Scratch {
   bool populate = true;  // fault in each piece's destination in one call before writing it
 };
 
-// Checks one piece of a mapped file in place; a target with storage of its own (a
+// Checks one piece of a mapped file in place; a target that keeps storage of its own (a
 // norm's gains: small, and kept as an Eigen vector) gets a copy.
 void check_mapped_piece(const MappedFile& file, const std::string& path, const Target& t, const Piece& p) {
   const float* in = reinterpret_cast<const float*>(file.data() + p.offset);
   check_finite(path, in, p.count, p.first, t.what, t.ours);
-  if (t.f32) std::copy(in, in + p.count, t.f32 + p.first);
+  if (!t.in_place) std::copy(in, in + p.count, t.f32 + p.first);
 }
 
 // Reads, checks and stores one piece: float32 row-major straight into place, anything
@@ -398,12 +376,11 @@ Plan plan_weights(const Header& h, Weights& w, bool tiles, bool in_place) {
   auto matrix = [&](WMat& m, Mat16& h16, int64_t rows, int64_t cols, const char* llama_name, int layer,
                     const std::string& ours) {
     Target t{tensor_label(llama_name, layer), ours};
-    if (in_place)
-      t.in_place = &m;
-    else if (h16.empty())
+    if (h16.empty())
       t.f32 = m.data();
     else
       t.h = h16.data.data(), t.type = h16.type;
+    t.in_place = in_place;
     t.rows = rows;
     t.cols = cols;
     t.pr = tiles && tiles_fit(rows, cols) ? tile_rows(rows) : 0;
@@ -441,12 +418,11 @@ void use_in_place(const std::shared_ptr<const MappedFile>& file, const std::stri
                   Weights& w) {
   run_plan(plan, [&](const Piece& p, Scratch&) { check_mapped_piece(*file, path, plan.targets[p.target], p); });
   if (!file->intact()) throw Error(file->why_changed());
-  const Keep keep(file, const_cast<char*>(file->data()));
+  char* base = const_cast<char*>(file->data());
+  std::map<const float*, float*> where;
   for (const Target& t : plan.targets)
-    if (t.in_place)
-      t.in_place->place(reinterpret_cast<float*>(const_cast<char*>(file->data()) + t.offset), t.rows, t.cols, keep);
-  w.large_block = keep;  // the block Weights::zeros mapped for them, never touched, is given back
-  w.mapped = file;
+    if (t.in_place) where[t.f32] = reinterpret_cast<float*>(base + t.offset);
+  w.use_mapped_file(file, where);  // the block Weights::zeros mapped for them, never touched, is given back
 }
 
 }  // namespace

@@ -688,10 +688,7 @@ bool read_own_in_place(const SafeTensors& st, Weights& w,
   }
   run_in_file_order(st, jobs);
   if (!file->intact()) throw Error(file->why_changed());
-  const Keep keep(file, base);
-  w.place_matrices(where, keep);
-  w.large_block = keep;  // the block Weights::zeros mapped for them, never touched, is given back
-  w.mapped = file;
+  w.use_mapped_file(file, where);  // the block Weights::zeros mapped for them, never touched, is given back
   return true;
 }
 

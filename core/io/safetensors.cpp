@@ -13,6 +13,7 @@
 #include <set>
 #include <utility>
 
+#include "io/file_read.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/excerpt.h"
@@ -50,45 +51,6 @@ std::string brief(const nlohmann::ordered_json& j) {
   std::string s = j.dump(-1, ' ', true);
   if (s.size() > 80) s = s.substr(0, 80) + "...";
   return printable(s);
-}
-
-// Opens a regular file read-only; returns the descriptor and sets size.
-int open_file(const std::string& path, uint64_t& size) {
-  int fd;
-  do {
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  } while (fd < 0 && errno == EINTR);
-  if (fd < 0) throw Error(path + ": cannot open (" + std::strerror(errno) + ")");
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    throw Error(path + ": cannot stat (" + std::strerror(err) + ")");
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(path + ": not a regular file");
-  }
-  size = static_cast<uint64_t>(st.st_size);
-  return fd;
-}
-
-// Reads exactly n bytes at offset into out, or says why not (an empty string on success).
-std::string pread_exact(int fd, void* out, uint64_t n, uint64_t offset) {
-  auto* p = static_cast<unsigned char*>(out);
-  while (n > 0) {
-    const size_t want = static_cast<size_t>(std::min<uint64_t>(n, uint64_t{1} << 30));
-    const ssize_t r = ::pread(fd, p, want, static_cast<off_t>(offset));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return std::string(std::strerror(errno)) + " at file offset " + std::to_string(offset);
-    }
-    if (r == 0) return "the file ends at offset " + std::to_string(offset) + " (did it change while loading?)";
-    p += r;
-    n -= static_cast<uint64_t>(r);
-    offset += static_cast<uint64_t>(r);
-  }
-  return "";
 }
 
 // Little-endian 16-bit values as host values, in place (nothing to do on little-endian hosts).
@@ -244,7 +206,7 @@ void check_no_overlap(const std::string& file, const std::vector<SafeTensors::En
 SafeTensors SafeTensors::open(const std::string& path) {
   SafeTensors st;
   st.path_ = path;
-  st.fd_ = open_file(path, st.size_);  // from here on the destructor closes it, also when a check throws
+  st.fd_ = open_regular_file(path, st.size_);  // from here on the destructor closes it, also when a check throws
   const std::string file = path + ": ";
   if (st.size_ < 8)
     throw Error(file + "file is " + std::to_string(st.size_) +

@@ -230,12 +230,16 @@ void each_storage(Weights& w, F&& f) {
 }
 }  // namespace
 
-void Weights::place_matrices(const std::map<const float*, float*>& where, const Keep& keep) {
+void Weights::use_mapped_file(const std::shared_ptr<const MappedFile>& file,
+                              const std::map<const float*, float*>& where) {
+  const Keep keep(file, const_cast<char*>(file->data()));
   each_matrix(*this, [&](WMat& m, Mat16&) {
     if (m.size() == 0) return;
     auto it = where.find(m.data());
     if (it != where.end()) m.place(it->second, m.rows(), m.cols(), keep);
   });
+  large_block = keep;
+  mapped = file;
 }
 
 void Weights::to_tiles() {

@@ -239,8 +239,10 @@ struct Weights {
   // kernel would fail to give once the loader writes into it.
   static Weights zeros(const Config& cfg, Precision p = Precision::F32, bool check_memory = false);
   // Moves the float32 large matrices found in `where` (by their current data) to the
-  // storage it gives, row-major, kept alive by keep; the others stay as they are.
-  void place_matrices(const std::map<const float*, float*>& where, const Keep& keep);
+  // places it gives inside the mapped file, row-major; the others stay as they are.
+  // The file becomes `mapped` and the large block (its storage until then, given back
+  // when nothing else holds it).
+  void use_mapped_file(const std::shared_ptr<const MappedFile>& file, const std::map<const float*, float*>& where);
   // Allocates one large matrix in a block of its own: m at float32, else h at p.
   static void allocate_matrix(Precision p, WMat& m, Mat16& h, int64_t rows, int64_t cols);
 

@@ -148,12 +148,4 @@ std::string MappedFile::why_changed() const {
          "open the model again";
 }
 
-void MappedFile::will_need(size_t begin, size_t end) const {
-  end = std::min(end, mapped_);
-  if (begin >= end) return;
-  const size_t page = static_cast<size_t>(g_page);
-  begin = begin / page * page;
-  ::madvise(const_cast<char*>(data_) + begin, end - begin, MADV_WILLNEED);
-}
-
 }  // namespace ds

@@ -40,10 +40,6 @@ class MappedFile {
   // or "" while intact().
   std::string why_changed() const;
 
-  // The bytes [begin, end) of the mapping: asks the kernel to start reading them into
-  // the page cache (for a file that is not there yet). Does not wait.
-  void will_need(size_t begin, size_t end) const;
-
  private:
   MappedFile() = default;
   const char* data_ = nullptr;

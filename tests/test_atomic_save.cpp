@@ -330,3 +330,31 @@ TEST(AtomicSave, TrainRefusesAFinishedModelUnlessForced) {
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(contains(r.out, "--force")) << r.out;
 }
+
+// The file is handed to the system in 2 MB pieces at 2 MB offsets (so the page cache keeps
+// it in 2 MB folios): writes of every size, straddling those boundaries, mixed with
+// stream output, still give exactly the bytes written, in order.
+TEST(AtomicSave, PiecesAcrossTwoMegabyteBoundariesKeepEveryByteInOrder) {
+  TempDir tmp;
+  const std::string path = tmp.path("pieces.bin");
+  const size_t mb2 = size_t(2) << 20;
+  const std::string big = random_bytes(3 * mb2 + 12345, 3);
+  std::string want;
+  ds::save_file(path, [&](ds::SaveFile& f) {
+    size_t at = 0;
+    auto put = [&](size_t n) {
+      f.write(big.data() + at, n);
+      want.append(big, at, n);
+      at += n;
+    };
+    put(7);                       // a header's worth
+    put(mb2 - 7);                 // ends on the first boundary
+    put(2 * mb2);                 // two whole pieces straight through
+    f.stream() << "text " << 42;  // stream output between writes
+    want += "text 42";
+    put(1);
+    put(big.size() - at);  // the rest: a partial tail
+  });
+  EXPECT_EQ(ds::test::read_file(path), want);
+  EXPECT_EQ(fs::file_size(path), want.size());
+}

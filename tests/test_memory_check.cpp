@@ -4,7 +4,9 @@
 // map says the same.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <string>
 
 #include "model/weights.h"
@@ -64,3 +66,42 @@ TEST(MemoryCheck, ALoaderRefusesWeightsLargerThanTheMemoryAvailable) {
 }
 
 }  // namespace
+
+// A weight block moved into huge pages in the background (perf/memory.h's HugePageJob)
+// keeps every value, whether the job runs to the end or is stopped by its owner; where
+// the system can collapse memory (Linux 6.1+, THP not "never"), page_share sees the
+// block in huge pages afterwards.
+TEST(MemoryCheck, HugePageJobKeepsTheBlockAndMovesItIntoHugePages) {
+  const size_t n = size_t(24) << 20;  // floats: 96 MB, 48 huge pages
+  auto fill = [&](float* p) {
+    for (size_t i = 0; i < n; ++i) p[i] = float(i % 1000003);
+  };
+  auto intact = [&](const float* p) {
+    for (size_t i = 0; i < n; ++i)
+      if (p[i] != float(i % 1000003)) return false;
+    return true;
+  };
+  {
+    std::shared_ptr<void> block = ds::allocate_weight_block(n * sizeof(float));
+    fill(static_cast<float*>(block.get()));
+    const ds::PageShare before = ds::page_share(block.get(), 1);
+    EXPECT_GE(before.resident, n * sizeof(float));
+    {
+      ds::HugePageJob job(block);
+      EXPECT_GE(job.wait(), 0.0);
+    }
+    EXPECT_TRUE(intact(static_cast<const float*>(block.get())));
+    const ds::PageShare after = ds::page_share(block.get(), 1);
+    EXPECT_GE(after.resident, n * sizeof(float));
+    if (after.huge == 0)
+      std::printf("[ note ] this system did not collapse the block into huge pages (THP off, or Linux < 6.1)\n");
+    else
+      EXPECT_GT(after.fraction(), 0.5) << after.huge << " of " << after.resident;
+  }
+  {  // stopped at once by its owner: joins, and the values are still all there
+    std::shared_ptr<void> block = ds::allocate_weight_block(n * sizeof(float));
+    fill(static_cast<float*>(block.get()));
+    { ds::HugePageJob job(block); }
+    EXPECT_TRUE(intact(static_cast<const float*>(block.get())));
+  }
+}

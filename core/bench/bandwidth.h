@@ -19,7 +19,7 @@ struct Bandwidth {
 };
 
 // A buffer of `bytes` (default 512 MB, 16 times a 32 MB last-level cache), allocated
-// and placed in huge pages as the weight matrices are, kept so that the probe can be
+// in huge pages from its first touch (the best rate memory is read at), kept so that the probe can be
 // repeated between other measurements without faulting in fresh memory each time.
 // measure() reads it `reps` times after one warm-up pass, each thread summing its own
 // contiguous part (256-bit loads, as the decode kernels use).

@@ -113,6 +113,14 @@ DecodeBenchResult run_decode_bench(std::shared_ptr<const Model> m, const DecodeB
   // Keys and values of every layer up to the position, averaged over positions 1..steps-1.
   r.kv_bytes = kv_bytes(c, steps / 2.0);
 
+  if (m->huge_pages) {
+    say("moving the weights into huge pages");
+    r.huge_pages_seconds = m->huge_pages->wait();  // else the first runs would time a copy
+  }
+  if (m->w.mapped)
+    r.weight_pages = page_share(m->w.mapped->data(), m->w.mapped->size());
+  else if (m->w.large_block)
+    r.weight_pages = page_share(m->w.large_block.get(), 1);  // the block is one mapping
   say("bandwidth and warm-up");
   // The machine's rate drifts (shared hosts, frequency), so a pass of the probe runs
   // between every two tokens and each token is compared with the rate measured on
@@ -189,6 +197,13 @@ void print_decode_bench(std::FILE* f, const DecodeBenchResult& r, const DecodeBe
   std::fprintf(f, "bytes per token         %.1f MB of weights + %.2f MB of KV cache (mean over %d positions)\n",
                r.weight_bytes / 1e6, r.kv_bytes / 1e6, o.steps);
   std::fprintf(f, "floor                   %.2f ms/token (bytes over the median bandwidth)\n", r.floor_ms);
+  if (r.weight_pages.resident > 0) {
+    std::fprintf(f, "weights' pages          %.0f%% of %.1f MB in huge pages", 100.0 * r.weight_pages.fraction(),
+                 double(r.weight_pages.resident) / 1e6);
+    if (r.huge_pages_seconds >= 0)
+      std::fprintf(f, " (moved there in the background in %.2f s, waited for before timing)", r.huge_pages_seconds);
+    std::fprintf(f, "\n");
+  }
   std::fprintf(f, "decode, no observer     %.2f ms/token (%.1f tokens/s)   measured/floor %.3f\n", r.plain_ms,
                1e3 / r.plain_ms, r.plain_over_floor);
   std::fprintf(f, "decode, default observers %.2f ms/token               measured/floor %.3f  observed/plain %.3f\n",

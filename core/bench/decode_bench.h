@@ -11,6 +11,7 @@
 
 #include "bench/bandwidth.h"
 #include "model/model.h"
+#include "perf/memory.h"
 
 namespace ds {
 
@@ -41,6 +42,11 @@ struct DecodeBenchResult {
   int trace_tokens = 0;
   size_t trace_bytes = 0;  // trace held after trace_tokens positions
   double trace_seconds = 0;
+  // Where the weights sit when the timing starts: resident bytes and the share of them in
+  // huge pages (perf/memory.h's page_share over the weight block or the mapped file),
+  // and the seconds the model's background move into huge pages took (-1: none ran).
+  PageShare weight_pages;
+  double huge_pages_seconds = -1;
 };
 
 // Bytes of parameters a decode step reads: every decoder block, the final norm and

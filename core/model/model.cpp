@@ -91,7 +91,6 @@ void sinusoid_table(const Config& c, int npos, std::vector<float>& out) {
 
 Model::Model(Config c, Weights wt) : cfg(std::move(c)), w(std::move(wt)) {
   cfg.validate();
-  advise_huge_pages(w.large_block);  // written by now (perf/memory.h)
   check_shape("tok_embed", w.embed_view(), cfg.vocab_size, cfg.d_model);
   if (cfg.pos == PosKind::Learned) check_shape("pos_embed", w.pos_embed, cfg.max_seq, cfg.d_model);
   if (int(w.blocks.size()) != cfg.n_layers)
@@ -111,6 +110,7 @@ Model::Model(Config c, Weights wt) : cfg(std::move(c)), w(std::move(wt)) {
       check_block(cfg, "encoder.blocks." + std::to_string(l), w.enc_blocks[l], false);
     if (cfg.enc_final_norm) check_norm("encoder.ln_final", w.enc_ln_final, cfg.d_model);
   }
+  if (w.large_block) huge_pages = std::make_shared<HugePageJob>(w.large_block);  // written by now
 }
 
 static void grow(std::vector<float>& v, size_t n) {

@@ -13,6 +13,7 @@
 #include "model/hooks.h"
 #include "model/mask.h"
 #include "model/weights.h"
+#include "perf/memory.h"
 #include "perf/parallel.h"
 
 namespace ds {
@@ -30,6 +31,9 @@ struct KvCache {
 struct Model {
   Config cfg;
   Weights w;
+  // Moves w.large_block into huge pages in the background, once the weights are
+  // written (perf/memory.h); null for weights that have no such block.
+  std::shared_ptr<HugePageJob> huge_pages;
   Model(Config c, Weights wt);  // validates shapes, throws ds::Error naming the tensor
 };
 

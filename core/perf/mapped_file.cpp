@@ -118,6 +118,13 @@ std::shared_ptr<const MappedFile> MappedFile::map(int fd, size_t bytes, const st
     ::munmap(reserve, m->mapped_ + kHuge);
     throw Error(path + ": cannot map (" + std::strerror(err) + ")");
   }
+#ifdef MADV_HUGEPAGE
+  // Pages the cache does not hold yet are then read ahead in 2 MB folios and mapped
+  // whole (Linux 6.x, filesystems with large folios such as ext4 and xfs); what the
+  // cache already holds keeps the folios it has. Decoding reads huge pages 12-25%
+  // faster (perf/memory.h).
+  ::madvise(p, m->mapped_, MADV_HUGEPAGE);
+#endif
   if (start > r) ::munmap(reserve, start - r);
   if (r + kHuge > start) ::munmap(reinterpret_cast<void*>(start + m->mapped_), r + kHuge - start);
   m->data_ = static_cast<const char*>(p);

@@ -3,11 +3,18 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "util/error.h"
 
@@ -52,6 +59,88 @@ bool advise_huge_pages(const std::shared_ptr<void>& block) {
 #else
   return false;
 #endif
+}
+
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25  // Linux 6.1; older headers lack the name
+#endif
+
+struct HugePageJob::State {
+  std::shared_ptr<void> block;
+  size_t len = 0;
+  std::atomic<bool> stop{false};
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  double seconds = 0;
+  std::thread thread;
+
+  void run() {
+    const auto t0 = std::chrono::steady_clock::now();
+    constexpr size_t kPiece = size_t(16) << 20;
+    char* p = static_cast<char*>(block.get());
+    for (size_t at = 0; at < len && !stop.load(std::memory_order_relaxed); at += kPiece) {
+      if (::madvise(p + at, std::min(kPiece, len - at), MADV_COLLAPSE) != 0 && (errno == EINVAL || errno == ENOSYS)) {
+        advise_huge_pages(block);  // no MADV_COLLAPSE here: leave it to khugepaged
+        break;
+      }
+    }
+    std::lock_guard<std::mutex> lock(m);
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    done = true;
+    cv.notify_all();
+  }
+};
+
+HugePageJob::HugePageJob(std::shared_ptr<void> block) : s_(std::make_shared<State>()) {
+  const Unmap* u = block ? std::get_deleter<Unmap>(block) : nullptr;
+  s_->block = std::move(block);
+  s_->len = u ? u->len : 0;
+  if (s_->len < (size_t(2) << 20)) {
+    s_->done = true;
+    return;
+  }
+  State* s = s_.get();
+  try {
+    s_->thread = std::thread([s] { s->run(); });
+  } catch (const std::system_error&) {  // no thread to be had: advice only
+    advise_huge_pages(s_->block);
+    s_->done = true;
+  }
+}
+
+HugePageJob::~HugePageJob() {
+  s_->stop.store(true, std::memory_order_relaxed);
+  if (s_->thread.joinable()) s_->thread.join();
+}
+
+double HugePageJob::wait() {
+  std::unique_lock<std::mutex> lock(s_->m);
+  s_->cv.wait(lock, [&] { return s_->done; });
+  return s_->seconds;
+}
+
+PageShare page_share(const void* p, size_t bytes) {
+  PageShare s;
+  std::FILE* f = std::fopen("/proc/self/smaps", "r");
+  if (!f) return s;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p), b = a + bytes;
+  bool in = false;
+  char line[512];
+  while (std::fgets(line, sizeof line, f)) {
+    unsigned long lo = 0, hi = 0;
+    size_t kb = 0;
+    char key[64];
+    if (std::sscanf(line, "%lx-%lx ", &lo, &hi) == 2)
+      in = lo < b && hi > a;  // a mapping's first line, "lo-hi perms offset dev inode path"; fields never parse so
+    else if (in && std::sscanf(line, "%63s %zu kB", key, &kb) == 2) {
+      const std::string k = key;
+      if (k == "Rss:") s.resident += kb << 10;
+      if (k == "AnonHugePages:" || k == "FilePmdMapped:" || k == "ShmemPmdMapped:") s.huge += kb << 10;
+    }
+  }
+  std::fclose(f);
+  return s;
 }
 
 bool populate_for_write(void* p, size_t bytes) {

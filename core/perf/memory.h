@@ -39,6 +39,38 @@ std::shared_ptr<void> allocate_weight_block(size_t bytes, HugePages when = HugeP
 // other storage; returns whether the advice was given.
 bool advise_huge_pages(const std::shared_ptr<void>& block);
 
+// Moves a written block from allocate_weight_block into huge pages on a thread of its
+// own, 16 MB at a time (Linux 6.1's MADV_COLLAPSE: the kernel copies each 2 MB into a
+// huge page and swaps the mapping; readers meanwhile see the same values). The load
+// stays in 4 KB pages and never waits for compaction; decoding then reads the weights
+// at the huge-page rate, 12-25% faster on the machine of the README's figures. Where
+// MADV_COLLAPSE is unavailable the block is only advised (advise_huge_pages). The
+// destructor stops between pieces and joins; the job keeps the block alive until then.
+class HugePageJob {
+ public:
+  explicit HugePageJob(std::shared_ptr<void> block);
+  ~HugePageJob();
+  HugePageJob(const HugePageJob&) = delete;
+  HugePageJob& operator=(const HugePageJob&) = delete;
+  // Blocks until the whole block has been handled; returns the job's seconds.
+  double wait();
+
+ private:
+  struct State;
+  std::shared_ptr<State> s_;
+};
+
+// The pages of the mappings that overlap [p, p + bytes), from /proc/self/smaps: how many
+// bytes are resident and how many of those sit in huge pages (anonymous, or a file's
+// 2 MB folios mapped whole). Counts are per mapping, so a mapping that only partly
+// overlaps counts whole. All zero where smaps cannot be read.
+struct PageShare {
+  size_t resident = 0;
+  size_t huge = 0;
+  double fraction() const { return resident ? double(huge) / double(resident) : 0.0; }
+};
+PageShare page_share(const void* p, size_t bytes);
+
 // Maps in, ready for writing, the whole pages inside [p, p + bytes) that are not mapped
 // yet, without writing to them (Linux 5.14's MADV_POPULATE_WRITE): the page faults a
 // loader's first writes would take, taken in one call. Returns false where that is not

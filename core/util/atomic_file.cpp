@@ -126,7 +126,40 @@ void SaveFile::write(const void* data, size_t n) {
   raw_write(static_cast<const char*>(data), n);
 }
 
+// Whole 2 MB pieces at offsets that are multiples of 2 MB go to the file as they are; the
+// rest waits in stage_ until its piece is whole (or the save ends). The page cache then
+// holds the file in 2 MB folios (Linux 6.x on ext4 or xfs), which a model opened from it
+// maps whole: decoding reads huge pages 12-25% faster than 4 KB ones (perf/memory.h),
+// and small writes would leave the file in small folios for as long as it stays cached.
 void SaveFile::raw_write(const char* data, size_t n) {
+  constexpr size_t kPiece = size_t(2) << 20;
+  while (n > 0) {
+    const uint64_t at = bytes_ + stage_.size();
+    if (stage_.empty() && at % kPiece == 0 && n >= kPiece) {
+      const size_t whole = n / kPiece * kPiece;
+      put_fd(data, whole);
+      data += whole;
+      n -= whole;
+      continue;
+    }
+    const size_t take = std::min<size_t>(kPiece - at % kPiece, n);
+    stage_.insert(stage_.end(), data, data + take);
+    data += take;
+    n -= take;
+    if ((bytes_ + stage_.size()) % kPiece == 0) flush_stage();
+  }
+}
+
+void SaveFile::flush_stage() {
+  if (stage_.empty()) return;
+  std::vector<char> out;
+  out.swap(stage_);  // an error leaves nothing staged to write again
+  put_fd(out.data(), out.size());
+  out.clear();
+  stage_.swap(out);  // keeps the capacity
+}
+
+void SaveFile::put_fd(const char* data, size_t n) {
   size_t allowed = n;
   int injected = 0;
   if (const int64_t limit = g_write_limit.load(); limit >= 0) {
@@ -150,6 +183,7 @@ void SaveFile::raw_write(const char* data, size_t n) {
 void SaveFile::finish() {
   os_.flush();
   buf_.drain();
+  flush_stage();
 }
 
 // ------------------------------------------------------------------ save_file

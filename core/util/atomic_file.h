@@ -15,6 +15,7 @@
 #include <streambuf>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ds {
 
@@ -42,10 +43,11 @@ class SaveBuf : public std::streambuf {
 };
 }  // namespace detail
 
-// The file being written by save_file(): write() appends bytes at once (for large
-// tensors, written in pieces so nothing is copied into one buffer); stream() is a
-// buffered std::ostream for text. Both may be mixed: stream() output is written out
-// before every write().
+// The file being written by save_file(): write() appends bytes (for large tensors,
+// written in pieces so nothing is copied into one buffer); stream() is a buffered
+// std::ostream for text. Both may be mixed: stream() output is written out before every
+// write(). The file itself is given whole 2 MB pieces at 2 MB offsets (and the tail at
+// the end), so that the page cache keeps it in 2 MB folios (see raw_write).
 class SaveFile {
  public:
   SaveFile(const SaveFile&) = delete;
@@ -56,20 +58,23 @@ class SaveFile {
   void write(const void* data, size_t n);
   void write(std::string_view s) { write(s.data(), s.size()); }
   std::ostream& stream();
-  uint64_t bytes_written() const { return bytes_; }
+  uint64_t bytes_written() const { return bytes_ + stage_.size(); }
   const std::string& target() const { return target_; }
 
  private:
   friend void save_file(const std::string&, const std::function<void(SaveFile&)>&);
   friend class detail::SaveBuf;
   SaveFile(int fd, std::string target, bool replacing);
-  void raw_write(const char* data, size_t n);
-  void finish();  // drains the stream, rethrowing its error
+  void raw_write(const char* data, size_t n);  // in 2 MB pieces at 2 MB offsets, via stage_
+  void flush_stage();
+  void put_fd(const char* data, size_t n);  // the write itself
+  void finish();                            // drains the stream and stage_, rethrowing an error
 
   int fd_;
   std::string target_;
-  bool replacing_;  // the target exists: messages say it is unchanged
-  uint64_t bytes_ = 0;
+  bool replacing_;           // the target exists: messages say it is unchanged
+  uint64_t bytes_ = 0;       // written to the file
+  std::vector<char> stage_;  // written after bytes_, not yet given to the file
   detail::SaveBuf buf_;
   std::ostream os_;
 };

@@ -53,7 +53,7 @@ usage:
   decoderscope-cli heads    --model PATH [--tokenizer FILE] [--half N] [--seed S] [--exclude-bos]
                             [--exclude-current-token] [--json] [--threads N] [--precision P]
   decoderscope-cli bench    --model PATH [--steps N] [--threads N] [--reps R] [--precision P]
-                            [--prefill N] [--trace-tokens N]
+                            [--prefill N] [--trace-tokens N] [--copy]
   decoderscope-cli inspect  --model PATH [--precision P]
   decoderscope-cli tokenize --model PATH [--tokenizer FILE] (TEXT | --jsonl)
   decoderscope-cli tokenize --tokenizer DIR (TEXT | --jsonl)
@@ -115,7 +115,8 @@ bench: the machine's read bandwidth, the floor it sets for one token (weight and
   bytes over bandwidth), decode ms/token with no observer and with the window's default
   observers (median of --reps runs of --steps positions, default 64), their ratios,
   a --prefill token prompt (default 512; 0 skips) against as many single steps, and with
-  --trace-tokens N the memory of the trace after generating N positions.
+  --trace-tokens N the memory of the trace after generating N positions. --copy: float32
+  weights are read into memory (in tiles) instead of used in place in the mapped file.
 tokenize: prints the ids of TEXT on one line. --tokenizer DIR alone: a GPT-2 tokenizer
   folder (vocab.json + merges.txt, or tokenizer.json). --jsonl: reads {"text": ...} lines
   on standard input and writes {"text": ..., "ids": [...]} lines.
@@ -231,7 +232,8 @@ const char* kFlags[] = {"ids",
                         "no-kv-cache",
                         "exclude-bos",
                         "exclude-current-token",
-                        "window-recording"};
+                        "window-recording",
+                        "copy"};
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -723,10 +725,10 @@ int cmd_heads(const Args& a) {
 }
 
 int cmd_bench(const Args& a) {
-  only(a, {"model", "tokenizer", "steps", "threads", "reps", "precision", "prefill", "trace-tokens"});
+  only(a, {"model", "tokenizer", "steps", "threads", "reps", "precision", "prefill", "trace-tokens", "copy"});
   if (!a.has("model")) throw Error("--model PATH is required");
   ds::LoadedModel m;
-  const ds::LoadSplit load = ds::measure_load(a.str("model"), a.str("tokenizer"), precision_of(a), m);
+  const ds::LoadSplit load = ds::measure_load(a.str("model"), a.str("tokenizer"), precision_of(a), m, !a.has("copy"));
   const ds::Config& c = m.model->cfg;
   ds::DecodeBenchOptions o;
   o.steps = int(a.integer("steps", std::min(c.max_seq, 64), 2, c.max_seq));

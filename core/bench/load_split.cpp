@@ -56,7 +56,8 @@ void process_times(double& user_s, double& system_s) {
   system_s = double(u.ru_stime.tv_sec) + double(u.ru_stime.tv_usec) / 1e6;
 }
 
-LoadSplit measure_load(const std::string& path, const std::string& tokenizer, Precision p, LoadedModel& out) {
+LoadSplit measure_load(const std::string& path, const std::string& tokenizer, Precision p, LoadedModel& out,
+                       bool in_place) {
   LoadSplit s;
   std::vector<char> buf(size_t(8) << 20, 1);
   const std::vector<std::string> files = model_files(path);
@@ -86,7 +87,7 @@ LoadSplit measure_load(const std::string& path, const std::string& tokenizer, Pr
   double u0, s0, u1, s1;
   process_times(u0, s0);
   t0 = Clock::now();
-  out = load_model(path, tokenizer, p);
+  out = load_model(path, tokenizer, p, in_place);
   s.load_s = seconds_since(t0);
   process_times(u1, s1);
   s.load_user_s = u1 - u0;

@@ -35,7 +35,8 @@ void process_times(double& user_s, double& system_s);
 // Reads the model's files once (which also warms the page cache), faults in a block
 // of up to 256 MB and lets it go, then loads the model into `out` timing it. Throws ds::Error
 // as load_model does.
-LoadSplit measure_load(const std::string& path, const std::string& tokenizer, Precision p, LoadedModel& out);
+LoadSplit measure_load(const std::string& path, const std::string& tokenizer, Precision p, LoadedModel& out,
+                       bool in_place = true);
 
 void print_load_split(std::FILE* f, const LoadSplit& s);
 

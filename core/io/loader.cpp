@@ -19,9 +19,10 @@ namespace {
 
 constexpr const char* kBuiltin = "builtin:";
 
-LoadedModel load_llama2c_model(const std::string& path, const std::string& tokenizer_path, Precision precision) {
+LoadedModel load_llama2c_model(const std::string& path, const std::string& tokenizer_path, Precision precision,
+                               bool in_place) {
   LoadedModel out;
-  Llama2cModel m = load_llama2c(path, precision, Llama2cStorage::Mapped);
+  Llama2cModel m = load_llama2c(path, precision, in_place ? Llama2cStorage::Mapped : Llama2cStorage::Tiles);
   out.precision = precision;
   out.kind = "llama2c";
   out.name = fs::path(path).filename().string();
@@ -39,9 +40,8 @@ LoadedModel load_llama2c_model(const std::string& path, const std::string& token
 }
 
 LoadedModel load_folder_model(const std::string& dir, const std::string& tokenizer_path, const std::string& name,
-                              Precision precision) {
-  FolderModel f = load_model_folder(dir, precision, true,
-                                    true);  // in place, or in tiles as it reads  // in place, or in tiles as it reads
+                              Precision precision, bool in_place) {
+  FolderModel f = load_model_folder(dir, precision, true, in_place);  // in place, or in tiles as it reads
   LoadedModel out;
   out.precision = precision;
   out.kind = f.format;
@@ -101,19 +101,19 @@ std::string resolve_builtin(const std::string& name) {
               " (set DECODERSCOPE_ASSETS to the assets folder)");
 }
 
-LoadedModel load_model(const std::string& path, const std::string& tokenizer_path, Precision precision) {
+LoadedModel load_model(const std::string& path, const std::string& tokenizer_path, Precision precision, bool in_place) {
   if (path.rfind(kBuiltin, 0) == 0) {
     const std::string name = path.substr(std::string(kBuiltin).size());
-    return load_folder_model(resolve_builtin(name), tokenizer_path, name, precision);
+    return load_folder_model(resolve_builtin(name), tokenizer_path, name, precision, in_place);
   }
   std::error_code ec;
   if (!fs::exists(path, ec)) throw Error(path + ": no such file or folder");
   if (fs::is_directory(path, ec)) {
     std::string name = fs::path(path).filename().string();
     if (name.empty()) name = fs::path(path).parent_path().filename().string();  // "dir/"
-    return load_folder_model(path, tokenizer_path, name, precision);
+    return load_folder_model(path, tokenizer_path, name, precision, in_place);
   }
-  return load_llama2c_model(path, tokenizer_path, precision);
+  return load_llama2c_model(path, tokenizer_path, precision, in_place);
 }
 
 std::vector<int> encode_prompt(const LoadedModel& m, std::string_view text) {

@@ -32,9 +32,12 @@ struct LoadedModel {
 //    <executable dir>/../share/decoderscope/assets, then the source tree's assets.
 // precision: how the linear layers, embeddings and head are kept in memory (F32, or
 // BF16/F16 to halve the bytes each token reads; the arithmetic stays float32).
+// in_place: float32 weights that the file holds as the engine reads them (llama2.c
+// checkpoints, decoderscope's own folders) are used in the mapped file (io/llama2c.h);
+// false reads them into tiles in memory instead (the bench's --copy, to compare).
 // Throws ds::Error.
 LoadedModel load_model(const std::string& path, const std::string& tokenizer_path = "",
-                       Precision precision = Precision::F32);
+                       Precision precision = Precision::F32, bool in_place = true);
 
 // The folder "builtin:NAME" refers to; throws ds::Error listing the places searched.
 std::string resolve_builtin(const std::string& name);

@@ -39,19 +39,22 @@ std::shared_ptr<void> allocate_weight_block(size_t bytes, HugePages when = HugeP
 bool advise_huge_pages(const std::shared_ptr<void>& block);
 
 // Moves a written block from allocate_weight_block into huge pages on a thread of its
-// own, 16 MB at a time (Linux 6.1's MADV_COLLAPSE: the kernel copies each 2 MB into a
-// huge page and swaps the mapping; readers meanwhile see the same values). The load
-// stays in 4 KB pages and never waits for compaction; decoding then reads the weights
-// at the huge-page rate, 12-25% faster on the machine of the README's figures. Where
-// MADV_COLLAPSE is unavailable the block is only advised (advise_huge_pages). The
-// destructor stops between pieces and joins; the job keeps the block alive until then.
+// own, 2 MB at a time (Linux 6.1's MADV_COLLAPSE: the kernel copies each 2 MB into a
+// huge page and swaps the mapping; readers meanwhile see the same values), paced to a
+// quarter of one core at a lower priority until wait() is called, which lets it run at
+// full speed. The load stays in 4 KB pages and never waits for compaction; decoding
+// then reads the weights at the huge-page rate, 12-25% faster on the machine of the
+// README's figures. Where MADV_COLLAPSE is unavailable the block is only advised
+// (advise_huge_pages). The destructor stops between pieces and joins; the job keeps
+// the block alive until then.
 class HugePageJob {
  public:
   explicit HugePageJob(std::shared_ptr<void> block);
   ~HugePageJob();
   HugePageJob(const HugePageJob&) = delete;
   HugePageJob& operator=(const HugePageJob&) = delete;
-  // Blocks until the whole block has been handled; returns the job's seconds.
+  // Lifts the pacing and blocks until the whole block has been handled; returns the
+  // job's seconds.
   double wait();
 
  private:

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -19,7 +18,6 @@
 #include "io/model_folder.h"
 #include "model/config.h"
 #include "model/model.h"
-#include "perf/memory.h"
 #include "util.h"
 #include "util/error.h"
 
@@ -135,36 +133,6 @@ TEST(MappedModel, OwnFolderInPlaceMatchesACopyAndNamesACutFile) {
   ASSERT_EQ(::truncate(st.c_str(), 4096), 0);
   const std::string err = next_step_error(e);
   EXPECT_TRUE(contains(err, st) && contains(err, "cut short")) << err;
-}
-
-// A model file larger than a huge page: its pages are moved into anonymous huge pages
-// in the background (perf/memory.h's HugePageJob), and the logits are those of a copy
-// read into memory before, during and after the move. A file cut short after the move
-// still ends the next step in an error (its size changed).
-TEST(MappedModel, PagesMovedIntoHugePagesKeepTheLogits) {
-  TempDir tmp;
-  const std::string path = tmp.path("big.bin");
-  const Config c = llama2c_config(256, 768, 4, 8, 8, 2000, 64, true);  // about 16 MB
-  save_llama2c(path, c, Weights::random(c, 23));
-  Llama2cModel copy = load_llama2c(path);
-  const auto copied = std::make_shared<const Model>(copy.cfg, std::move(copy.w));
-  const std::vector<float> want = logits_of(copied, 4);
-  const LoadedModel m = load_model(path);
-  ASSERT_NE(m.model->w.mapped, nullptr);
-  ASSERT_NE(m.model->huge_pages, nullptr);
-  EXPECT_EQ(logits_of(m.model, 4), want);  // while the job may be moving pages
-  const double seconds = m.model->huge_pages->wait();
-  const PageShare pages = page_share(m.model->w.mapped->data(), m.model->w.mapped->size());
-  if (seconds < 0 || pages.huge == 0)
-    std::printf("[ note ] the pages were not moved into huge pages here (THP off, or not enough memory)\n");
-  else
-    EXPECT_GT(pages.fraction(), 0.5) << pages.huge << " of " << pages.resident;
-  EXPECT_EQ(logits_of(m.model, 4), want);
-  Engine e(m.model);
-  ASSERT_EQ(next_step_error(e), "");
-  ASSERT_EQ(::truncate(path.c_str(), 4096), 0);
-  const std::string err = next_step_error(e);
-  EXPECT_TRUE(contains(err, path) && contains(err, "open the model again")) << err;
 }
 
 }  // namespace

@@ -110,10 +110,7 @@ Model::Model(Config c, Weights wt) : cfg(std::move(c)), w(std::move(wt)) {
       check_block(cfg, "encoder.blocks." + std::to_string(l), w.enc_blocks[l], false);
     if (cfg.enc_final_norm) check_norm("encoder.ln_final", w.enc_ln_final, cfg.d_model);
   }
-  if (w.mapped)  // (large_block then holds the file too)
-    huge_pages = std::make_shared<HugePageJob>(w.mapped, const_cast<char*>(w.mapped->data()), w.mapped->mapped_bytes());
-  else if (w.large_block)
-    huge_pages = std::make_shared<HugePageJob>(w.large_block);  // written by now
+  if (w.large_block) huge_pages = std::make_shared<HugePageJob>(w.large_block);  // written by now
 }
 
 static void grow(std::vector<float>& v, size_t n) {

@@ -31,8 +31,8 @@ struct KvCache {
 struct Model {
   Config cfg;
   Weights w;
-  // Moves w.large_block, or the pages of the mapped file the weights are used in, into
-  // huge pages in the background (perf/memory.h); null for weights that have neither.
+  // Moves w.large_block into huge pages in the background, once the weights are
+  // written (perf/memory.h); null for weights that have no such block.
   std::shared_ptr<HugePageJob> huge_pages;
   Model(Config c, Weights wt);  // validates shapes, throws ds::Error naming the tensor
 };

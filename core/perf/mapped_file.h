@@ -31,7 +31,6 @@ class MappedFile {
 
   const char* data() const { return data_; }
   size_t size() const { return bytes_; }
-  size_t mapped_bytes() const { return mapped_; }  // size() rounded up to whole pages
   const std::string& path() const { return path_; }
 
   // Whether the file is as it was when it was mapped: no read has met a page cut off

@@ -68,8 +68,6 @@ bool advise_huge_pages(const std::shared_ptr<void>& block) {
 
 struct HugePageJob::State {
   std::shared_ptr<void> block;
-  std::shared_ptr<const void> owner;  // the mapped file, in the move job
-  char* begin = nullptr;              // the mapping the move job replaces
   size_t len = 0;
   std::atomic<bool> stop{false};
   std::mutex m;
@@ -96,67 +94,15 @@ struct HugePageJob::State {
         advise_huge_pages(block);  // no MADV_COLLAPSE here: leave it to khugepaged
         break;
       }
-      pace(a, std::chrono::milliseconds(20));
+      const auto pause = std::min<std::chrono::steady_clock::duration>(3 * (std::chrono::steady_clock::now() - a),
+                                                                       std::chrono::milliseconds(20));
+      std::unique_lock<std::mutex> lock(m);
+      cv.wait_for(lock, pause, [&] { return hurry || stop.load(std::memory_order_relaxed); });
     }
-    finish(t0);
-  }
-
-  // Pauses three times as long as the piece that started at `a` took (at most `most`),
-  // unless someone waits or the job stops.
-  void pace(std::chrono::steady_clock::time_point a, std::chrono::milliseconds most) {
-    const auto pause = std::min<std::chrono::steady_clock::duration>(3 * (std::chrono::steady_clock::now() - a), most);
-    std::unique_lock<std::mutex> lock(m);
-    cv.wait_for(lock, pause, [&] { return hurry || stop.load(std::memory_order_relaxed); });
-  }
-
-  void finish(std::chrono::steady_clock::time_point t0) {
     std::lock_guard<std::mutex> lock(m);
     seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     done = true;
     cv.notify_all();
-  }
-
-  // One piece of the move job: [at, at + n) of the mapping, copied into fresh memory in
-  // huge pages and moved over it. False when the piece could not be moved, or did not
-  // come in huge pages (then there is nothing to gain: the job ends).
-  bool move_piece(char* at, size_t n) {
-    constexpr size_t kHuge = size_t(2) << 20;
-    void* raw = ::mmap(nullptr, n + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED) return false;
-    const uintptr_t r = reinterpret_cast<uintptr_t>(raw);
-    char* fresh = reinterpret_cast<char*>((r + kHuge - 1) & ~uintptr_t(kHuge - 1));
-    if (fresh > static_cast<char*>(raw)) ::munmap(raw, size_t(fresh - static_cast<char*>(raw)));
-    const uintptr_t end = r + n + kHuge, fresh_end = reinterpret_cast<uintptr_t>(fresh) + n;
-    if (end > fresh_end) ::munmap(reinterpret_cast<void*>(fresh_end), end - fresh_end);
-#ifdef MADV_HUGEPAGE
-    ::madvise(fresh, n, MADV_HUGEPAGE);
-#endif
-    std::memcpy(fresh, at, n);
-    if (n >= kHuge && page_share(fresh, n).huge == 0) {
-      ::munmap(fresh, n);
-      return false;
-    }
-    // Atomic for readers: mremap holds the mapping's lock while the file's page-table
-    // entries are replaced, and a read that finds none waits for it.
-    if (::mremap(fresh, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, at) == MAP_FAILED) {
-      ::munmap(fresh, n);
-      return false;
-    }
-    return true;
-  }
-
-  void run_move() {
-#ifdef __linux__
-    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10);
-#endif
-    const auto t0 = std::chrono::steady_clock::now();
-    constexpr size_t kPiece = size_t(32) << 20;
-    for (size_t at = 0; at < len && !stop.load(std::memory_order_relaxed); at += kPiece) {
-      const auto a = std::chrono::steady_clock::now();
-      if (!move_piece(begin + at, std::min(kPiece, len - at))) break;
-      pace(a, std::chrono::milliseconds(200));
-    }
-    finish(t0);
   }
 };
 
@@ -174,24 +120,6 @@ HugePageJob::HugePageJob(std::shared_ptr<void> block) : s_(std::make_shared<Stat
     s_->thread = std::thread([s] { s->run(); });
   } catch (const std::system_error&) {  // no thread to be had: advice only
     advise_huge_pages(s_->block);
-    s_->done = true;
-  }
-}
-
-HugePageJob::HugePageJob(std::shared_ptr<const void> owner, char* begin, size_t bytes) : s_(std::make_shared<State>()) {
-  s_->owner = std::move(owner);
-  s_->begin = begin;
-  s_->len = bytes;
-  const char* env = std::getenv("DECODERSCOPE_HUGE_PAGES");
-  const size_t available = available_memory_bytes();
-  if (bytes < (size_t(2) << 20) || (env && std::string(env) == "off") || available < bytes + (size_t(512) << 20)) {
-    s_->done = true;
-    return;
-  }
-  State* s = s_.get();
-  try {
-    s_->thread = std::thread([s] { s->run_move(); });
-  } catch (const std::system_error&) {
     s_->done = true;
   }
 }

@@ -50,16 +50,6 @@ bool advise_huge_pages(const std::shared_ptr<void>& block);
 class HugePageJob {
  public:
   explicit HugePageJob(std::shared_ptr<void> block);
-  // The other job: moves the pages of a private file mapping [begin, begin + bytes)
-  // (begin 2 MB-aligned, bytes whole pages; a model file used in place, perf/mapped_file.h)
-  // into anonymous huge pages, 32 MB at a time: each piece is copied into fresh memory
-  // faulted in huge pages and moved over the file's pages with mremap, so that a reader
-  // sees the file's values before and after (a read during the move waits for it). The
-  // page cache may hold a file in smaller folios, and even its 2 MB folios read slower
-  // than anonymous huge pages here (README, "Huge pages"). Skipped when the memory
-  // available is short of bytes plus 512 MB, and stopped, keeping the rest in place, when
-  // a piece does not come in huge pages. `owner` (the mapped file) is kept alive meanwhile.
-  HugePageJob(std::shared_ptr<const void> owner, char* begin, size_t bytes);
   ~HugePageJob();
   HugePageJob(const HugePageJob&) = delete;
   HugePageJob& operator=(const HugePageJob&) = delete;

@@ -144,24 +144,24 @@ double HugePageJob::wait() {
 
 PageShare page_share(const void* p, size_t bytes) {
   PageShare s;
-  std::FILE* f = std::fopen("/proc/self/smaps", "r");
-  if (!f) return s;
+  std::ifstream f("/proc/self/smaps");
   const uintptr_t a = reinterpret_cast<uintptr_t>(p), b = a + bytes;
   bool in = false;
-  char line[512];
-  while (std::fgets(line, sizeof line, f)) {
+  std::string line;
+  while (std::getline(f, line)) {
     unsigned long lo = 0, hi = 0;
     size_t kb = 0;
     char key[64];
-    if (std::sscanf(line, "%lx-%lx ", &lo, &hi) == 2)
-      in = lo < b && hi > a;  // a mapping's first line, "lo-hi perms offset dev inode path"; fields never parse so
-    else if (in && std::sscanf(line, "%63s %zu kB", key, &kb) == 2) {
+    // A mapping's first line is "lo-hi perms offset dev inode path"; its fields' lines
+    // ("Rss:      1234 kB") never parse as one.
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2) {
+      in = lo < b && hi > a;
+    } else if (in && std::sscanf(line.c_str(), "%63s %zu kB", key, &kb) == 2) {
       const std::string k = key;
       if (k == "Rss:") s.resident += kb << 10;
       if (k == "AnonHugePages:" || k == "FilePmdMapped:" || k == "ShmemPmdMapped:") s.huge += kb << 10;
     }
   }
-  std::fclose(f);
   return s;
 }
 

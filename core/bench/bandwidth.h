@@ -18,9 +18,9 @@ struct Bandwidth {
   int threads = 1;
 };
 
-// A buffer of `bytes` (default 512 MB, 16 times a 32 MB last-level cache), allocated
-// in huge pages from its first touch (the best rate memory is read at), kept so that the probe can be
-// repeated between other measurements without faulting in fresh memory each time.
+// A buffer of `bytes` (default 512 MB, 16 times a 32 MB last-level cache), in huge
+// pages from its first touch (the best rate memory is read at), kept so that the probe
+// can be repeated between other measurements without faulting in fresh memory each time.
 // measure() reads it `reps` times after one warm-up pass, each thread summing its own
 // contiguous part (256-bit loads, as the decode kernels use).
 class ReadProbe {

@@ -113,7 +113,7 @@ DecodeBenchResult run_decode_bench(std::shared_ptr<const Model> m, const DecodeB
   // Keys and values of every layer up to the position, averaged over positions 1..steps-1.
   r.kv_bytes = kv_bytes(c, steps / 2.0);
 
-  if (m->huge_pages && !m->w.mapped) {  // (a model used in place has none to wait for)
+  if (m->huge_pages) {
     say("moving the weights into huge pages");
     r.huge_pages_seconds = m->huge_pages->wait();  // else the first runs would time a copy
   }

@@ -110,7 +110,9 @@ Model::Model(Config c, Weights wt) : cfg(std::move(c)), w(std::move(wt)) {
       check_block(cfg, "encoder.blocks." + std::to_string(l), w.enc_blocks[l], false);
     if (cfg.enc_final_norm) check_norm("encoder.ln_final", w.enc_ln_final, cfg.d_model);
   }
-  if (w.large_block) huge_pages = std::make_shared<HugePageJob>(w.large_block);  // written by now
+  // Written by now. Weights used in place have no block of their own (large_block then
+  // holds the mapped file).
+  if (w.large_block && !w.mapped) huge_pages = std::make_shared<HugePageJob>(w.large_block);
 }
 
 static void grow(std::vector<float>& v, size_t n) {

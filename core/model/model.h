@@ -32,7 +32,7 @@ struct Model {
   Config cfg;
   Weights w;
   // Moves w.large_block into huge pages in the background, once the weights are
-  // written (perf/memory.h); null for weights that have no such block.
+  // written (perf/memory.h); null for weights used in place in a mapped file.
   std::shared_ptr<HugePageJob> huge_pages;
   Model(Config c, Weights wt);  // validates shapes, throws ds::Error naming the tensor
 };

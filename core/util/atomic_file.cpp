@@ -152,11 +152,8 @@ void SaveFile::raw_write(const char* data, size_t n) {
 
 void SaveFile::flush_stage() {
   if (stage_.empty()) return;
-  std::vector<char> out;
-  out.swap(stage_);  // an error leaves nothing staged to write again
-  put_fd(out.data(), out.size());
-  out.clear();
-  stage_.swap(out);  // keeps the capacity
+  put_fd(stage_.data(), stage_.size());
+  stage_.clear();
 }
 
 void SaveFile::put_fd(const char* data, size_t n) {

@@ -262,6 +262,39 @@ TEST(Sampler, TopKLargeVocabMatchesFullSort) {
   }
 }
 
+// The candidate table's selection: best_ids and rank_of against a full sort, on
+// distributions with many ties and with blocks of 16 that straddle the running
+// threshold, over lengths that are and are not multiples of 16.
+TEST(Sampler, BestIdsAndRankMatchFullSort) {
+  for (int n : {1, 15, 16, 17, 50257}) {
+    for (int levels : {0, 7, 300}) {
+      std::vector<float> p(static_cast<size_t>(n));
+      Rng r(uint64_t(n) * 31 + uint64_t(levels));
+      for (float& v : p) {
+        double u = r.uniform();
+        if (levels > 0) u = std::floor(u * levels) / levels;
+        v = static_cast<float>(u * u);  // some exact zeros with levels
+      }
+      std::vector<int> all(static_cast<size_t>(n));
+      std::iota(all.begin(), all.end(), 0);
+      auto before = [&](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); };
+      std::sort(all.begin(), all.end(), before);
+      for (int m : {1, 5, 20, n}) {
+        if (m > n) continue;
+        std::vector<int> best(static_cast<size_t>(m));
+        std::vector<uint64_t> heap(static_cast<size_t>(m));
+        ds::best_ids(p.data(), n, m, best.data(), heap.data());
+        EXPECT_EQ(best, std::vector<int>(all.begin(), all.begin() + m))
+            << "n=" << n << " levels=" << levels << " m=" << m;
+      }
+      for (int at : {0, n / 3, n - 1}) {
+        const int id = all[static_cast<size_t>(at)];
+        EXPECT_EQ(ds::rank_of(p.data(), n, id), at) << "n=" << n << " levels=" << levels;
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------- top-p
 
 TEST(Sampler, TopPKeepsSmallestSetReachingP) {

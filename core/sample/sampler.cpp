@@ -9,6 +9,10 @@
 #include <sstream>
 #include <string>
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 #include "perf/vmath.h"
 #include "util/error.h"
 
@@ -55,7 +59,56 @@ void size_to(V& v, int n) {
   v.resize(static_cast<size_t>(n));
 }
 
+// The p of a packed key.
+inline float p_of(uint64_t k) { return std::bit_cast<float>(~static_cast<uint32_t>(k >> 32)); }
+
+// Whether any of p[i0 .. i0 + 16) is >= t.
+inline bool any_at_least(const float* p, int i0, float t) {
+#if defined(__AVX2__)
+  const __m256 tv = _mm256_set1_ps(t);
+  return (_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(p + i0), tv, _CMP_GE_OQ)) |
+          _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(p + i0 + 8), tv, _CMP_GE_OQ))) != 0;
+#else
+  bool any = false;
+  for (int i = i0; i < i0 + 16; ++i) any |= p[i] >= t;
+  return any;
+#endif
+}
+
 }  // namespace
+
+void best_ids(const float* p, int n, int m, int* best, uint64_t* heap) {
+  // A max-heap of the m best packed keys so far (its top: the worst of them). An id can
+  // only displace it with p at least the top's p, so blocks of 16 below that are
+  // skipped with one comparison each.
+  for (int i = 0; i < m; ++i) heap[i] = pack(p, i);
+  std::make_heap(heap, heap + m);
+  float worst = p_of(heap[0]);
+  auto offer = [&](int i) {
+    const uint64_t k = pack(p, i);
+    if (k < heap[0]) {
+      std::pop_heap(heap, heap + m);
+      heap[m - 1] = k;
+      std::push_heap(heap, heap + m);
+      worst = p_of(heap[0]);
+    }
+  };
+  int i0 = m;
+  for (; i0 + 16 <= n; i0 += 16)
+    if (any_at_least(p, i0, worst))
+      for (int i = i0; i < i0 + 16; ++i) offer(i);
+  for (; i0 < n; ++i0) offer(i0);
+  std::sort(heap, heap + m);
+  for (int i = 0; i < m; ++i) best[i] = unpack(heap[i]);
+}
+
+int rank_of(const float* p, int n, int id) {
+  const float v = p[id];
+  int r = 0;
+  for (int i = 0; i < n; ++i) r += p[i] > v;
+  for (int i = 0; i < id; ++i) r += p[i] == v;
+  return r;
+}
 
 void validate(const SamplerConfig& c) {
   if (!(c.temperature >= 0.0f))  // also rejects NaN
@@ -342,11 +395,15 @@ int Sampler::filter(const float* logits, int vocab, SampleResult& out, std::span
 
 // Writes the best m of ids[0..n) (ids == nullptr: the ids 0..n-1) by p descending,
 // ties lower id first, to dst[0..m) in no particular order; 0 < m < n. Small m scan
-// once with a max-heap of the m best packed keys (most ids fail the first comparison);
-// large m use nth_element on the packed keys.
+// once with a max-heap of the m best packed keys (most ids fail the first comparison;
+// over every id, best_ids skips whole blocks); large m use nth_element on the packed
+// keys.
 void Sampler::select_best(const int* ids, int n, int m, const float* p, int* dst) {
   auto id_at = [ids](int i) { return ids != nullptr ? ids[i] : i; };
-  if (static_cast<int64_t>(m) * 8 <= n) {
+  if (static_cast<int64_t>(m) * 8 <= n && ids == nullptr) {
+    keys2_.resize(static_cast<size_t>(m));
+    best_ids(p, n, m, dst, keys2_.data());
+  } else if (static_cast<int64_t>(m) * 8 <= n) {
     keys2_.resize(static_cast<size_t>(m));
     uint64_t* h = keys2_.data();
     for (int i = 0; i < m; ++i) h[i] = pack(p, id_at(i));

@@ -71,6 +71,15 @@ inline constexpr uint8_t kRemovedTopP = 2;
 // [0, 1]).
 void validate(const SamplerConfig& c);
 
+// The m most probable ids of p[0..n) (ties: the lower id first), most probable first,
+// into best[0..m), 0 < m <= n, with heap[0..m) as scratch. p is a distribution: no
+// NaN, no negative values. One pass over p, which mostly compares 16 values at a time
+// with the m-th best so far.
+void best_ids(const float* p, int n, int m, int* best, uint64_t* heap);
+// Where id stands in that order over all of p[0..n): how many ids have a higher p, or
+// the same p and a lower id.
+int rank_of(const float* p, int n, int id);
+
 class Sampler {
  public:
   explicit Sampler(SamplerConfig c = {});

@@ -134,7 +134,7 @@ int Session::step(int forced) {
   }
   if (forced >= 0) token = forced;
   generated_.push_back(token);
-  trace_.steps.back().sample = record(last_, sampler_.config(), token, seq_, scores_, by_p_);
+  trace_.steps.back().sample = record(last_, sampler_.config(), token, seq_, scores_, best_heap_);
   keep_logits(logits_.data());
 
   if (std::find(opt_.stop_ids.begin(), opt_.stop_ids.end(), token) != opt_.stop_ids.end()) stopped_ = true;
@@ -207,7 +207,7 @@ int Session::contrastive(std::vector<ContrastiveScore>& scores) {
 // The candidate table: the most probable after temperature, plus the drawn token and,
 // for contrastive search, every candidate with its scores.
 SampleRecord Session::record(const SampleResult& r, const SamplerConfig& c, int token, std::span<const int> seq,
-                             const std::vector<ContrastiveScore>& scores, std::vector<int>& by_p) const {
+                             const std::vector<ContrastiveScore>& scores, std::vector<uint64_t>& heap) const {
   const int V = engine_.config().vocab_size;
   SampleRecord rec;
   rec.config = c;
@@ -222,14 +222,10 @@ SampleRecord Session::record(const SampleResult& r, const SamplerConfig& c, int 
     // Ranked by p_temp; greedy steps (p_temp one-hot) by the model's own distribution
     // (after the repetition penalty), whose first maximum is the token.
     const std::vector<float>& key = !r.greedy ? r.p_temp : r.p_rep.empty() ? r.p_raw : r.p_rep;
-    auto by_prob = [&](int a, int b) { return key[a] != key[b] ? key[a] > key[b] : a < b; };
-    by_p.resize(size_t(V));
-    for (int i = 0; i < V; ++i) by_p[size_t(i)] = i;
-    std::partial_sort(by_p.begin(), by_p.begin() + n, by_p.end(), by_prob);
-    if (token >= 0)
-      for (int i = 0; i < V; ++i)
-        if (by_prob(i, token)) ++rec.rank;
-    rows.assign(by_p.begin(), by_p.begin() + n);
+    heap.resize(size_t(n));
+    rows.resize(size_t(n));
+    best_ids(key.data(), V, n, rows.data(), heap.data());
+    if (token >= 0) rec.rank = rank_of(key.data(), V, token);
   }
   auto add = [&](int id) {
     if (id >= 0 && std::find(rows.begin(), rows.end(), id) == rows.end()) rows.push_back(id);
@@ -289,7 +285,7 @@ SampleRecord Session::shape(int k, const SamplerConfig& c) const {
   const std::vector<int> seq = sequence_at(k);
   const std::vector<float>& logits = kept_logits_[size_t(k)];
   s.shape(logits.data(), int(logits.size()), r, seq);
-  std::vector<int> scratch;
+  std::vector<uint64_t> scratch;
   return record(r, c, -1, seq, {}, scratch);
 }
 

@@ -96,7 +96,7 @@ class Session {
   // Contrastive search: looks each candidate one token ahead and returns the token.
   int contrastive(std::vector<ContrastiveScore>& scores);
   SampleRecord record(const SampleResult& r, const SamplerConfig& c, int token, std::span<const int> seq,
-                      const std::vector<ContrastiveScore>& scores, std::vector<int>& scratch) const;
+                      const std::vector<ContrastiveScore>& scores, std::vector<uint64_t>& scratch) const;
   void keep_logits(const float* logits);
   std::vector<int> sequence_at(int k) const;  // every token fed up to step k
 
@@ -107,7 +107,7 @@ class Session {
   Trace trace_;
   std::unique_ptr<TraceRecorder> recorder_;
   SampleResult last_;
-  std::vector<int> by_p_;                        // scratch: ids ranked for the candidate table
+  std::vector<uint64_t> best_heap_;              // scratch: the candidate table's selection
   std::vector<float> logits_;                    // the current step's logits [vocab]
   std::vector<std::vector<float>> kept_logits_;  // by step; empty rows were let go
   size_t first_kept_ = 0;                        // rows before it are empty

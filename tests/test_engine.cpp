@@ -14,6 +14,7 @@
 #include <memory>
 #include <ostream>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -647,6 +648,32 @@ TEST(Reference, PatternsAreCausalAndNormalised) {
     const ds::ref::Rows ls = ds::ref::logits(v.cfg, w, shorter, src);
     for (size_t i = 0; i < 3; ++i)
       for (size_t j = 0; j < ls[i].size(); ++j) EXPECT_NEAR(ls[i][j], l[i][j], 1e-12);
+  }
+}
+
+// The bench's products-only step (Engine::decode_products) runs on every architecture
+// (the sanitizer build checks its buffers) and ends with the head's product of its
+// constant input, compared here with a double loop over the head's rows.
+TEST(Engine, DecodeProductsEndWithTheHeadOfTheirInput) {
+  using ds::test::Arch;
+  for (Arch a : {Arch::GPT2, Arch::Llama, Arch::PostNorm, Arch::EncDec}) {
+    const ds::Config cfg = ds::test::small_config(a);
+    const auto m = ds::test::random_model(cfg, 11);
+    for (int threads : {1, 2}) {
+      ds::Engine e(m);
+      e.set_threads(threads);
+      std::vector<float> buf;
+      const std::span<const float> logits = e.decode_products(buf);
+      ASSERT_EQ(logits.size(), size_t(cfg.vocab_size));
+      const ds::MatView head = m->w.head_view();
+      std::vector<float> row(size_t(cfg.d_model));
+      for (int r = 0; r < cfg.vocab_size; ++r) {
+        head.row(r, row.data());
+        double want = 0;
+        for (float v : row) want += double(v) * ds::Engine::kDecodeProductsInput;
+        EXPECT_NEAR(logits[size_t(r)], want, 1e-5) << "arch " << int(a) << " threads " << threads << " row " << r;
+      }
+    }
   }
 }
 

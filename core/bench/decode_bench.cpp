@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 #include <vector>
 
 #include "probe/trace.h"
@@ -72,6 +73,27 @@ DecodeRun time_decode(const std::shared_ptr<const Model>& m, int steps, int thre
   run.ms = total / std::max(1, n);
   if (trace_bytes) *trace_bytes = s.trace().bytes();
   return run;
+}
+
+// The decode's products alone, `n` times, each between two probe passes: their ms
+// and each one's ratio to the weights' floor at the mean rate of those passes.
+std::pair<std::vector<double>, std::vector<double>> time_products(const std::shared_ptr<const Model>& m, int threads,
+                                                                  int n, ReadProbe& probe, double weight_bytes) {
+  Engine e(m);
+  e.set_threads(threads);
+  std::vector<float> buf;
+  e.decode_products(buf);  // warm-up
+  std::vector<double> ms, ratios;
+  double rate = probe.pass();
+  for (int i = 0; i < n; ++i) {
+    const auto t0 = Clock::now();
+    e.decode_products(buf);
+    ms.push_back(ms_since(t0));
+    const double next = probe.pass();
+    ratios.push_back(ms.back() / (weight_bytes / (0.5 * (rate + next) * 1e9) * 1e3));
+    rate = next;
+  }
+  return {ms, ratios};
 }
 
 }  // namespace
@@ -145,6 +167,12 @@ DecodeBenchResult run_decode_bench(std::shared_ptr<const Model> m, const DecodeB
     observed_ratio.insert(observed_ratio.end(), q.ratios.begin(), q.ratios.end());
     pair_ratio.push_back(q.ms / p.ms);
   }
+  say("the products alone");
+  {
+    const auto [ms, ratios] = time_products(m, o.threads, std::max(8, steps / 2), probe, r.weight_bytes);
+    r.products_ms = median(ms);
+    r.products_over_floor = median(ratios);
+  }
   const std::vector<double>& rates = probe.rates();
   r.bandwidth.median_gb_per_s = median(rates);
   r.bandwidth.gb_per_s = *std::max_element(rates.begin(), rates.end());
@@ -208,8 +236,11 @@ void print_decode_bench(std::FILE* f, const DecodeBenchResult& r, const DecodeBe
                1e3 / r.plain_ms, r.plain_over_floor);
   std::fprintf(f, "decode, default observers %.2f ms/token               measured/floor %.3f  observed/plain %.3f\n",
                r.observed_ms, r.observed_over_floor, r.observed_over_plain);
+  std::fprintf(f, "products alone          %.2f ms/token               measured/floor %.3f (weights only)\n",
+               r.products_ms, r.products_over_floor);
   std::fprintf(f,
-               "                        (ratios: medians over every token, each against probe passes either side)\n");
+               "                        (ratios: medians over every token, each against probe passes either side;\n"
+               "                        a step beyond its products: norms, attention, sampling, candidate table)\n");
   std::fprintf(f, "trace of one run        %.2f MB for %d positions\n", r.observed_trace_bytes / 1e6, o.steps);
   if (r.prefill_ms > 0) {
     std::fprintf(f, "prefill %d tokens       %.1f ms (%.1f GFLOP/s)\n", o.prefill, r.prefill_ms,

@@ -736,6 +736,34 @@ Eigen::Map<const MatRM> Engine::forward(std::span<const int> tokens, bool all_lo
   return Eigen::Map<const MatRM>(s.logits.data(), rows, c.vocab_size);
 }
 
+std::span<const float> Engine::decode_products(std::vector<float>& buf) const {
+  const Config& c = model_->cfg;
+  const Weights& w = model_->w;
+  const size_t wide = size_t(std::max({c.d_model, c.q_dim(), c.kv_dim(), c.d_ff}));
+  buf.resize(4 * wide + size_t(c.vocab_size));
+  std::fill_n(buf.data(), wide, kDecodeProductsInput);
+  const float* x = buf.data();
+  float *a = buf.data() + wide, *b = a + wide, *v = b + wide, *logits = v + wide;
+  for (const Block& blk : w.blocks) {
+    linears({{&blk.attn.q, a}, {&blk.attn.k, b}, {&blk.attn.v, v}}, 1, x);
+    linear(blk.attn.o, 1, x, a);
+    if (c.encoder_decoder) {  // the cross-attention's keys and values come from the encoder, once
+      linear(blk.cross.q, 1, x, a);
+      linear(blk.cross.o, 1, x, a);
+    }
+    if (c.ffn == FFNKind::SwiGLU) {
+      linears({{&blk.ffn.gate, a}, {&blk.ffn.up, b}}, 1, x);
+    } else {
+      const MatvecPart part{blk.ffn.up.view(), a, blk.ffn.up.b.size() ? blk.ffn.up.b.data() : nullptr,
+                            c.ffn == FFNKind::GELUTanh};
+      team_.run({&part, 1}, x);
+    }
+    linear(blk.ffn.down, 1, x, a);
+  }
+  matvec(w.head_view(), x, logits);
+  return {logits, size_t(c.vocab_size)};
+}
+
 MatRM Engine::forward_full(std::span<const int> tokens, bool all_logits) {
   pos_ = 0;
   return MatRM(forward(tokens, all_logits));

@@ -67,6 +67,15 @@ class Engine {
   // the last row's [1, vocab] (what a generation without the KV cache samples from).
   MatRM forward_full(std::span<const int> tokens, bool all_logits = true);
 
+  // Every matrix-vector product of one decode step, with its threads, grouping and
+  // order, on a constant input, and nothing else (no norms, attention, cache or
+  // hooks): what the products alone cost, for the bench to set against whole steps.
+  // The input is kDecodeProductsInput in every element; returns the last product's
+  // output, the head's [vocab] logits of that input. buf is scratch the caller keeps
+  // between calls (the result points into it).
+  static constexpr float kDecodeProductsInput = 0.01f;
+  std::span<const float> decode_products(std::vector<float>& buf) const;
+
   int pos() const { return pos_; }
   // Forgets cached positions >= p (step back, fork); p <= pos().
   void truncate(int p);

@@ -428,11 +428,11 @@ void Sampler::select_best(const int* ids, int n, int m, const float* p, int* dst
 
 // Sorts ids[0..n) by p descending, ties lower id first. Small sets use std::sort;
 // large ones (e.g. the whole vocabulary with no filter) an LSD radix sort on the
-// packed keys. Digits shared by every key (e.g. the high bytes of small ids) are
-// skipped, and so are all id digits when the ids come in ascending order (the sort
-// is stable).
+// packed keys, 11 bits a pass (three passes over a probability's 32 bits). Digits
+// shared by every key are skipped, and so are the id's bits when the ids come in
+// ascending order (the sort is stable).
 void Sampler::rank(int* ids, int n, const float* p) {
-  constexpr int kRadixMin = 1024;
+  constexpr int kRadixMin = 1024, kBits = 11, kBuckets = 1 << kBits;
   if (n < kRadixMin) {
     std::sort(ids, ids + n, ByProbDesc{p});
     return;
@@ -441,17 +441,19 @@ void Sampler::rank(int* ids, int n, const float* p) {
   keys2_.resize(static_cast<size_t>(n));
   uint64_t* src = keys_.data();
   uint64_t* dst = keys2_.data();
-  const int d0 = std::is_sorted(ids, ids + n) ? 4 : 0;
-  std::array<std::array<int, 256>, 8> hist{};
+  const int lo = std::is_sorted(ids, ids + n) ? 32 : 0;  // the lowest bit to sort on
+  const int passes = (64 - lo + kBits - 1) / kBits;
+  std::vector<std::array<int, kBuckets>>& hist = hist_;
+  hist.assign(static_cast<size_t>(passes), std::array<int, kBuckets>{});
+  auto digit = [&](uint64_t k, int d) { return static_cast<size_t>((k >> (lo + kBits * d)) & (kBuckets - 1)); };
   for (int i = 0; i < n; ++i) {
     const uint64_t k = pack(p, ids[i]);
     src[i] = k;
-    for (int d = d0; d < 8; ++d) ++hist[static_cast<size_t>(d)][(k >> (8 * d)) & 0xFFu];
+    for (int d = 0; d < passes; ++d) ++hist[static_cast<size_t>(d)][digit(k, d)];
   }
-  for (int d = d0; d < 8; ++d) {
+  for (int d = 0; d < passes; ++d) {
     auto& h = hist[static_cast<size_t>(d)];
-    const int shift = 8 * d;
-    if (h[(src[0] >> shift) & 0xFFu] == n) continue;  // constant digit: order unchanged
+    if (h[digit(src[0], d)] == n) continue;  // constant digit: order unchanged
     int pos = 0;
     for (int& c : h) {
       const int cnt = c;
@@ -460,7 +462,7 @@ void Sampler::rank(int* ids, int n, const float* p) {
     }
     for (int i = 0; i < n; ++i) {
       const uint64_t k = src[i];
-      dst[h[(k >> shift) & 0xFFu]++] = k;
+      dst[h[digit(k, d)]++] = k;
     }
     std::swap(src, dst);
   }

@@ -23,6 +23,7 @@
 // temperature and top-p (as Hugging Face's contrastive search does), keeps the top_k
 // most probable as the candidates (p_topk), draws no random number, and leaves
 // token = the first maximum of logits' (what alpha 0 chooses).
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -124,12 +125,13 @@ class Sampler {
 
   SamplerConfig cfg_;
   Rng rng_;
-  std::vector<double> w_;               // unnormalised weights exp((x - max) / T)
-  std::vector<int> idx_;                // ids kept by top-k
-  std::vector<int> sel_;                // top-p candidates, ranked
-  std::vector<uint64_t> keys_, keys2_;  // packed sort keys (selection, radix sort)
-  std::vector<float> pen_;              // logits after the repetition penalty
-  std::vector<uint8_t> seen_;           // scratch: ids already penalised
+  std::vector<double> w_;                    // unnormalised weights exp((x - max) / T)
+  std::vector<int> idx_;                     // ids kept by top-k
+  std::vector<int> sel_;                     // top-p candidates, ranked
+  std::vector<uint64_t> keys_, keys2_;       // packed sort keys (selection, radix sort)
+  std::vector<std::array<int, 2048>> hist_;  // the radix sort's counts, a digit each
+  std::vector<float> pen_;                   // logits after the repetition penalty
+  std::vector<uint8_t> seen_;                // scratch: ids already penalised
 };
 
 // First index of the maximum of x[0..n) (llama2.c's run.c rule: strictly greater

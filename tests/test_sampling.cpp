@@ -283,7 +283,7 @@ TEST(Sampler, BestIdsAndRankMatchFullSort) {
         if (m > n) continue;
         std::vector<int> best(static_cast<size_t>(m));
         std::vector<uint64_t> heap(static_cast<size_t>(m));
-        ds::best_ids(p.data(), n, m, best.data(), heap.data());
+        ds::best_ids(p.data(), nullptr, n, m, best.data(), heap.data());
         EXPECT_EQ(best, std::vector<int>(all.begin(), all.begin() + m))
             << "n=" << n << " levels=" << levels << " m=" << m;
       }

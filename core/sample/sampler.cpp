@@ -77,15 +77,16 @@ inline bool any_at_least(const float* p, int i0, float t) {
 
 }  // namespace
 
-void best_ids(const float* p, int n, int m, int* best, uint64_t* heap) {
+void best_ids(const float* p, const int* ids, int n, int m, int* best, uint64_t* heap) {
   // A max-heap of the m best packed keys so far (its top: the worst of them). An id can
-  // only displace it with p at least the top's p, so blocks of 16 below that are
-  // skipped with one comparison each.
-  for (int i = 0; i < m; ++i) heap[i] = pack(p, i);
+  // only displace it with p at least the top's p, so over every id (ids == nullptr)
+  // blocks of 16 below that are skipped with one comparison each.
+  auto id_at = [ids](int i) { return ids != nullptr ? ids[i] : i; };
+  for (int i = 0; i < m; ++i) heap[i] = pack(p, id_at(i));
   std::make_heap(heap, heap + m);
   float worst = p_of(heap[0]);
   auto offer = [&](int i) {
-    const uint64_t k = pack(p, i);
+    const uint64_t k = pack(p, id_at(i));
     if (k < heap[0]) {
       std::pop_heap(heap, heap + m);
       heap[m - 1] = k;
@@ -94,9 +95,10 @@ void best_ids(const float* p, int n, int m, int* best, uint64_t* heap) {
     }
   };
   int i0 = m;
-  for (; i0 + 16 <= n; i0 += 16)
-    if (any_at_least(p, i0, worst))
-      for (int i = i0; i < i0 + 16; ++i) offer(i);
+  if (ids == nullptr)
+    for (; i0 + 16 <= n; i0 += 16)
+      if (any_at_least(p, i0, worst))
+        for (int i = i0; i < i0 + 16; ++i) offer(i);
   for (; i0 < n; ++i0) offer(i0);
   std::sort(heap, heap + m);
   for (int i = 0; i < m; ++i) best[i] = unpack(heap[i]);
@@ -394,36 +396,19 @@ int Sampler::filter(const float* logits, int vocab, SampleResult& out, std::span
 }
 
 // Writes the best m of ids[0..n) (ids == nullptr: the ids 0..n-1) by p descending,
-// ties lower id first, to dst[0..m) in no particular order; 0 < m < n. Small m scan
-// once with a max-heap of the m best packed keys (most ids fail the first comparison;
-// over every id, best_ids skips whole blocks); large m use nth_element on the packed
-// keys.
+// ties lower id first, to dst[0..m); 0 < m < n. Small m scan once with best_ids' heap
+// (most ids fail the first comparison); large m use nth_element on the packed keys.
 void Sampler::select_best(const int* ids, int n, int m, const float* p, int* dst) {
-  auto id_at = [ids](int i) { return ids != nullptr ? ids[i] : i; };
-  if (static_cast<int64_t>(m) * 8 <= n && ids == nullptr) {
+  if (static_cast<int64_t>(m) * 8 <= n) {
     keys2_.resize(static_cast<size_t>(m));
-    best_ids(p, n, m, dst, keys2_.data());
-  } else if (static_cast<int64_t>(m) * 8 <= n) {
-    keys2_.resize(static_cast<size_t>(m));
-    uint64_t* h = keys2_.data();
-    for (int i = 0; i < m; ++i) h[i] = pack(p, id_at(i));
-    std::make_heap(h, h + m);
-    for (int i = m; i < n; ++i) {
-      const uint64_t k = pack(p, id_at(i));
-      if (k < h[0]) {
-        std::pop_heap(h, h + m);
-        h[m - 1] = k;
-        std::push_heap(h, h + m);
-      }
-    }
-    for (int i = 0; i < m; ++i) dst[i] = unpack(h[i]);
-  } else {
-    keys_.resize(static_cast<size_t>(n));
-    uint64_t* k = keys_.data();
-    for (int i = 0; i < n; ++i) k[i] = pack(p, id_at(i));
-    std::nth_element(k, k + m, k + n);
-    for (int i = 0; i < m; ++i) dst[i] = unpack(k[i]);
+    best_ids(p, ids, n, m, dst, keys2_.data());
+    return;
   }
+  keys_.resize(static_cast<size_t>(n));
+  uint64_t* k = keys_.data();
+  for (int i = 0; i < n; ++i) k[i] = pack(p, ids != nullptr ? ids[i] : i);
+  std::nth_element(k, k + m, k + n);
+  for (int i = 0; i < m; ++i) dst[i] = unpack(k[i]);
 }
 
 // Sorts ids[0..n) by p descending, ties lower id first. Small sets use std::sort;
@@ -432,7 +417,7 @@ void Sampler::select_best(const int* ids, int n, int m, const float* p, int* dst
 // shared by every key are skipped, and so are the id's bits when the ids come in
 // ascending order (the sort is stable).
 void Sampler::rank(int* ids, int n, const float* p) {
-  constexpr int kRadixMin = 1024, kBits = 11, kBuckets = 1 << kBits;
+  constexpr int kRadixMin = 1024, kBits = kRadixBits, kBuckets = 1 << kBits;
   if (n < kRadixMin) {
     std::sort(ids, ids + n, ByProbDesc{p});
     return;
@@ -443,16 +428,15 @@ void Sampler::rank(int* ids, int n, const float* p) {
   uint64_t* dst = keys2_.data();
   const int lo = std::is_sorted(ids, ids + n) ? 32 : 0;  // the lowest bit to sort on
   const int passes = (64 - lo + kBits - 1) / kBits;
-  std::vector<std::array<int, kBuckets>>& hist = hist_;
-  hist.assign(static_cast<size_t>(passes), std::array<int, kBuckets>{});
+  hist_.assign(static_cast<size_t>(passes), {});
   auto digit = [&](uint64_t k, int d) { return static_cast<size_t>((k >> (lo + kBits * d)) & (kBuckets - 1)); };
   for (int i = 0; i < n; ++i) {
     const uint64_t k = pack(p, ids[i]);
     src[i] = k;
-    for (int d = 0; d < passes; ++d) ++hist[static_cast<size_t>(d)][digit(k, d)];
+    for (int d = 0; d < passes; ++d) ++hist_[static_cast<size_t>(d)][digit(k, d)];
   }
   for (int d = 0; d < passes; ++d) {
-    auto& h = hist[static_cast<size_t>(d)];
+    auto& h = hist_[static_cast<size_t>(d)];
     if (h[digit(src[0], d)] == n) continue;  // constant digit: order unchanged
     int pos = 0;
     for (int& c : h) {

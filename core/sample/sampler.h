@@ -72,11 +72,11 @@ inline constexpr uint8_t kRemovedTopP = 2;
 // [0, 1]).
 void validate(const SamplerConfig& c);
 
-// The m most probable ids of p[0..n) (ties: the lower id first), most probable first,
-// into best[0..m), 0 < m <= n, with heap[0..m) as scratch. p is a distribution: no
-// NaN, no negative values. One pass over p, which mostly compares 16 values at a time
-// with the m-th best so far.
-void best_ids(const float* p, int n, int m, int* best, uint64_t* heap);
+// The m most probable of the ids ids[0..n) (nullptr: 0..n-1) by p (ties: the lower id
+// first), most probable first, into best[0..m), 0 < m <= n, with heap[0..m) as
+// scratch. p is a distribution: no NaN, no negative values. One pass, which over every
+// id mostly compares 16 values of p at a time with the m-th best so far.
+void best_ids(const float* p, const int* ids, int n, int m, int* best, uint64_t* heap);
 // Where id stands in that order over all of p[0..n): how many ids have a higher p, or
 // the same p and a lower id.
 int rank_of(const float* p, int n, int id);
@@ -120,18 +120,19 @@ class Sampler {
   int draw(SampleResult& out);
   // Sorts ids[0..n) by p descending, ties lower id first.
   void rank(int* ids, int n, const float* p);
-  // Writes the best m of ids[0..n) (nullptr: 0..n-1) by p to dst[0..m), unordered.
+  // Writes the best m of ids[0..n) (nullptr: 0..n-1) by p to dst[0..m).
   void select_best(const int* ids, int n, int m, const float* p, int* dst);
 
   SamplerConfig cfg_;
   Rng rng_;
-  std::vector<double> w_;                    // unnormalised weights exp((x - max) / T)
-  std::vector<int> idx_;                     // ids kept by top-k
-  std::vector<int> sel_;                     // top-p candidates, ranked
-  std::vector<uint64_t> keys_, keys2_;       // packed sort keys (selection, radix sort)
-  std::vector<std::array<int, 2048>> hist_;  // the radix sort's counts, a digit each
-  std::vector<float> pen_;                   // logits after the repetition penalty
-  std::vector<uint8_t> seen_;                // scratch: ids already penalised
+  std::vector<double> w_;                               // unnormalised weights exp((x - max) / T)
+  std::vector<int> idx_;                                // ids kept by top-k
+  std::vector<int> sel_;                                // top-p candidates, ranked
+  std::vector<uint64_t> keys_, keys2_;                  // packed sort keys (selection, radix sort)
+  static constexpr int kRadixBits = 11;                 // the radix sort's digit
+  std::vector<std::array<int, 1 << kRadixBits>> hist_;  // its counts, a digit each
+  std::vector<float> pen_;                              // logits after the repetition penalty
+  std::vector<uint8_t> seen_;                           // scratch: ids already penalised
 };
 
 // First index of the maximum of x[0..n) (llama2.c's run.c rule: strictly greater

@@ -224,7 +224,7 @@ SampleRecord Session::record(const SampleResult& r, const SamplerConfig& c, int 
     const std::vector<float>& key = !r.greedy ? r.p_temp : r.p_rep.empty() ? r.p_raw : r.p_rep;
     heap.resize(size_t(n));
     rows.resize(size_t(n));
-    best_ids(key.data(), V, n, rows.data(), heap.data());
+    best_ids(key.data(), nullptr, V, n, rows.data(), heap.data());
     if (token >= 0) rec.rank = rank_of(key.data(), V, token);
   }
   auto add = [&](int id) {

@@ -331,8 +331,9 @@ TEST_P(EngineTest, PatternsAndMasks) {
         for (int j = 0; j < S; ++j) {
           const float p = c.at(h, t, j);
           sum += p;
-          if (j > qi) {
-            EXPECT_EQ(p, 0.0f) << "future key " << j << " query " << qi << " head " << h;
+          if (j > qi || j < cfg.first_key(c.layer, qi)) {
+            EXPECT_EQ(p, 0.0f) << "future key or key before the sliding window " << j << " query " << qi << " head "
+                               << h;
           } else {
             worst = std::max(worst, std::abs(double(p) - tr.self[size_t(c.layer)][size_t(h)][size_t(qi)][size_t(j)]));
           }
@@ -347,7 +348,8 @@ TEST_P(EngineTest, PatternsAndMasks) {
     ASSERT_GE(S, c.pos0 + T);
     for (int t = 0; t < T; ++t)
       for (int j = 0; j < S; ++j)
-        EXPECT_EQ(c.at2(t, j), j <= c.pos0 + t ? 1.0f : 0.0f) << "query " << c.pos0 + t << " key " << j;
+        EXPECT_EQ(c.at2(t, j), j <= c.pos0 + t && j >= cfg.first_key(c.layer, c.pos0 + t) ? 1.0f : 0.0f)
+            << "query " << c.pos0 + t << " key " << j;
   };
   // Cross-attention (decoder queries over source keys) or encoder self-attention.
   auto check_src = [&](const Captured& c, const ds::ref::Patterns& refp, int row_offset, int n_layers) {

@@ -293,6 +293,33 @@ inline std::vector<Variant> variants() {
     c.pad_id = 5;
     v.push_back({"encdec_learned_gelu", c, 18});
   }
+  {  // Llama 3.x as GGUF files hold it: interleaved rotary with per-frequency divisors and
+     // linear scaling, GQA, no biases.
+    Config c = base_config();
+    c.norm = NormKind::RMSNorm, c.pos = PosKind::Rotary, c.ffn = FFNKind::SwiGLU;
+    c.n_kv_heads = 2, c.tied_head = false, c.attn_bias = c.ffn_bias = c.norm_bias = false;
+    c.rope_theta = 500000.0f, c.rope_scale = 0.5f, c.rope_freq_factors = {1.0f, 1.5f, 4.0f, 32.0f};
+    v.push_back({"llama3_rope_factors", c, 19});
+  }
+  {  // Qwen3: rotate-half rotary, RMSNorm over each head's q and k, biases on q/k/v/o,
+     // d_head * heads != d_model.
+    Config c = base_config();
+    c.norm = NormKind::RMSNorm, c.pos = PosKind::Rotary, c.ffn = FFNKind::SwiGLU;
+    c.rope_style = RopeStyle::Half, c.qk_norm = true, c.d_head = 12, c.n_kv_heads = 2;
+    c.ffn_bias = c.norm_bias = false, c.attn_bias = true;
+    v.push_back({"qwen3_half_qknorm", c, 20});
+  }
+  {  // Gemma 3: scaled embeddings, norms before and after each sub-layer, GELU-tanh gated
+     // FFN, q/k norms, a sliding window of 5 on layer 0 (its own rotary base), global
+     // layer 1, a custom score scale and a logit soft-cap, tied head.
+    Config c = base_config();
+    c.norm = NormKind::RMSNorm, c.pos = PosKind::Rotary, c.ffn = FFNKind::GeGLU;
+    c.rope_style = RopeStyle::Half, c.qk_norm = true, c.sandwich_norm = true, c.scale_embed = true;
+    c.attn_bias = c.ffn_bias = c.norm_bias = false, c.n_kv_heads = 1;
+    c.sliding_window = 5, c.sliding_layers = {1, 0}, c.rope_theta = 1e6f, c.rope_theta_local = 10000.0f;
+    c.attn_scale = 0.3f, c.logit_softcap = 3.0f;
+    v.push_back({"gemma3_sandwich_window", c, 21});
+  }
   return v;
 }
 

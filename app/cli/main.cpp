@@ -19,6 +19,7 @@
 
 #include "bench/decode_bench.h"
 #include "bench/load_split.h"
+#include "io/gguf.h"
 #include "io/llama2c.h"
 #include "io/loader.h"
 #include "io/model_folder.h"
@@ -27,6 +28,7 @@
 #include "probe/lens.h"
 #include "session/beam.h"
 #include "session/session.h"
+#include "text/gguf_tokenizer.h"
 #include "text/gpt2_tokenizer.h"
 #include "train_cmds.h"
 #include "util/error.h"
@@ -56,13 +58,17 @@ usage:
                             [--prefill N] [--trace-tokens N] [--copy]
   decoderscope-cli inspect  --model PATH [--precision P]
   decoderscope-cli tokenize --model PATH [--tokenizer FILE] (TEXT | --jsonl)
-  decoderscope-cli tokenize --tokenizer DIR (TEXT | --jsonl)
+  decoderscope-cli tokenize --tokenizer DIR|FILE.json|FILE.gguf (TEXT | --jsonl)
   decoderscope-cli random   --out FILE [--dim D] [--hidden H] [--layers L] [--heads N]
                             [--kv-heads K] [--vocab V] [--seq-len S] [--seed S]
   decoderscope-cli random   --arch gpt2 --out DIR [--dim D] [--layers L] [--heads N] [--vocab V]
                             [--seq-len S] [--seed S] [--dtype F32|BF16|F16]
   decoderscope-cli convert  --in TRACE --out TRACE
 
+--model PATH: a GGUF file (llama, qwen2, qwen3 or gemma3 architecture: Llama 2 and 3.x,
+  TinyLlama, SmolLM2, Mistral, Qwen2.5, Qwen3, Gemma 3; F32, F16, BF16, Q8_0, Q4_0, Q4_K,
+  Q5_K, Q6_K, e.g. Q4_K_M files; quantized matrices stay quantized), a llama2.c .bin, a
+  GPT-2 or decoderscope model folder, or builtin:NAME.
 generate: --steps counts positions in all, prompt included (llama2.c's -n; default and
   maximum: the model's context). Prints the text (or with --ids the generated ids).
   A llama2.c model with no prompt starts from BOS (id 1). Defaults: temperature 1,
@@ -110,16 +116,18 @@ heads: the head detector (TransformerLens's head_detector). Runs a probe of --ha
 convert: reads a trace in either format and writes it in the format --out's name gives
   (.json: JSON, else binary); prints each file's size, the seconds taken and the peak memory.
 --precision f32|bf16|f16: how the weight matrices are kept in memory (default f32);
-  16-bit weights halve the bytes each token reads, the arithmetic stays float32.
+  16-bit weights halve the bytes each token reads, the arithmetic stays float32. A GGUF
+  file's matrices stay as the file stores them; bf16/f16 narrow only its float32 ones.
 bench: the machine's read bandwidth, the floor it sets for one token (weight and KV-cache
   bytes over bandwidth), decode ms/token with no observer and with the window's default
   observers (median of --reps runs of --steps positions, default 64), their ratios,
   a --prefill token prompt (default 512; 0 skips) against as many single steps, and with
   --trace-tokens N the memory of the trace after generating N positions. --copy: float32
   weights are read into memory (in tiles) instead of used in place in the mapped file.
-tokenize: prints the ids of TEXT on one line. --tokenizer DIR alone: a GPT-2 tokenizer
-  folder (vocab.json + merges.txt, or tokenizer.json). --jsonl: reads {"text": ...} lines
-  on standard input and writes {"text": ..., "ids": [...]} lines.
+tokenize: prints the ids of TEXT on one line. --tokenizer alone: a GPT-2 tokenizer
+  folder (vocab.json + merges.txt, or tokenizer.json) or a GGUF file's tokenizer (its
+  tokenizer.ggml.* keys; the ids of the text alone, no BOS). --jsonl: reads {"text": ...}
+  lines on standard input and writes {"text": ..., "ids": [...]} lines.
 random: writes a llama2.c checkpoint with random weights (for benchmarks); with --arch gpt2
   a model folder of GPT-2's architecture (GPT-2 small by default), stored as --dtype.
 
@@ -755,11 +763,26 @@ int cmd_inspect(const Args& a) {
   auto m = open_model(a);
   const ds::Config& c = m.model->cfg;
   std::printf("model      %s (%s)\n", m.name.c_str(), m.kind.c_str());
-  std::printf("precision  %s (%.1f MB of weights)\n", ds::precision_name(m.precision), m.model->w.bytes() / 1e6);
+  if (m.storage.empty())
+    std::printf("precision  %s (%.1f MB of weights)\n", ds::precision_name(m.precision), m.model->w.bytes() / 1e6);
+  else
+    std::printf("storage    %s (%.1f MB of weights)\n", m.storage.c_str(), m.model->w.bytes() / 1e6);
   std::printf("arch       %s\n", c.describe().c_str());
   std::printf("params     %lld\n", (long long)m.model->w.parameter_count());
   std::printf("tokenizer  %s\n", m.tokenizer ? "yes" : "none found");
   auto& w = const_cast<ds::Weights&>(m.model->w);
+  // Each storage type's tensors and bytes, then the memory a run takes: the weights and
+  // the KV cache at the full context (float32 keys and values of every layer).
+  std::map<std::string, std::pair<int, double>> by_type;
+  for (auto& t : w.tensors()) {
+    auto& e = by_type[ds::precision_name(t.type)];
+    e.first += 1;
+    e.second += double(t.rows) * double(ds::row_bytes(t.type, t.cols));
+  }
+  for (auto& [type, e] : by_type) std::printf("  %-10s %4d tensors %10.1f MB\n", type.c_str(), e.first, e.second / 1e6);
+  const double kv = 2.0 * c.n_layers * c.max_seq * c.kv_dim() * 4.0;
+  std::printf("memory     %.1f MB weights + %.1f MB KV cache at %d positions\n", m.model->w.bytes() / 1e6, kv / 1e6,
+              c.max_seq);
   for (auto& t : w.tensors())
     std::printf("  %-28s [%lld, %lld] %s\n", t.name.c_str(), (long long)t.rows, (long long)t.cols,
                 ds::precision_name(t.type));
@@ -777,25 +800,27 @@ int cmd_tokenize(const Args& a) {
     tok = m.tokenizer;
     bos = m.bos_prompt;
   } else if (a.has("tokenizer")) {
-    // Without a model only GPT-2 tokenizers: a llama2.c tokenizer.bin does not say its
-    // vocabulary size.
+    // Without a model only GPT-2 tokenizers and GGUF files: a llama2.c tokenizer.bin does
+    // not say its vocabulary size. The ids are the text's alone (no BOS).
     const std::string path = a.str("tokenizer");
     std::error_code ec;
     if (std::filesystem::is_directory(path, ec)) {
       tok = ds::load_gpt2_tokenizer_dir(path);
+    } else if (std::filesystem::is_regular_file(path, ec) && ds::is_gguf_file(path)) {
+      tok = ds::make_vocab_tokenizer(ds::read_gguf_vocab(path));
     } else if (std::filesystem::is_regular_file(path, ec) && path.size() >= 5 &&
                path.compare(path.size() - 5, 5, ".json") == 0) {
       tok = std::make_shared<ds::GPT2Tokenizer>(ds::GPT2Tokenizer::from_tokenizer_json(path));
     } else if (std::filesystem::exists(path, ec)) {
       throw Error("--tokenizer " + path +
-                  " without --model must be a folder with vocab.json + merges.txt or tokenizer.json (or a "
-                  "tokenizer.json file); a llama2.c tokenizer.bin needs the model's vocabulary size: give --model "
-                  "PATH too");
+                  " without --model must be a folder with vocab.json + merges.txt or tokenizer.json, a "
+                  "tokenizer.json file or a GGUF file; a llama2.c tokenizer.bin needs the model's vocabulary size: "
+                  "give --model PATH too");
     } else {
       throw Error("--tokenizer " + path + ": no such file or folder");
     }
   } else {
-    throw Error("tokenize needs --model PATH or --tokenizer DIR");
+    throw Error("tokenize needs --model PATH or --tokenizer DIR|FILE.json|FILE.gguf");
   }
   auto print_ids = [](const std::vector<int>& ids) {
     for (size_t i = 0; i < ids.size(); ++i) std::printf(i ? " %d" : "%d", ids[i]);

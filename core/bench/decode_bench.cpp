@@ -106,7 +106,7 @@ double decode_weight_bytes(const Model& m) {
     const std::string& nm = t.name;
     const bool block = nm.rfind("blocks.", 0) == 0;
     const bool head = nm == "lm_head" || (tied && nm == "tok_embed");
-    if (block || head || nm.rfind("ln_final", 0) == 0) n += double(t.rows) * t.cols * precision_bytes(t.type);
+    if (block || head || nm.rfind("ln_final", 0) == 0) n += double(t.rows) * double(row_bytes(t.type, t.cols));
   }
   return n;
 }
@@ -114,7 +114,7 @@ double decode_weight_bytes(const Model& m) {
 double prefill_flops(const Config& c, int T) {
   const double d = c.d_model, q = c.q_dim(), kv = c.kv_dim(), f = c.d_ff;
   double per_token = 2 * (d * q + 2 * d * kv + q * d);          // q, k, v, o
-  per_token += 2 * d * f * (c.ffn == FFNKind::SwiGLU ? 3 : 2);  // up (gate) down
+  per_token += 2 * d * f * (c.gated() ? 3 : 2);  // up (gate) down
   double flops = double(T) * per_token * c.n_layers;
   // Causal attention: the products are computed over the full T x T square (masked
   // cells are then discarded), scores and mix: 2 * 2 * T * T * d_head per head.

@@ -1,11 +1,15 @@
 #include "io/loader.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
+#include "io/gguf.h"
+#include "io/gguf_model.h"
 #include "io/llama2c.h"
 #include "io/model_folder.h"
 #include "text/char_tokenizer.h"
+#include "text/gguf_tokenizer.h"
 #include "text/gpt2_tokenizer.h"
 #include "text/llama_tokenizer.h"
 #include "text/word_tokenizer.h"
@@ -36,6 +40,29 @@ LoadedModel load_llama2c_model(const std::string& path, const std::string& token
   }
   if (!tp.empty()) out.tokenizer = std::make_shared<LlamaTokenizer>(LlamaTokenizer::load(tp, m.cfg.vocab_size));
   out.model = std::make_shared<const Model>(std::move(m.cfg), std::move(m.w));
+  return out;
+}
+
+LoadedModel load_gguf(const std::string& path, const std::string& tokenizer_path, Precision precision) {
+  if (!tokenizer_path.empty())
+    throw Error(path + ": a GGUF file carries its own tokenizer; no separate tokenizer can be given");
+  const GgufFile f = GgufFile::open(path);
+  GgufModel g = load_gguf_model(f, precision);
+  LoadedModel out;
+  out.kind = "gguf " + g.arch;
+  out.name = fs::path(path).filename().string();
+  out.storage = g.storage;
+  out.precision = g.main_type;
+  auto tok = std::make_shared<const VocabTokenizer>(g.vocab);
+  if (tok->vocab_size() != g.cfg.vocab_size)
+    throw Error(path + ": the tokenizer has " + std::to_string(tok->vocab_size()) + " tokens but the model " +
+                std::to_string(g.cfg.vocab_size));
+  out.bos_prompt = tok->adds_bos();  // the tokenizer adds BOS when the file says so
+  out.tokenizer = tok;
+  for (int id : {g.vocab.eos_id, g.vocab.eot_id})
+    if (id >= 0 && std::find(out.stop_ids.begin(), out.stop_ids.end(), id) == out.stop_ids.end())
+      out.stop_ids.push_back(id);
+  out.model = std::make_shared<const Model>(std::move(g.cfg), std::move(g.w));
   return out;
 }
 
@@ -113,6 +140,7 @@ LoadedModel load_model(const std::string& path, const std::string& tokenizer_pat
     if (name.empty()) name = fs::path(path).parent_path().filename().string();  // "dir/"
     return load_folder_model(path, tokenizer_path, name, precision, in_place);
   }
+  if (is_gguf_file(path)) return load_gguf(path, tokenizer_path, precision);
   return load_llama2c_model(path, tokenizer_path, precision, in_place);
 }
 

@@ -627,7 +627,7 @@ bool is_vector_name(const std::string& name) { return ends_with(name, ".g") || e
 double matrix_params(const Config& c) {
   const double d = c.d_model, q = c.q_dim(), kv = c.kv_dim(), ff = c.d_ff, V = c.vocab_size;
   const double attn = 2 * q * d + 2 * kv * d;
-  const double mlp = (c.ffn == FFNKind::SwiGLU ? 3 : 2) * ff * d;
+  const double mlp = (c.gated() ? 3 : 2) * ff * d;
   double n = V * d + (c.pos == PosKind::Learned ? double(c.max_seq) * d : 0) + (c.tied_head ? 0 : V * d);
   n += c.n_layers * (attn * (c.encoder_decoder ? 2 : 1) + mlp);
   if (c.encoder_decoder) n += c.n_enc_layers * (attn + mlp) + (c.pos == PosKind::Learned ? double(c.max_src) * d : 0);

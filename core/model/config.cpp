@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <cmath>
 #include <sstream>
 
 #include "util/error.h"
@@ -31,9 +32,14 @@ const char* to_string(FFNKind k) {
       return "relu";
     case FFNKind::SwiGLU:
       return "swiglu";
+    case FFNKind::GeGLU:
+      return "geglu";
   }
   return "?";
 }
+const char* to_string(RopeStyle k) { return k == RopeStyle::Interleaved ? "interleaved" : "half"; }
+
+float Config::score_scale() const { return attn_scale > 0.0f ? attn_scale : 1.0f / std::sqrt(float(d_head)); }
 
 Config gpt2_config(int n_embd, int n_layer, int n_head, int n_positions, int vocab_size) {
   Config c;
@@ -84,7 +90,18 @@ void Config::validate() const {
   need(!encoder_decoder || (n_enc_layers >= 0 && n_enc_layers <= 4096 && max_src > 0 && max_src <= big),
        "encoder sizes out of range");
   need(norm_eps >= 0 && norm_eps < 1, "norm_eps out of range");
-  need(rope_theta > 0, "rope_theta must be positive");
+  need(rope_theta > 0 && rope_theta_local > 0, "rope_theta must be positive");
+  need(std::isfinite(rope_scale) && rope_scale > 0, "rope_scale must be positive");
+  need(rope_freq_factors.empty() || int(rope_freq_factors.size()) == d_head / 2,
+       "rope_freq_factors has " + std::to_string(rope_freq_factors.size()) +
+           " entries, expected d_head / 2 = " + std::to_string(d_head / 2));
+  for (float f : rope_freq_factors) need(std::isfinite(f) && f > 0, "rope_freq_factors must be positive and finite");
+  need(sliding_window >= 0 && (sliding_layers.empty() || int(sliding_layers.size()) == n_layers),
+       "sliding_layers must name every layer");
+  need(std::isfinite(attn_scale) && attn_scale >= 0 && std::isfinite(logit_softcap) && logit_softcap >= 0,
+       "attn_scale and logit_softcap must be finite and not negative");
+  need(!sandwich_norm || norm_place == NormPlace::Pre, "sandwich norms need a pre-norm model");
+  need(!(qk_norm || sandwich_norm) || !encoder_decoder, "q/k norms and sandwich norms are for decoder-only models");
   need(bos_id < vocab_size && eos_id < vocab_size && pad_id < vocab_size, "special token id outside the vocabulary");
 }
 
@@ -98,6 +115,12 @@ std::string Config::describe() const {
   o << " of " << d_head << ", d_ff " << d_ff << ", vocab " << vocab_size << ", context " << max_seq << "; "
     << to_string(norm) << " " << to_string(norm_place) << "-norm, " << to_string(pos) << " positions, "
     << to_string(ffn) << ", " << (tied_head ? "tied" : "separate") << " head";
+  if (pos == PosKind::Rotary && rope_style == RopeStyle::Half) o << ", rotate-half rotary";
+  if (!rope_freq_factors.empty()) o << ", rotary frequency factors";
+  if (qk_norm) o << ", q/k norms";
+  if (sandwich_norm) o << ", norms after each sub-layer";
+  if (sliding_window > 0) o << ", sliding window " << sliding_window;
+  if (logit_softcap > 0) o << ", logit soft-cap " << logit_softcap;
   return o.str();
 }
 

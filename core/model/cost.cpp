@@ -1,5 +1,6 @@
 #include "model/cost.h"
 
+#include <algorithm>
 #include <string>
 
 #include "util/error.h"
@@ -18,7 +19,7 @@ struct Dims {
         kv(c.kv_dim()),
         F(c.d_ff),
         V(c.vocab_size),
-        f(c.ffn == FFNKind::SwiGLU ? 3 : 2),
+        f(c.gated() ? 3 : 2),
         L(c.n_layers),
         E(c.encoder_decoder ? c.n_enc_layers : 0),
         cross(c.encoder_decoder) {}
@@ -32,13 +33,21 @@ StepCost rows_cost(const Config& c, int p, int n, bool cached, const CostOptions
   if (p < 0) throw Error("a step's position must be 0 or more, not " + std::to_string(p));
   const Dims m(c);
   const double S = m.cross ? o.src_len : 0, rows = n;
-  // Query row at position j reads keys 0..j: the sum of (j + 1) over the rows.
+  // Query row at position j reads keys 0..j: the sum of (j + 1) over the rows, and on a
+  // sliding-window layer the last sliding_window of them: the sum of min(j + 1, window).
   const double first = p - n + 1, last = p;
-  const double keys = (first + 1 + last + 1) * rows / 2;
+  double keys = 0;  // over every decoder layer
+  for (int l = 0; l < c.n_layers; ++l) {
+    if (!c.sliding(l)) {
+      keys += (first + 1 + last + 1) * rows / 2;
+      continue;
+    }
+    for (int j = p - n + 1; j <= p; ++j) keys += std::min(j + 1, c.sliding_window);
+  }
   StepCost s;
   s.rows = n;
   s.proj_macs = m.L * rows * (m.self_proj() + m.cross_proj());
-  s.attn_macs = m.L * (2 * m.q * keys + rows * 2 * m.q * S);
+  s.attn_macs = 2 * m.q * keys + m.L * rows * 2 * m.q * S;
   s.ffn_macs = m.L * rows * m.ffn();
   s.head_macs = m.V * m.d;
   s.weight_bytes = o.bytes_per_weight * (m.L * (m.self_proj() + m.cross_proj() + m.ffn()) + m.V * m.d);

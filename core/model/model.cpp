@@ -40,10 +40,19 @@ void check_norm(const std::string& name, const Norm& n, int d) {
   check_vec(name + ".g", n.g, d, false);
   check_vec(name + ".b", n.b, d, true);
 }
+bool cross_of(const std::string& name) { return name.find("cross_attn") != std::string::npos; }
 void check_block(const Config& c, const std::string& p, const Block& b, bool cross) {
   check_norm(p + ".ln1", b.ln1, c.d_model);
   check_norm(p + ".ln3", b.ln3, c.d_model);
+  if (c.sandwich_norm) {
+    check_norm(p + ".post_attn", b.post_attn, c.d_model);
+    check_norm(p + ".post_ffn", b.post_ffn, c.d_model);
+  }
   auto att = [&](const std::string& n, const Attention& a) {
+    if (c.qk_norm && !cross_of(n)) {
+      check_norm(n + ".q_norm", a.q_norm, c.d_head);
+      check_norm(n + ".k_norm", a.k_norm, c.d_head);
+    }
     check_linear(n + ".q", a.q, c.q_dim(), c.d_model);
     check_linear(n + ".k", a.k, c.kv_dim(), c.d_model);
     check_linear(n + ".v", a.v, c.kv_dim(), c.d_model);
@@ -55,24 +64,34 @@ void check_block(const Config& c, const std::string& p, const Block& b, bool cro
     att(p + ".cross_attn", b.cross);
   }
   check_linear(p + ".mlp.up", b.ffn.up, c.d_ff, c.d_model);
-  if (c.ffn == FFNKind::SwiGLU) check_linear(p + ".mlp.gate", b.ffn.gate, c.d_ff, c.d_model);
+  if (c.gated()) check_linear(p + ".mlp.gate", b.ffn.gate, c.d_ff, c.d_model);
   check_linear(p + ".mlp.down", b.ffn.down, c.d_model, c.d_ff);
 }
 
 float gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
 
-// Rotary angles' cos and sin for positions 0 .. npos-1: [npos, d_head/2] each.
-void rope_tables(const Config& c, int npos, std::vector<float>& cos_t, std::vector<float>& sin_t) {
+// Rotary angles' cos and sin for positions 0 .. npos-1: [npos, d_head/2] each, for
+// the base theta (global layers: with the config's scaling and frequency factors).
+void rope_tables(const Config& c, int npos, float theta, bool global, std::vector<float>& cos_t,
+                 std::vector<float>& sin_t) {
   const int half = c.d_head / 2;
   cos_t.resize(size_t(npos) * half);
   sin_t.resize(size_t(npos) * half);
+  const bool plain = !global || (c.rope_freq_factors.empty() && c.rope_scale == 1.0f);
   for (int p = 0; p < npos; ++p)
     for (int i = 0; i < half; ++i) {
-      // The same float operations as llama2.c's run.c, so its outputs are reproduced.
-      const float freq = 1.0f / std::pow(c.rope_theta, float(2 * i) / float(c.d_head));
-      const float val = float(p) * freq;
-      cos_t[size_t(p) * half + i] = std::cos(val);
-      sin_t[size_t(p) * half + i] = std::sin(val);
+      if (plain) {
+        // The same float operations as llama2.c's run.c, so its outputs are reproduced.
+        const float freq = 1.0f / std::pow(theta, float(2 * i) / float(c.d_head));
+        const float val = float(p) * freq;
+        cos_t[size_t(p) * half + i] = std::cos(val);
+        sin_t[size_t(p) * half + i] = std::sin(val);
+        continue;
+      }
+      double a = double(p) * double(c.rope_scale) / std::pow(double(theta), double(2 * i) / double(c.d_head));
+      if (!c.rope_freq_factors.empty()) a /= double(c.rope_freq_factors[size_t(i)]);
+      cos_t[size_t(p) * half + i] = float(std::cos(a));
+      sin_t[size_t(p) * half + i] = float(std::sin(a));
     }
 }
 
@@ -124,21 +143,22 @@ static void grow(std::vector<float>& v, size_t n) {
 // this engine reads (max_seq, or the source length).
 struct Engine::Scratch {
   int T = 0, S = 0;
-  std::vector<float> x;                   // [T, d_model] the residual stream
-  std::vector<float> h;                   // [T, d_model] a sub-layer's normed input
-  std::vector<float> out;                 // [T, d_model] a sub-layer's output
-  std::vector<float> pos;                 // [T, d_model] position vectors
-  std::vector<float> q, z;                // [T, q_dim] queries; the heads' outputs
-  std::vector<float> k, v;                // [T, kv_dim] keys and values of the encoder
-  std::vector<float> ff1, ff2;            // [T, d_ff] feed-forward hidden (ff2: SwiGLU's up)
-  std::vector<float> att;                 // [n_heads, T, S] scores, then the pattern
-  std::vector<float> mask;                // [T, S] 1 where a query may read a key
-  std::vector<float> logits;              // [rows, vocab]
-  std::vector<float> zpart;               // [threads, q_dim] partial mixes of one decode step
-  std::vector<float> enc_out;             // [src_len, d_model]
-  std::vector<float> wide;                // [block, cols] 16-bit weights widened for a matrix product
-  std::vector<float> rope_cos, rope_sin;  // [max(max_seq, max_src), d_head/2]
-  std::vector<float> sinus;               // [max(max_seq, max_src), d_model]
+  std::vector<float> x;                               // [T, d_model] the residual stream
+  std::vector<float> h;                               // [T, d_model] a sub-layer's normed input
+  std::vector<float> out;                             // [T, d_model] a sub-layer's output
+  std::vector<float> pos;                             // [T, d_model] position vectors
+  std::vector<float> q, z;                            // [T, q_dim] queries; the heads' outputs
+  std::vector<float> k, v;                            // [T, kv_dim] keys and values of the encoder
+  std::vector<float> ff1, ff2;                        // [T, d_ff] feed-forward hidden (ff2: SwiGLU's up)
+  std::vector<float> att;                             // [n_heads, T, S] scores, then the pattern
+  std::vector<float> mask;                            // [T, S] 1 where a query may read a key
+  std::vector<float> logits;                          // [rows, vocab]
+  std::vector<float> zpart;                           // [threads, q_dim] partial mixes of one decode step
+  std::vector<float> enc_out;                         // [src_len, d_model]
+  std::vector<float> wide;                            // [block, cols] 16-bit weights widened for a matrix product
+  std::vector<float> rope_cos, rope_sin;              // [max(max_seq, max_src), d_head/2]
+  std::vector<float> rope_cos_local, rope_sin_local;  // the same for sliding-window layers
+  std::vector<float> sinus;                           // [max(max_seq, max_src), d_model]
 };
 
 Engine::Engine(std::shared_ptr<const Model> model) : model_(std::move(model)), hooks_(model_->cfg) {
@@ -164,7 +184,9 @@ Engine::Engine(std::shared_ptr<const Model> model) : model_(std::move(model)), h
   // uses the threads it is given (set_threads), one by default.
   Eigen::setNbThreads(threads_);
   const int npos = std::max(c.max_seq, c.encoder_decoder ? c.max_src : 0);
-  if (c.pos == PosKind::Rotary) rope_tables(c, npos, s_->rope_cos, s_->rope_sin);
+  if (c.pos == PosKind::Rotary) rope_tables(c, npos, c.rope_theta, true, s_->rope_cos, s_->rope_sin);
+  if (c.pos == PosKind::Rotary && c.sliding_window > 0)
+    rope_tables(c, npos, c.rope_theta_local, false, s_->rope_cos_local, s_->rope_sin_local);
   if (c.pos == PosKind::Sinusoidal) sinusoid_table(c, npos, s_->sinus);
 }
 
@@ -361,8 +383,10 @@ void Engine::embed(Stack st, std::span<const int> ids, int pos0, float* x) {
 // One sub-layer f with its residual add and norm; the norm's output is published at
 // `normed`, the residual stream at `after`:
 //   pre-norm:  x = x + f(norm(x))        post-norm:  x = norm(x + f(x))
+// With sandwich norms (Gemma 3) the sub-layer's output is normed too: x = x + post(f(norm(x))).
 template <class F>
-void Engine::sublayer(Stack st, int layer, const Norm& n, Point normed, Point after, int T, int pos0, float* x, F&& f) {
+void Engine::sublayer(Stack st, int layer, const Norm& n, const Norm* post, Point normed, Point after, int T, int pos0,
+                      float* x, F&& f) {
   const int d = model_->cfg.d_model;
   const bool pre = model_->cfg.norm_place == NormPlace::Pre;
   float* y = pre ? s_->h.data() : x;  // the norm's output: the sub-layer's input, or the stream
@@ -374,6 +398,7 @@ void Engine::sublayer(Stack st, int layer, const Norm& n, Point normed, Point af
     publish_norm();
   }
   f(pre ? y : x, s_->out.data());
+  if (post) norm(*post, T, s_->out.data(), s_->out.data());
   MMap(x, T, d) += CMap(s_->out.data(), T, d);
   if (!pre) {
     norm(n, T, x, x);
@@ -387,12 +412,13 @@ void Engine::sublayer(Stack st, int layer, const Norm& n, Point normed, Point af
 void Engine::block(Stack st, int l, const Block& b, int T, int pos0, float* x) {
   const int d = model_->cfg.d_model;
   if (hooks_.active(st, l, Point::ResidPre)) hooks_.fire(st, l, Point::ResidPre, pos0, {x, 2, {T, d, 1}});
-  sublayer(st, l, b.ln1, Point::Ln1Normalized, Point::ResidMid, T, pos0, x,
+  const bool sandwich = model_->cfg.sandwich_norm && st == Stack::Decoder;
+  sublayer(st, l, b.ln1, sandwich ? &b.post_attn : nullptr, Point::Ln1Normalized, Point::ResidMid, T, pos0, x,
            [&](const float* in, float* out) { attention(st, l, b.attn, T, pos0, in, out, false); });
   if (st == Stack::Decoder && model_->cfg.encoder_decoder)
-    sublayer(st, l, b.ln2, Point::Ln2Normalized, Point::ResidMidCross, T, pos0, x,
+    sublayer(st, l, b.ln2, nullptr, Point::Ln2Normalized, Point::ResidMidCross, T, pos0, x,
              [&](const float* in, float* out) { attention(st, l, b.cross, T, pos0, in, out, true); });
-  sublayer(st, l, b.ln3, Point::Ln3Normalized, Point::ResidPost, T, pos0, x,
+  sublayer(st, l, b.ln3, sandwich ? &b.post_ffn : nullptr, Point::Ln3Normalized, Point::ResidPost, T, pos0, x,
            [&](const float* in, float* out) { ffn(st, l, b.ffn, T, pos0, in, out); });
 }
 
@@ -413,7 +439,8 @@ void Engine::attention(Stack st, int layer, const Attention& a, int T, int pos0,
   const size_t at = size_t(pos0) * c.kv_dim();
   float* k_new = cross ? nullptr : enc ? s_->k.data() : k_cache_[layer] + at;
   float* v_new = cross ? nullptr : enc ? s_->v.data() : v_cache_[layer] + at;
-  if (c.pos == PosKind::Rotary && !cross) rotate(T, pos0, s_->q.data(), k_new);
+  if (c.qk_norm && !cross) qk_norm(a, T, s_->q.data(), k_new);
+  if (c.pos == PosKind::Rotary && !cross) rotate(st == Stack::Encoder ? -1 : layer, T, pos0, s_->q.data(), k_new);
   if (hooks_.active(st, layer, pts.q)) hooks_.fire(st, layer, pts.q, pos0, {s_->q.data(), 3, {T, c.n_heads, c.d_head}});
   if (!cross) {
     if (hooks_.active(st, layer, Point::AttnK))
@@ -450,18 +477,31 @@ Engine::Keys Engine::project_qkv(Stack st, int layer, const Attention& a, int T,
   // The rows before this step's, loaded by the thread(s) that will read them.
   const CacheRows warm{k_cache_[layer], v_cache_[layer], pos0, kvd, decode_split(pos0 + 1)};
   linears({{&a.q, s.q.data()}, {&a.k, kc}, {&a.v, vc}}, T, xin, T == 1 ? &warm : nullptr);
-  return {k_cache_[layer], v_cache_[layer], pos0 + T, AttnKind::Causal};
+  const int window = model_->cfg.sliding(layer) ? model_->cfg.sliding_window : 0;
+  return {k_cache_[layer], v_cache_[layer], pos0 + T, AttnKind::Causal, window};
 }
 
 // Rotary positions: q [T, q_dim] and k [T, kv_dim] of positions pos0 .. pos0+T-1,
 // every head's features rotated in pairs.
-void Engine::rotate(int T, int pos0, float* q, float* k) const {
+void Engine::rotate(int layer, int T, int pos0, float* q, float* k) const {
   const Config& c = model_->cfg;
   const int dh = c.d_head, half = dh / 2, qd = c.q_dim(), kvd = c.kv_dim();
+  const bool local = c.sliding(layer);
+  const float* cos_t = local ? s_->rope_cos_local.data() : s_->rope_cos.data();
+  const float* sin_t = local ? s_->rope_sin_local.data() : s_->rope_sin.data();
   for (int t = 0; t < T; ++t) {
-    const float* cs = s_->rope_cos.data() + size_t(pos0 + t) * half;
-    const float* sn = s_->rope_sin.data() + size_t(pos0 + t) * half;
+    const float* cs = cos_t + size_t(pos0 + t) * half;
+    const float* sn = sin_t + size_t(pos0 + t) * half;
     auto rot = [&](float* v, int width) {
+      if (c.rope_style == RopeStyle::Half) {  // feature i with i + d_head/2, head by head
+        for (int h0 = 0; h0 < width; h0 += dh)
+          for (int j = 0; j < half; ++j) {
+            const float v0 = v[h0 + j], v1 = v[h0 + j + half];
+            v[h0 + j] = v0 * cs[j] - v1 * sn[j];
+            v[h0 + j + half] = v0 * sn[j] + v1 * cs[j];
+          }
+        return;
+      }
       for (int i = 0; i < width; i += 2) {
         const int j = (i % dh) / 2;
         const float v0 = v[i], v1 = v[i + 1];
@@ -474,8 +514,23 @@ void Engine::rotate(int T, int pos0, float* q, float* k) const {
   }
 }
 
+// q [T, q_dim] and k [T, kv_dim]: RMSNorm over each head's d_head features, with the
+// gains q_norm and k_norm (Qwen3, Gemma 3).
+void Engine::qk_norm(const Attention& a, int T, float* q, float* k) const {
+  const Config& c = model_->cfg;
+  const int dh = c.d_head;
+  auto rms = [&](float* v, const Vec& g) {
+    float ss = 0.0f;
+    for (int j = 0; j < dh; ++j) ss += v[j] * v[j];
+    const float inv = 1.0f / std::sqrt(ss / float(dh) + c.norm_eps);
+    for (int j = 0; j < dh; ++j) v[j] = g[j] * (inv * v[j]);
+  };
+  for (int64_t r = 0; r < int64_t(T) * c.n_heads; ++r) rms(q + r * dh, a.q_norm.g);
+  for (int64_t r = 0; r < int64_t(T) * c.n_kv_heads; ++r) rms(k + r * dh, a.k_norm.g);
+}
+
 bool Engine::may_read(const Keys& keys, int query_pos, int key) const {
-  return may_attend(keys.kind, query_pos, key, src_ids_, model_->cfg.pad_id);
+  return may_attend(keys.kind, query_pos, key, src_ids_, model_->cfg.pad_id, keys.window);
 }
 
 // The mask [T, S]: 1 where a query may read a key, else 0.
@@ -512,12 +567,13 @@ void Engine::head_scores(int h, int T, int pos0, const Keys& keys) {
   } else {
     A.noalias() = Qh * Kh.transpose();
   }
-  const float scale = 1.0f / std::sqrt(float(dh));
+  const float scale = c.score_scale();
   for (int t = 0; t < T; ++t) {
     float* row = att + (size_t(h) * T + t) * S;
-    if (causal) {  // keys 0 .. pos0 + t, then masked (two loops the compiler vectorises)
-      const int n = pos0 + t + 1;
-      for (int j = 0; j < n; ++j) row[j] *= scale;
+    if (causal) {  // keys lo .. pos0 + t, the others masked (loops the compiler vectorises)
+      const int n = pos0 + t + 1, lo = keys.first(pos0 + t);
+      std::fill(row, row + lo, kNegInf);
+      for (int j = lo; j < n; ++j) row[j] *= scale;
       std::fill(row + n, row + S, kNegInf);
     } else {
       for (int j = 0; j < S; ++j) row[j] = may_read(keys, pos0 + t, j) ? row[j] * scale : kNegInf;
@@ -531,16 +587,19 @@ void Engine::head_softmax(int h, int T, int pos0, const Keys& keys) {
   const int S = keys.S;
   for (int t = 0; t < T; ++t) {
     float* row = s_->att.data() + (size_t(h) * T + t) * S;
-    // Causal rows end in masked cells: exponentials only up to the last key read.
-    const int n = keys.kind == AttnKind::Causal ? pos0 + t + 1 : S;
+    // Causal rows start (sliding window) and end in masked cells: exponentials only over
+    // the keys read, the others exactly 0.
+    const bool causal = keys.kind == AttnKind::Causal;
+    const int n = causal ? pos0 + t + 1 : S, lo = causal ? keys.first(pos0 + t) : 0;
     float mx = kNegInf;
-    for (int j = 0; j < n; ++j) mx = std::max(mx, row[j]);
+    for (int j = lo; j < n; ++j) mx = std::max(mx, row[j]);
     if (mx == kNegInf) {
       std::fill_n(row, S, 0.0f);
       continue;
     }
-    const float inv = 1.0f / exp_shift_sum(row, n, mx);
-    for (int j = 0; j < n; ++j) row[j] *= inv;
+    std::fill(row, row + lo, 0.0f);
+    const float inv = 1.0f / exp_shift_sum(row + lo, n - lo, mx);
+    for (int j = lo; j < n; ++j) row[j] *= inv;
     std::fill(row + n, row + S, 0.0f);
   }
 }
@@ -591,7 +650,7 @@ void Engine::attend_one_row(Stack st, int layer, const AttnPoints& pts, int pos0
   const Config& c = model_->cfg;
   const int H = c.n_heads, dh = c.d_head, qd = c.q_dim(), kvd = c.kv_dim(), S = keys.S;
   const int group = H / c.n_kv_heads, nt = threads_;
-  const float scale = 1.0f / std::sqrt(float(dh));
+  const float scale = c.score_scale();
   const bool split = decode_split(S);
   float* att = s_->att.data();  // [H, 1, S]
   team_.over_key_shares(S, split, [&](int, int j0, int j1) {
@@ -609,7 +668,9 @@ void Engine::attend_one_row(Stack st, int layer, const AttnPoints& pts, int pos0
   team_.over_key_shares(S, split, [&](int t, int j0, int j1) {
     float* z = split ? s_->zpart.data() + size_t(t) * qd : s_->z.data();  // [q_dim]
     std::fill_n(z, qd, 0.0f);
-    for (int j = j0; j < j1; ++j) head_axpys(att + j, S, keys.V + size_t(j) * kvd, H, group, dh, z);
+    // Keys before a sliding window have weight 0: not read.
+    for (int j = std::max(j0, keys.first(pos0)); j < j1; ++j)
+      head_axpys(att + j, S, keys.V + size_t(j) * kvd, H, group, dh, z);
   });
   if (!split) return;
   VMap z(s_->z.data(), qd);
@@ -628,7 +689,7 @@ void Engine::ffn(Stack st, int layer, const FeedForward& f, int T, int pos0, con
   // Decoding GPT-2's MLP with nobody watching the pre-activations: the threads of the
   // product apply GELU to their rows.
   const bool fused = T == 1 && c.ffn == FFNKind::GELUTanh && !pre_hook;
-  if (c.ffn == FFNKind::SwiGLU) {
+  if (c.gated()) {
     linears({{&f.gate, a}, {&f.up, s.ff2.data()}}, T, xin);
   } else if (fused) {
     const MatvecPart part{f.up.view(), a, f.up.b.size() ? f.up.b.data() : nullptr, true};
@@ -650,6 +711,10 @@ void Engine::ffn(Stack st, int layer, const FeedForward& f, int T, int pos0, con
         break;
       case FFNKind::SwiGLU:
         silu_mul_inplace(a, s.ff2.data(), int64_t(n));
+        break;
+      case FFNKind::GeGLU:
+        gelu_tanh_inplace(a, int64_t(n));
+        for (size_t i = 0; i < n; ++i) a[i] *= s.ff2[i];
         break;
     }
   }
@@ -729,6 +794,9 @@ Eigen::Map<const MatRM> Engine::forward(std::span<const int> tokens, bool all_lo
     matvec(Wh, in, s.logits.data());
   else
     matmul(Wh, rows, in, s.logits.data());
+  if (c.logit_softcap > 0.0f)
+    for (size_t i = 0; i < size_t(rows) * c.vocab_size; ++i)
+      s.logits[i] = c.logit_softcap * std::tanh(s.logits[i] / c.logit_softcap);
   if (hooks_.active(D, -1, Point::Logits))
     hooks_.fire(D, -1, Point::Logits, all_logits ? pos0 : pos0 + T - 1, {s.logits.data(), 2, {rows, c.vocab_size, 1}});
   if (w.mapped && !w.mapped->intact()) throw Error(w.mapped->why_changed());  // weights read from a changed file
@@ -751,7 +819,7 @@ std::span<const float> Engine::decode_products(std::vector<float>& buf) const {
       linear(blk.cross.q, 1, x, a);
       linear(blk.cross.o, 1, x, a);
     }
-    if (c.ffn == FFNKind::SwiGLU) {
+    if (c.gated()) {
       linears({{&blk.ffn.gate, a}, {&blk.ffn.up, b}}, 1, x);
     } else {
       const MatvecPart part{blk.ffn.up.view(), a, blk.ffn.up.b.size() ? blk.ffn.up.b.data() : nullptr,

@@ -99,6 +99,9 @@ class Engine {
     const float* V = nullptr;
     int S = 0;
     AttnKind kind = AttnKind::Causal;
+    int window = 0;  // sliding-window layers: how many positions a query reads (model/mask.h)
+    // The first key a causal query at query_pos reads (0, or the start of its window).
+    int first(int query_pos) const { return window > 0 && query_pos >= window ? query_pos - window + 1 : 0; }
   };
   // The hook points of a self- or cross-attention (k and v: AttnK, AttnV or, published
   // by encode(), CrossK, CrossV).
@@ -111,7 +114,8 @@ class Engine {
   void embed(Stack st, std::span<const int> ids, int pos0, float* x);
   void block(Stack st, int layer, const Block& b, int T, int pos0, float* x);
   template <class F>
-  void sublayer(Stack st, int layer, const Norm& n, Point normed, Point after, int T, int pos0, float* x, F&& f);
+  void sublayer(Stack st, int layer, const Norm& n, const Norm* post, Point normed, Point after, int T, int pos0,
+                float* x, F&& f);
   void attention(Stack st, int layer, const Attention& a, int T, int pos0, const float* xin, float* out, bool cross);
   void ffn(Stack st, int layer, const FeedForward& f, int T, int pos0, const float* xin, float* out);
   void norm(const Norm& n, int T, const float* x, float* y) const;
@@ -119,7 +123,8 @@ class Engine {
 
   // The steps of attention.
   Keys project_qkv(Stack st, int layer, const Attention& a, int T, int pos0, const float* xin, bool cross);
-  void rotate(int T, int pos0, float* q, float* k) const;
+  void rotate(int layer, int T, int pos0, float* q, float* k) const;
+  void qk_norm(const Attention& a, int T, float* q, float* k) const;
   bool may_read(const Keys& keys, int query_pos, int key) const;
   void publish_mask(Stack st, int layer, Point p, int T, int pos0, const Keys& keys);
   void attend_one_row(Stack st, int layer, const AttnPoints& pts, int pos0, const Keys& keys);

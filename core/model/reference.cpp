@@ -125,29 +125,51 @@ Rows norm(const Config& cfg, const Norm& n, const Rows& x) {
 
 // ---- 4. attention
 
-// Rotary positions: each head's features are rotated in pairs (2i, 2i+1) by the angle
-// a = p / rope_theta^(2i / d_head) of absolute position p.
-void rotate(const Config& cfg, Row& vec, int n_heads, int p) {
+// Rotary positions: each head's features are rotated in pairs (2i, 2i+1), or (i, i +
+// d_head/2) for RopeStyle::Half, by the angle a = p / rope_theta^(2i / d_head) of
+// absolute position p; on global layers a is also times rope_scale and divided by the
+// frequency's factor, and sliding-window layers use rope_theta_local instead.
+void rotate(const Config& cfg, Row& vec, int n_heads, int p, int layer) {
   const int dh = cfg.d_head;
+  const bool local = cfg.sliding(layer);
+  const double theta = local ? cfg.rope_theta_local : cfg.rope_theta;
   for (int h = 0; h < n_heads; ++h)
     for (int i = 0; i < dh / 2; ++i) {
-      const double a = double(p) / std::pow(double(cfg.rope_theta), double(2 * i) / double(dh));
-      double& u = vec[size_t(h * dh + 2 * i)];
-      double& w = vec[size_t(h * dh + 2 * i + 1)];
+      double a = double(p) / std::pow(theta, double(2 * i) / double(dh));
+      if (!local) a *= double(cfg.rope_scale);
+      if (!local && !cfg.rope_freq_factors.empty()) a /= double(cfg.rope_freq_factors[size_t(i)]);
+      const bool half = cfg.rope_style == RopeStyle::Half;
+      double& u = vec[size_t(h * dh + (half ? i : 2 * i))];
+      double& w = vec[size_t(h * dh + (half ? i + dh / 2 : 2 * i + 1))];
       const double u0 = u, w0 = w;
       u = u0 * std::cos(a) - w0 * std::sin(a);
       w = u0 * std::sin(a) + w0 * std::cos(a);
     }
 }
 
+// RMSNorm of each head's d_head features with the gains g (q/k norms, Qwen3 and Gemma 3).
+void norm_heads(const Config& cfg, const Norm& g, Row& vec, int n_heads) {
+  const int dh = cfg.d_head;
+  require(g.g.size() == dh, "a q/k norm's gain has the wrong size");
+  for (int h = 0; h < n_heads; ++h) {
+    double mean_sq = 0.0;
+    for (int c = 0; c < dh; ++c) mean_sq += vec[size_t(h * dh + c)] * vec[size_t(h * dh + c)] / double(dh);
+    for (int c = 0; c < dh; ++c)
+      vec[size_t(h * dh + c)] = vec[size_t(h * dh + c)] / std::sqrt(mean_sq + double(cfg.norm_eps)) * double(g.g(c));
+  }
+}
+
 // One projection (q, k or v) of every row, all heads side by side: [T][n_heads * d_head],
-// rotated for its position when the model uses rotary positions.
-Rows heads_of(const Config& cfg, const Linear& l, const Rows& x, int n_heads, bool rotary) {
+// each head normed first when head_norm is given, then rotated for its position when
+// rotary (layer picks the rotary base: sliding-window layers have their own).
+Rows heads_of(const Config& cfg, const Linear& l, const Rows& x, int n_heads, bool rotary, const Norm* head_norm,
+              int layer) {
   Rows y;  // [T][n_heads * d_head]
   for (size_t p = 0; p < x.size(); ++p) {
     y.push_back(linear(l, x[p]));
     require(int(y.back().size()) == n_heads * cfg.d_head, "a q/k/v projection has the wrong size");
-    if (rotary) rotate(cfg, y.back(), n_heads, int(p));
+    if (head_norm) norm_heads(cfg, *head_norm, y.back(), n_heads);
+    if (rotary) rotate(cfg, y.back(), n_heads, int(p), layer);
   }
   return y;
 }
@@ -157,6 +179,8 @@ struct Keys {
   AttnKind kind;
   std::span<const int> src;  // source ids (encoder and cross-attention), for pad masking
   int pad_id = -1;
+  int layer = -1;  // the decoder layer (self-attention): its sliding window and rotary base
+  int window = 0;  // > 0: a sliding-window layer's width
 };
 
 // One head, one query row i: scores s_j = q.k_j / sqrt(d_head) for the keys it may
@@ -168,10 +192,10 @@ Row attend_one(const Config& cfg, const Row& q, const Rows& k, const Rows& v, in
   Row s(k.size(), -INFINITY);  // scores: [keys]
   double max = -INFINITY;
   for (size_t j = 0; j < k.size(); ++j) {
-    if (!may_attend(keys.kind, i, int(j), keys.src, keys.pad_id)) continue;
+    if (!may_attend(keys.kind, i, int(j), keys.src, keys.pad_id, keys.window)) continue;
     double dot = 0.0;
     for (int c = 0; c < dh; ++c) dot += q[size_t(qh * dh + c)] * k[j][size_t(kh * dh + c)];
-    s[j] = dot / std::sqrt(double(dh));
+    s[j] = cfg.attn_scale > 0 ? dot * double(cfg.attn_scale) : dot / std::sqrt(double(dh));
     max = std::max(max, s[j]);
   }
   require(max > -INFINITY, "a query may attend to no key at all");
@@ -197,11 +221,12 @@ Rows attention(const Config& cfg, const Attention& a, const Rows& xq, const Rows
   const int H = cfg.n_heads, KV = cfg.n_kv_heads, dh = cfg.d_head;
   require(KV > 0 && H % KV == 0, "n_heads must be a multiple of n_kv_heads");
   const bool rotary = cfg.pos == PosKind::Rotary && keys.kind != AttnKind::Cross;
-  const Rows& q = seen.q = heads_of(cfg, a.q, xq, H, rotary);    // [Tq][H * dh]
-  const Rows& k = seen.k = heads_of(cfg, a.k, xkv, KV, rotary);  // [Tk][KV * dh]
-  const Rows& v = seen.v = heads_of(cfg, a.v, xkv, KV, false);   // [Tk][KV * dh]
-  seen.pattern.assign(size_t(H), Rows(xq.size()));               // [H][Tq][Tk]
-  Rows out;                                                      // [Tq][d]
+  const bool qkn = cfg.qk_norm && keys.kind != AttnKind::Cross;
+  const Rows& q = seen.q = heads_of(cfg, a.q, xq, H, rotary, qkn ? &a.q_norm : nullptr, keys.layer);    // [Tq][H * dh]
+  const Rows& k = seen.k = heads_of(cfg, a.k, xkv, KV, rotary, qkn ? &a.k_norm : nullptr, keys.layer);  // [Tk][KV * dh]
+  const Rows& v = seen.v = heads_of(cfg, a.v, xkv, KV, false, nullptr, keys.layer);                     // [Tk][KV * dh]
+  seen.pattern.assign(size_t(H), Rows(xq.size()));                                                      // [H][Tq][Tk]
+  Rows out;                                                                                             // [Tq][d]
   for (size_t i = 0; i < xq.size(); ++i) {
     Row z(size_t(H * dh), 0.0);  // the heads' outputs side by side: [H * dh]
     for (int h = 0; h < H; ++h) {
@@ -227,16 +252,18 @@ double activation(FFNKind kind, double x) {
       return x > 0.0 ? x : 0.0;
     case FFNKind::SwiGLU:
       return x / (1.0 + std::exp(-x));  // silu, applied to the gate
+    case FFNKind::GeGLU:                // GELU-tanh, applied to the gate
+      return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
   }
   return x;
 }
 
-// Each row: h = act(up x) (SwiGLU: h = silu(gate x) * up x), out = down h.
+// Each row: h = act(up x) (SwiGLU, GeGLU: h = act(gate x) * up x), out = down h.
 Rows feed_forward(const Config& cfg, const FeedForward& f, const Rows& x) {
   Rows out;  // [T][d]
   for (const Row& r : x) {
     Row h = linear(f.up, r);  // [d_ff]
-    if (cfg.ffn == FFNKind::SwiGLU) {
+    if (cfg.gated()) {
       const Row gate = linear(f.gate, r);  // [d_ff]
       require(gate.size() == h.size(), "the gate and up projections differ in size");
       for (size_t c = 0; c < h.size(); ++c) h[c] *= activation(cfg.ffn, gate[c]);
@@ -265,6 +292,13 @@ struct BlockInputs {
 // r receives each norm's output and each sub-layer's (r.ln1 = ..., r.attn_out = ...).
 Rows block(const Config& cfg, const Block& b, Rows x, const BlockInputs& in, BlockRecord& r) {
   r.resid_pre = x;
+  if (cfg.sandwich_norm) {  // Gemma 3: each sub-layer's output normed too before it is added
+    const Rows& h1 = r.ln1 = norm(cfg, b.ln1, x);
+    r.attn_out = attention(cfg, b.attn, h1, h1, in.self, in.zero_head, r.attn);
+    x = r.resid_mid = add(x, norm(cfg, b.post_attn, r.attn_out));
+    r.mlp_out = feed_forward(cfg, b.ffn, r.ln3 = norm(cfg, b.ln3, x));
+    return r.resid_post = add(x, norm(cfg, b.post_ffn, r.mlp_out));
+  }
   if (cfg.norm_place == NormPlace::Pre) {
     const Rows& h1 = r.ln1 = norm(cfg, b.ln1, x);
     x = r.resid_mid = add(x, r.attn_out = attention(cfg, b.attn, h1, h1, in.self, in.zero_head, r.attn));
@@ -312,7 +346,8 @@ Rows logits(const Config& cfg, const Weights& w, const std::vector<int>& tokens,
   Rows x = embed(cfg, w.tok_embed, w.pos_embed, tokens);  // [T][d]
   std::vector<BlockRecord> seen(size_t(cfg.n_layers));    // what each block computed
   for (int l = 0; l < cfg.n_layers; ++l) {
-    BlockInputs in{.self = {AttnKind::Causal, {}, -1}, .zero_head = l == zero_layer ? zero_head : -1};
+    const Keys self{AttnKind::Causal, {}, -1, l, cfg.sliding(l) ? cfg.sliding_window : 0};
+    BlockInputs in{.self = self, .zero_head = l == zero_layer ? zero_head : -1};
     if (cfg.encoder_decoder) in.enc = &enc, in.cross = {AttnKind::Cross, src, cfg.pad_id};
     x = block(cfg, w.blocks[size_t(l)], std::move(x), in, seen[size_t(l)]);
   }
@@ -331,6 +366,9 @@ Rows logits(const Config& cfg, const Weights& w, const std::vector<int>& tokens,
   for (size_t i = 0; i < x.size(); ++i)
     for (long v = 0; v < cfg.vocab_size; ++v)
       for (long c = 0; c < cfg.d_model; ++c) out[i][size_t(v)] += weight(head, v, c) * x[i][size_t(c)];
+  if (cfg.logit_softcap > 0)  // c * tanh(logit / c)
+    for (Row& r : out)
+      for (double& v : r) v = double(cfg.logit_softcap) * std::tanh(v / double(cfg.logit_softcap));
   return out;
 }
 

@@ -123,7 +123,9 @@ Block make_block(const Config& c, bool cross) {
   b.ln1 = make_norm(c);
   if (cross) b.ln2 = make_norm(c);
   b.ln3 = make_norm(c);
+  if (c.sandwich_norm) b.post_attn = make_norm(c), b.post_ffn = make_norm(c);
   auto attn = [&](Attention& a) {
+    if (c.qk_norm) a.q_norm.g = a.k_norm.g = Vec::Ones(c.d_head);
     a.q = make_linear(c.q_dim(), c.d_model, c.attn_bias);
     a.k = make_linear(c.kv_dim(), c.d_model, c.attn_bias);
     a.v = make_linear(c.kv_dim(), c.d_model, c.attn_bias);
@@ -132,7 +134,7 @@ Block make_block(const Config& c, bool cross) {
   attn(b.attn);
   if (cross) attn(b.cross);
   b.ffn.up = make_linear(c.d_ff, c.d_model, c.ffn_bias);
-  if (c.ffn == FFNKind::SwiGLU) b.ffn.gate = make_linear(c.d_ff, c.d_model, c.ffn_bias);
+  if (c.gated()) b.ffn.gate = make_linear(c.d_ff, c.d_model, c.ffn_bias);
   b.ffn.down = make_linear(c.d_model, c.d_ff, c.ffn_bias);
   return b;
 }
@@ -161,7 +163,11 @@ void add_block(std::vector<Weights::TensorRef>& out, const std::string& p, Block
   add_norm(out, p + ".ln1", b.ln1);
   add_norm(out, p + ".ln2", b.ln2);
   add_norm(out, p + ".ln3", b.ln3);
+  add_norm(out, p + ".post_attn", b.post_attn);
+  add_norm(out, p + ".post_ffn", b.post_ffn);
   for (auto [name, a] : {std::pair<const char*, Attention*>{"attn", &b.attn}, {"cross_attn", &b.cross}}) {
+    add_norm(out, p + "." + name + ".q_norm", a->q_norm);
+    add_norm(out, p + "." + name + ".k_norm", a->k_norm);
     add_linear(out, p + "." + name + ".q", a->q);
     add_linear(out, p + "." + name + ".k", a->k);
     add_linear(out, p + "." + name + ".v", a->v);
@@ -219,6 +225,7 @@ namespace {
 template <class F>
 void each_storage(Weights& w, F&& f) {
   each_matrix(w, [&](WMat& m, Mat16& h) {
+    if (!h.empty() && is_quantized(h.type)) return;  // blocks of a GGUF file: never in tiles
     if (!h.empty()) {
       f(static_cast<void*>(h.data.data()), int(sizeof(uint16_t)), h.rows, h.cols, h.tiles);
     } else if (m.size()) {
@@ -286,7 +293,7 @@ void Weights::narrow(Precision p) {
 
 int64_t Weights::bytes() const {
   int64_t n = 0;
-  for (auto& t : const_cast<Weights*>(this)->tensors()) n += t.rows * t.cols * precision_bytes(t.type);
+  for (auto& t : const_cast<Weights*>(this)->tensors()) n += t.rows * row_bytes(t.type, t.cols);
   return n;
 }
 
@@ -372,9 +379,14 @@ int64_t Weights::parameter_count() const {
 }
 
 void Weights::check_finite() const {
+  std::vector<float> row;
   for (auto& t : const_cast<Weights*>(this)->tensors()) {
     for (int64_t i = 0; i < t.rows * t.cols; ++i) {
-      const float v = t.data ? t.data[i] : widen(t.data16[i], t.type);
+      if (is_quantized(t.type) && i % t.cols == 0) {  // blocks: decoded a row at a time
+        row.resize(size_t(t.cols));
+        rows_f32(t.data16, t.type, t.cols, 0, i / t.cols, i / t.cols + 1, row.data());
+      }
+      const float v = t.data ? t.data[i] : is_quantized(t.type) ? row[size_t(i % t.cols)] : widen(t.data16[i], t.type);
       if (!std::isfinite(v)) {
         throw Error("weight tensor " + t.name + " holds a " + (std::isnan(v) ? "NaN" : "infinite") +
                     " value at flat index " + std::to_string(i));

@@ -181,10 +181,11 @@ struct Norm {
 };
 
 struct Attention {
-  Linear q;  // [n_heads*d_head, d_model]
-  Linear k;  // [n_kv_heads*d_head, d_model]
-  Linear v;  // [n_kv_heads*d_head, d_model]
-  Linear o;  // [d_model, n_heads*d_head]
+  Norm q_norm, k_norm;  // [d_head] gains, qk_norm models only
+  Linear q;             // [n_heads*d_head, d_model]
+  Linear k;             // [n_kv_heads*d_head, d_model]
+  Linear v;             // [n_kv_heads*d_head, d_model]
+  Linear o;             // [d_model, n_heads*d_head]
 };
 
 struct FeedForward {
@@ -196,7 +197,8 @@ struct FeedForward {
 // Pre-norm: x += attn(ln1(x)); [x += cross(ln2(x))]; x += ffn(ln3(x)).
 // Post-norm: x = ln1(x + attn(x)); [x = ln2(x + cross(x))]; x = ln3(x + ffn(x)).
 struct Block {
-  Norm ln1, ln2, ln3;  // ln2 only in decoder blocks of encoder-decoder models
+  Norm ln1, ln2, ln3;        // ln2 only in decoder blocks of encoder-decoder models
+  Norm post_attn, post_ffn;  // sandwich_norm models only: on each sub-layer's output
   Attention attn;
   Attention cross;  // decoder blocks of encoder-decoder models only
   FeedForward ffn;

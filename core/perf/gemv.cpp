@@ -4,6 +4,8 @@
 #include <cstring>
 #include <vector>
 
+#include "perf/quant.h"
+
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define DS_GEMV_AVX2 1
 #include <immintrin.h>
@@ -189,6 +191,7 @@ void gemv_portable(const void* W, Precision p, int64_t cols, const float* x, flo
 }  // namespace
 
 void gemv_rows(const void* W, Precision p, int64_t cols, const float* x, float* y, int64_t r0, int64_t r1, int64_t pr) {
+  if (is_quantized(p)) return gemv_quant(W, p, cols, x, y, r0, r1);  // row-major blocks, never tiles
 #ifdef DS_GEMV_AVX2
   switch (p) {  // (tiles only exist where cols is a multiple of 8; gemv_any_avx2 reads both storages)
     case Precision::F32:
@@ -197,6 +200,8 @@ void gemv_rows(const void* W, Precision p, int64_t cols, const float* x, float* 
       return gemv_any_avx2<Precision::BF16>(W, cols, x, y, r0, r1, pr);
     case Precision::F16:
       return gemv_any_avx2<Precision::F16>(W, cols, x, y, r0, r1, pr);
+    default:  // the quantized types, done above
+      break;
   }
 #endif
   gemv_portable(W, p, cols, x, y, r0, r1, pr);
@@ -226,6 +231,7 @@ void tile_rows_f32(const void* W, int64_t cols, int64_t r0, int64_t r1, float* o
 }  // namespace
 
 void rows_f32(const void* W, Precision p, int64_t cols, int64_t pr, int64_t r0, int64_t r1, float* out) {
+  if (is_quantized(p)) return rows_f32_quant(W, p, cols, r0, r1, out);  // row-major blocks, never tiles
   const int64_t pend = std::max(r0, std::min(r1, pr));
   switch (p) {
     case Precision::F32:
@@ -236,6 +242,8 @@ void rows_f32(const void* W, Precision p, int64_t cols, int64_t pr, int64_t r0, 
       break;
     case Precision::F16:
       tile_rows_f32<Precision::F16>(W, cols, r0, pend, out);
+      break;
+    default:  // the quantized types, done above
       break;
   }
   if (pend == r1) return;

@@ -1,7 +1,8 @@
 #pragma once
-// Matrix-vector products over row-major weights stored as float32, bfloat16 or
-// float16, always computing in float32. Decoding a token is a chain of these, each
-// reading its whole matrix once, so they are written to run at memory speed.
+// Matrix-vector products over row-major weights stored as float32, bfloat16, float16
+// or GGML's quantized blocks (perf/quant.h), always computing in float32. Decoding a
+// token is a chain of these, each reading its whole matrix once, so they are written
+// to run at memory speed.
 #include <cstdint>
 
 #include "util/precision.h"
@@ -36,11 +37,13 @@ void rows_into_tiles(const void* src, void* dst, int esz, int64_t rows, int64_t 
 // y[r - r0] = sum_c W[r, c] x[c] for rows r0 <= r < r1 of a [rows, cols] matrix whose
 // element type is p (W points at row 0) and whose first pr rows are in tiles (0:
 // all row-major). Uses AVX2/FMA (and F16C) when the build targets them, plain loops
-// otherwise.
+// otherwise. A quantized matrix (is_quantized(p)) is always row-major, its row r at byte
+// r * row_bytes(p, cols), and pr must be 0.
 void gemv_rows(const void* W, Precision p, int64_t cols, const float* x, float* y, int64_t r0, int64_t r1,
                int64_t pr = 0);
 
-// Rows r0 <= r < r1 of such a matrix as float32, row-major (out holds (r1-r0)*cols).
+// Rows r0 <= r < r1 of such a matrix (quantized ones too) as float32, row-major (out
+// holds (r1-r0)*cols).
 void rows_f32(const void* W, Precision p, int64_t cols, int64_t pr, int64_t r0, int64_t r1, float* out);
 
 // One 16-bit value (BF16 or F16) as float32, exactly.

@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "text/pretokenize.h"
+#include "text/unicode.h"
 #include "util/error.h"
 #include "util/excerpt.h"
 
@@ -21,208 +23,10 @@ namespace {
 constexpr int kMaxId = (1 << 24) - 1;
 constexpr const char* kEndOfText = "<|endoftext|>";
 
-// ---------------------------------------------------------------- Unicode classes
-
-enum CharClass : uint8_t { kOther = 0, kLetter = 1, kNumber = 2, kSpace = 3 };
-
-struct ClassRange {
-  uint32_t first, last;
-  CharClass cls;
-};
-
-constexpr ClassRange kClassRanges[] = {
-#include "text/unicode_tables.inc"
-};
-
-struct AsciiClasses {
-  CharClass cls[128];
-  constexpr AsciiClasses() : cls{} {
-    for (const ClassRange& r : kClassRanges)
-      for (uint32_t c = r.first; c <= r.last && c < 128; ++c) cls[c] = r.cls;
-  }
-};
-constexpr AsciiClasses kAscii;
-
-CharClass classify(uint32_t cp) {
-  if (cp < 128) return kAscii.cls[cp];
-  // The last range whose first <= cp.
-  const ClassRange* end = std::end(kClassRanges);
-  const ClassRange* it =
-      std::upper_bound(std::begin(kClassRanges), end, cp, [](uint32_t c, const ClassRange& r) { return c < r.first; });
-  if (it == std::begin(kClassRanges)) return kOther;
-  --it;
-  return cp <= it->last ? it->cls : kOther;
-}
-
-constexpr uint32_t kInvalid = 0xFFFFFFFFu;
-
-// One code point of s at i, decoded leniently: a byte that does not start a
-// well-formed UTF-8 sequence is a character of its own (kInvalid) of length 1.
-uint32_t decode_utf8(std::string_view s, size_t i, size_t& len) {
-  const auto b0 = static_cast<unsigned char>(s[i]);
-  len = 1;
-  if (b0 < 0x80) return b0;
-  size_t n;
-  uint32_t cp;
-  uint32_t min;
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    n = 2, cp = b0 & 0x1Fu, min = 0x80;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    n = 3, cp = b0 & 0x0Fu, min = 0x800;
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    n = 4, cp = b0 & 0x07u, min = 0x10000;
-  } else {
-    return kInvalid;
-  }
-  if (i + n > s.size()) return kInvalid;
-  for (size_t k = 1; k < n; ++k) {
-    const auto b = static_cast<unsigned char>(s[i + k]);
-    if ((b & 0xC0) != 0x80) return kInvalid;
-    cp = cp << 6 | (b & 0x3Fu);
-  }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return kInvalid;
-  len = n;
-  return cp;
-}
-
-bool valid_utf8(std::string_view s, size_t* bad_at = nullptr) {
-  for (size_t i = 0; i < s.size();) {
-    size_t len;
-    if (decode_utf8(s, i, len) == kInvalid) {
-      if (bad_at) *bad_at = i;
-      return false;
-    }
-    i += len;
-  }
-  return true;
-}
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | cp >> 6));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | cp >> 12));
-    out.push_back(static_cast<char>(0x80 | (cp >> 6 & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | cp >> 18));
-    out.push_back(static_cast<char>(0x80 | (cp >> 12 & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp >> 6 & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
-
-// ---------------------------------------------------------------- GPT-2 byte alphabet
-
-// Bytes that GPT-2 keeps as the same code point; the other 68 map to U+0100.. in order.
-bool byte_is_kept(unsigned b) { return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF); }
-
-struct ByteAlphabet {
-  uint32_t to_cp[256];
-  int16_t to_byte[0x144];  // code point -> byte, or -1
-  ByteAlphabet() {
-    std::fill(std::begin(to_byte), std::end(to_byte), int16_t{-1});
-    uint32_t next = 0x100;
-    for (unsigned b = 0; b < 256; ++b) {
-      to_cp[b] = byte_is_kept(b) ? b : next++;
-      to_byte[to_cp[b]] = static_cast<int16_t>(b);
-    }
-  }
-};
-const ByteAlphabet& alphabet() {
-  static const ByteAlphabet a;
-  return a;
-}
-
-// The bytes of a vocabulary string in the byte alphabet, or false if it has a
-// character outside the alphabet (then it is a plain-text token, e.g. a special one).
-bool unmap_bytes(std::string_view s, std::string& out) {
-  const ByteAlphabet& a = alphabet();
-  out.clear();
-  for (size_t i = 0; i < s.size();) {
-    size_t len;
-    const uint32_t cp = decode_utf8(s, i, len);
-    if (cp >= 0x144 || a.to_byte[cp] < 0) return false;
-    out.push_back(static_cast<char>(a.to_byte[cp]));
-    i += len;
-  }
-  return true;
-}
-
-// ---------------------------------------------------------------- pre-tokenizer
-
-// Calls emit(piece) for each match of GPT-2's pattern
-//   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-// over text; the pieces cover text exactly.
-template <class Emit>
-void split_gpt2(std::string_view text, Emit&& emit) {
-  const size_t n = text.size();
-  size_t i = 0;
-  auto cls_at = [&](size_t pos, size_t& len) { return classify(decode_utf8(text, pos, len)); };
-  // The end of the run of class c starting at pos.
-  auto run_end = [&](size_t pos, CharClass c) {
-    while (pos < n) {
-      size_t len;
-      if (cls_at(pos, len) != c) break;
-      pos += len;
-    }
-    return pos;
-  };
-  while (i < n) {
-    const char c0 = text[i];
-    if (c0 == '\'' && i + 1 < n) {
-      const char c1 = text[i + 1];
-      if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') {
-        emit(text.substr(i, 2));
-        i += 2;
-        continue;
-      }
-      if (i + 2 < n) {
-        const char c2 = text[i + 2];
-        if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) {
-          emit(text.substr(i, 3));
-          i += 3;
-          continue;
-        }
-      }
-    }
-    size_t len0;
-    const CharClass k0 = cls_at(i, len0);
-    size_t start = i, body = i;  // body: where the letter/number/other run begins
-    CharClass k = k0;
-    if (c0 == ' ' && i + 1 < n) {
-      size_t len1;
-      const CharClass k1 = cls_at(i + 1, len1);
-      if (k1 != kSpace) {
-        k = k1;
-        body = i + 1;
-      }
-    }
-    if (k != kSpace) {
-      const size_t end = run_end(body, k);
-      emit(text.substr(start, end - start));
-      i = end;
-      continue;
-    }
-    // Whitespace: \s+(?!\S) leaves the last whitespace character to the next piece
-    // when a non-space follows; a single whitespace character before a non-space is
-    // matched by \s+.
-    size_t last = i;  // start of the last whitespace character of the run
-    size_t end = i;
-    while (end < n) {
-      size_t len;
-      if (cls_at(end, len) != kSpace) break;
-      last = end;
-      end += len;
-    }
-    if (end < n && last > i) end = last;
-    emit(text.substr(i, end - i));
-    i = end;
-  }
-}
+// Character classes, UTF-8 and GPT-2's byte alphabet (text/unicode.h); the
+// pre-tokenizer split is text/pretokenize.h's PreTokenizer::Gpt2.
+using unicode::append_utf8;
+using unicode::valid_utf8;
 
 // ---------------------------------------------------------------- files and JSON
 
@@ -682,7 +486,7 @@ GPT2Tokenizer::~GPT2Tokenizer() = default;
 
 std::string GPT2Tokenizer::byte_to_unicode(unsigned char b) {
   std::string s;
-  append_utf8(s, alphabet().to_cp[b]);
+  append_utf8(s, unicode::byte_to_codepoint(b));
   return s;
 }
 
@@ -725,7 +529,7 @@ static void build_tokenizer(const std::string& vocab_file, std::vector<VocabEntr
       throw Error(w.str() + "duplicate token " + quoted_excerpt(e.str) + " (ids " + std::to_string(it->second) +
                   " and " + std::to_string(id) + ")");
     line_of[id] = e.line;
-    pieces[id] = unmap_bytes(e.str, bytes) ? bytes : e.str;
+    pieces[id] = unicode::alphabet_to_bytes(e.str, bytes) ? bytes : e.str;
     strings[id] = std::move(e.str);
   }
   for (const AddedEntry& a : added) {
@@ -829,7 +633,9 @@ int GPT2Tokenizer::find(std::string_view vocab_string) const {
 
 std::vector<std::string> GPT2Tokenizer::pretokenize(std::string_view text) {
   std::vector<std::string> out;
-  split_gpt2(text, [&](std::string_view p) { out.emplace_back(p); });
+  std::vector<std::string_view> pieces;
+  ds::pretokenize(PreTokenizer::Gpt2, text, pieces);
+  out.assign(pieces.begin(), pieces.end());
   return out;
 }
 
@@ -909,7 +715,9 @@ std::vector<int> GPT2Tokenizer::encode(std::string_view text, bool bos) const {
     if (eot_id_ < 0) throw Error("cannot add a begin-of-sequence token: the vocabulary has no <|endoftext|>");
     ids.push_back(eot_id_);
   }
-  split_gpt2(text, [&](std::string_view p) { bpe(p, ids); });
+  std::vector<std::string_view> pieces;
+  ds::pretokenize(PreTokenizer::Gpt2, text, pieces);
+  for (std::string_view p : pieces) bpe(p, ids);
   return ids;
 }
 

@@ -6,13 +6,24 @@ namespace ds {
 
 const char* precision_name(Precision p) {
   switch (p) {
+    case Precision::F32:
+      break;
     case Precision::BF16:
       return "bfloat16";
     case Precision::F16:
       return "float16";
-    default:
-      return "float32";
+    case Precision::Q8_0:
+      return "Q8_0";
+    case Precision::Q4_0:
+      return "Q4_0";
+    case Precision::Q4_K:
+      return "Q4_K";
+    case Precision::Q5_K:
+      return "Q5_K";
+    case Precision::Q6_K:
+      return "Q6_K";
   }
+  return "float32";
 }
 
 float f16_to_f32(uint16_t h) {

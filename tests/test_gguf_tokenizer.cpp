@@ -189,8 +189,8 @@ TEST_P(GgufTokFixture, DecodeGivesTheTestStringsBack) {
     EXPECT_EQ(decode_all(*tok, bos, tok->encode(text, false)), text) << ds::escaped(text);
 }
 
-INSTANTIATE_TEST_SUITE_P(Vocab, GgufTokFixture, ::testing::Values("llama-spm", "llama-bpe", "qwen2", "gpt-2", "phi-3"),
-                         [](const auto& info) {
+INSTANTIATE_TEST_SUITE_P(GgufTok, GgufTokFixture,
+                         ::testing::Values("llama-spm", "llama-bpe", "qwen2", "gpt-2", "phi-3"), [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n)
                              if (c == '-') c = '_';

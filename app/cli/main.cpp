@@ -127,7 +127,8 @@ bench: the machine's read bandwidth, the floor it sets for one token (weight and
 tokenize: prints the ids of TEXT on one line. --tokenizer alone: a GPT-2 tokenizer
   folder (vocab.json + merges.txt, or tokenizer.json) or a GGUF file's tokenizer (its
   tokenizer.ggml.* keys; the ids of the text alone, no BOS). --jsonl: reads {"text": ...}
-  lines on standard input and writes {"text": ..., "ids": [...]} lines.
+  lines on standard input and writes {"text": ..., "ids": [...]} lines: the text's ids alone
+  for every kind of tokenizer (no BOS), as tokenizer test suites compare them.
 random: writes a llama2.c checkpoint with random weights (for benchmarks); with --arch gpt2
   a model folder of GPT-2's architecture (GPT-2 small by default), stored as --dtype.
 
@@ -849,7 +850,7 @@ int cmd_tokenize(const Args& a) {
       throw Error("standard input line " + std::to_string(line_no) + ": expected an object with a string \"text\"");
     nlohmann::ordered_json out;
     out["text"] = in["text"];
-    out["ids"] = tok->encode(in["text"].get_ref<const std::string&>(), bos);
+    out["ids"] = tok->encode(in["text"].get_ref<const std::string&>(), false);  // the text's ids alone
     const std::string s = out.dump() + "\n";
     std::fwrite(s.data(), 1, s.size(), stdout);
   }

@@ -157,8 +157,7 @@ void count(ds::Engine& e, Counted& n, std::map<std::pair<int, int>, bool>& used)
         break;
       }
       case P::MlpPre: {
-        const double w =
-            size_of(b.ffn.up) + size_of(b.ffn.down) + (c.gated() ? size_of(b.ffn.gate) : 0);
+        const double w = size_of(b.ffn.up) + size_of(b.ffn.down) + (c.gated() ? size_of(b.ffn.gate) : 0);
         n.macs += rows(ev) * w;
         touch(ev, 3, w);
         break;

@@ -113,8 +113,8 @@ double decode_weight_bytes(const Model& m) {
 
 double prefill_flops(const Config& c, int T) {
   const double d = c.d_model, q = c.q_dim(), kv = c.kv_dim(), f = c.d_ff;
-  double per_token = 2 * (d * q + 2 * d * kv + q * d);          // q, k, v, o
-  per_token += 2 * d * f * (c.gated() ? 3 : 2);  // up (gate) down
+  double per_token = 2 * (d * q + 2 * d * kv + q * d);  // q, k, v, o
+  per_token += 2 * d * f * (c.gated() ? 3 : 2);         // up (gate) down
   double flops = double(T) * per_token * c.n_layers;
   // Causal attention: the products are computed over the full T x T square (masked
   // cells are then discarded), scores and mix: 2 * 2 * T * T * d_head per head.

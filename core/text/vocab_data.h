@@ -8,7 +8,15 @@
 namespace ds {
 
 // tokenizer.ggml.token_type values.
-enum class TokenType : int32_t { Undefined = 0, Normal = 1, Unknown = 2, Control = 3, UserDefined = 4, Unused = 5, Byte = 6 };
+enum class TokenType : int32_t {
+  Undefined = 0,
+  Normal = 1,
+  Unknown = 2,
+  Control = 3,
+  UserDefined = 4,
+  Unused = 5,
+  Byte = 6
+};
 
 struct VocabData {
   std::string model;                // tokenizer.ggml.model: "llama" (SentencePiece) or "gpt2" (byte-level BPE)

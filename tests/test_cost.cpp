@@ -59,17 +59,19 @@ TEST(Cost, LinearWithTheCacheQuadraticWithout) {
     auto full = [&](int p) { return ds::uncached_step_cost(c, p, o); };
     // One more key from p to p + 1: a score and a mix, every head, on every layer but the
     // sliding-window layers whose window is full.
-    auto slope = [&](int p) {
-      int growing = 0;
-      for (int l = 0; l < c.n_layers; ++l) growing += !c.sliding(l) || p + 2 <= c.sliding_window;
-      return 2.0 * growing * c.q_dim();
+    auto growing = [&](int p) {
+      int n = 0;
+      for (int l = 0; l < c.n_layers; ++l) n += !c.sliding(l) || p + 2 <= c.sliding_window;
+      return double(n);
     };
+    auto slope = [&](int p) { return 2.0 * growing(p) * c.q_dim(); };
+    // One more float32 key and value a layer that reads one more.
+    auto kv_slope = [&](int p) { return 4.0 * growing(p) * 2 * c.kv_dim(); };
     EXPECT_EQ(cached(1).macs() - cached(0).macs(), slope(0));
-    const double kv_slope = cached(1).cache_bytes - cached(0).cache_bytes;
-    EXPECT_EQ(kv_slope, 4.0 * c.n_layers * 2 * c.kv_dim());  // one more float32 key and value a layer
+    EXPECT_EQ(cached(1).cache_bytes - cached(0).cache_bytes, kv_slope(0));
     for (int p = 1; p < 60; ++p) {
       EXPECT_EQ(cached(p + 1).macs() - cached(p).macs(), slope(p));
-      EXPECT_EQ(cached(p + 1).cache_bytes - cached(p).cache_bytes, kv_slope);
+      EXPECT_EQ(cached(p + 1).cache_bytes - cached(p).cache_bytes, kv_slope(p));
       const double d1 = full(p).macs() - full(p - 1).macs(), d2 = full(p + 1).macs() - full(p).macs();
       EXPECT_EQ(d2 - d1, slope(p)) << "p " << p;  // the second difference of a quadratic (linear past windows)
       EXPECT_GT(d1, 0);
@@ -166,7 +168,8 @@ void count(ds::Engine& e, Counted& n, std::map<std::pair<int, int>, bool>& used)
       case P::CrossScores:
         for (int64_t i = 0; i < ev.t.size(); ++i) cells += std::isfinite(ev.t.data[i]) ? 1 : 0;
         n.macs += cells * c.d_head * 2;
-        if (ev.point == P::AttnScores && ev.stack == ds::Stack::Decoder) n.cache_keys += ev.t.shape[2];
+        if (ev.point == P::AttnScores && ev.stack == ds::Stack::Decoder)  // the keys head 0 reads
+          for (int64_t j = 0; j < ev.t.shape[2]; ++j) n.cache_keys += std::isfinite(ev.t.data[j]) ? 1 : 0;
         break;
       case P::Logits: {
         const double w = double(c.vocab_size) * c.d_model;

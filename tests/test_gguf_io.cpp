@@ -11,6 +11,7 @@
 #include "io/gguf.h"
 #include "io/gguf_model.h"
 #include "io/loader.h"
+#include "model/config_json.h"
 #include "model/model.h"
 #include "model/reference.h"
 #include "util.h"
@@ -227,6 +228,35 @@ TEST(GgufLoader, BadModelsAreNamed) {
   g.str("general.architecture", "llama");
   const std::string vocab = t.write("vocab.gguf", g.bytes());
   EXPECT_TRUE(ds::test::contains(ds::test::error_of([&] { ds::load_model(vocab); }), "vocabulary only"));
+}
+
+}  // namespace
+
+namespace {
+
+// The llama-family options survive a config's JSON (traces and model folders carry it):
+// every variant reads back equal, and a config without them writes none of their keys.
+TEST(ConfigJson, LlamaFamilyOptionsRoundTrip) {
+  for (const auto& v : ds::test::variants()) {
+    SCOPED_TRACE(v.name);
+    const nlohmann::json j = ds::config_to_json(v.cfg);
+    const ds::Config r = ds::config_from_json(nlohmann::json::parse(j.dump()));
+    EXPECT_EQ(r.rope_style, v.cfg.rope_style);
+    EXPECT_EQ(r.rope_scale, v.cfg.rope_scale);
+    EXPECT_EQ(r.rope_freq_factors, v.cfg.rope_freq_factors);
+    EXPECT_EQ(r.qk_norm, v.cfg.qk_norm);
+    EXPECT_EQ(r.sandwich_norm, v.cfg.sandwich_norm);
+    EXPECT_EQ(r.attn_scale, v.cfg.attn_scale);
+    EXPECT_EQ(r.logit_softcap, v.cfg.logit_softcap);
+    EXPECT_EQ(r.sliding_window, v.cfg.sliding_window);
+    EXPECT_EQ(r.sliding_layers, v.cfg.sliding_layers);
+    EXPECT_EQ(r.rope_theta_local, v.cfg.rope_theta_local);
+    EXPECT_EQ(r.ffn, v.cfg.ffn);
+    EXPECT_EQ(ds::config_to_json(r), j);
+  }
+  const nlohmann::json plain = ds::config_to_json(ds::Config{});
+  for (const char* key : {"rope_style", "qk_norm", "sandwich_norm", "sliding_window", "logit_softcap"})
+    EXPECT_FALSE(plain.contains(key)) << key;
 }
 
 }  // namespace

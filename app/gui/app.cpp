@@ -506,7 +506,7 @@ void on_loaded(App& app, const Event& e) {
   app.input_error.clear();
   char buf[64];
   std::snprintf(buf, sizeof buf, ", %.1f s", app.model->load_seconds);
-  app.say("loaded " + app.model->name + " in " + ds::precision_name(app.model->precision) + (app.scripted ? "" : buf));
+  app.say("loaded " + app.model->name + " in " + app.model->storage_name() + (app.scripted ? "" : buf));
   app.start();
 }
 
@@ -785,7 +785,9 @@ bool App::precision_combo(const char* id) {
           "How the model's weights are kept in memory. float32 takes 4 bytes a weight; bfloat16 and float16 take 2, "
           "which halves the memory each token has to read, so a big model writes faster. The arithmetic stays "
           "float32: only the stored weights are rounded, which costs a little accuracy (bfloat16 keeps float32's "
-          "range with fewer digits, float16 more digits in a smaller range). Changing it loads the model again.");
+          "range with fewer digits, float16 more digits in a smaller range). A GGUF file's quantized matrices (Q4_K, "
+          "Q8_0, ...) stay as the file stores them: only its float32 matrices follow this choice. Changing it loads "
+          "the model again.");
   return changed;
 }
 
@@ -1066,12 +1068,15 @@ void App::status_bar() {
       std::snprintf(bytes, sizeof bytes, "%.2f GB", b / 1e9);
     else
       std::snprintf(bytes, sizeof bytes, "%.*f MB", b >= 1e7 ? 0 : 1, b / 1e6);
+    // Narrower than float32 (the main storage): bfloat16, float16 or a GGUF file's quantized
+    // blocks, named with every type's share of the bytes ("Q4_K 85% + Q6_K 15%").
     const bool narrow = model->precision != ds::Precision::F32;
+    const std::string storage = model->storage_name();
     ImGui::BeginGroup();
     ImGui::Text("%s \xC2\xB7 %s \xC2\xB7", model->name.c_str(), params);
     ImGui::SameLine(0, font * 0.3f);
     ImGui::TextColored(narrow ? ImVec4(0.45f, 0.8f, 1.0f, 1) : ImGui::GetStyleColorVec4(ImGuiCol_Text), "%s",
-                       ds::precision_name(model->precision));
+                       storage.c_str());
     const bool status_shown = !status.empty() && (scripted || ImGui::GetTime() - status_time < 8);
     if (!status_shown || fb_w > font * 100) {  // the details, when a message does not need the room
       ImGui::SameLine(0, font * 0.3f);
@@ -1081,8 +1086,10 @@ void App::status_bar() {
     }
     ImGui::EndGroup();
     if (ImGui::IsItemHovered())
-      ImGui::SetTooltip("%s\nweights kept as %s%s", c.describe().c_str(), ds::precision_name(model->precision),
-                        narrow ? " (computed in float32)" : "");
+      ImGui::SetTooltip("%s\nweights kept as %s%s", c.describe().c_str(), storage.c_str(),
+                        ds::is_quantized(model->precision) ? " (decoded block by block, computed in float32)"
+                        : narrow                           ? " (computed in float32)"
+                                                           : "");
   }
   if (!act.empty()) {
     ImGui::SameLine();
@@ -1164,7 +1171,10 @@ void App::frame() {
     open_model_request = false;
   }
   if (ImGui::BeginPopupModal("Open model##tb", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
-    ImGui::TextUnformatted("A llama2.c checkpoint (.bin) or a GPT-2 folder (config.json + model.safetensors).");
+    // Two lines: the dialog sizes itself to its widest line, and must fit a 1024-pixel window.
+    ImGui::TextUnformatted(
+        "A GGUF file (.gguf: llama, qwen2, qwen3, gemma3), a llama2.c checkpoint (.bin)\n"
+        "or a GPT-2 folder (config.json + model.safetensors).");
     const bool picked = file_browser(state<FileBrowser>(), BrowseFor::Model, model_path, ImGui::GetFontSize() * 14);
     ImGui::SetNextItemWidth(ImGui::GetFontSize() * 30);
     ImGui::InputText("model", &model_path);

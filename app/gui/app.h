@@ -30,6 +30,7 @@ struct HeatmapPlacement {
   int rows = 0, cols = 0;
   int row0 = 0, col0 = 0;     // the matrix cell shown top-left (zoomed, panned or the last N tokens)
   bool causal = false;        // self-attention of a decoder: keys after the query are masked
+  int window = 0;             // causal with a sliding window: keys window or more before the query masked too
   std::vector<uint8_t> mask;  // what the window drew as masked (1 allowed)
 };
 
@@ -305,6 +306,7 @@ struct HeatmapArgs {
   bool toolbar = true;
   ImVec2 size;  // space for the controls line, cells and labels
   bool causal = false;
+  int window = 0;  // causal on a sliding-window layer: its width (for the test's checker)
   // The matrix's lineage id (App::cached, App::attention_view): while it stays the
   // same the matrix has only gained rows or columns, and only those are sent to the
   // GPU; the cells are drawn again only when the matrix, its style or the size

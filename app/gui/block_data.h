@@ -6,9 +6,10 @@
 //    subscribed (Command::Inspect): the window's trace stays compact, and a view that
 //    opens late still gets every number of every step.
 //  * block_stages: a block's stages in the order the model's Config computes them
-//    (pre- or post-norm, the cross-attention sub-layer, the feed-forward kind), each with
-//    its equation, a one-sentence explanation and the functions of
-//    core/model/reference.cpp that compute it.
+//    (pre- or post-norm, the cross-attention sub-layer, the feed-forward kind, q/k norms,
+//    norms after each sub-layer, a sliding window), each with its equation, a
+//    one-sentence explanation and the functions of core/model/reference.cpp that compute
+//    it.
 //  * reference_source: those functions' lines, embedded in the program at build time.
 #include <cstdint>
 #include <map>
@@ -19,12 +20,23 @@
 
 namespace dsgui {
 
+// Which linear maps of a decoder layer have a bias: the Config says it for every layer
+// at once (attn_bias, ffn_bias), but a file may hold some and not others (Qwen2: q, k
+// and v, no output bias).
+struct Biases {
+  bool q = false, k = false, v = false, o = false, up = false, down = false;
+  static Biases of(const ds::Config& c) {
+    return {c.attn_bias, c.attn_bias, c.attn_bias, c.attn_bias, c.ffn_bias, c.ffn_bias};
+  }
+};
+
 struct BlockSnapshot {
   uint64_t key = 0;   // the request it answers
   int layer = 0;      // decoder layer
   int pos = 0;        // the selected token's position
   int positions = 0;  // positions run (0 .. positions - 1): the prefix as of the step shown
   ds::Config cfg;
+  Biases biases;            // of the layer's weights
   std::vector<int> tokens;  // the tokens run
   // Short hook name ("resid_pre", "ln1.normalized", "attn.q", "attn.scores", "mlp.post",
   // "ln_final", ...) -> the selected position's values: [d_model], [d_ff], q [n_heads *
@@ -61,14 +73,15 @@ struct BlockSnapshot {
 std::vector<std::string> snapshot_hooks(const ds::Config& cfg, int layer);
 
 // The arithmetic of one attention score as the Block view writes it out: q . k_j of the
-// selected head over the key's head, divided by sqrt(d_head).
+// selected head over the key's head, divided by sqrt(d_head) (or times the Config's
+// attn_scale when it has one).
 struct ScoreArithmetic {
   bool ok = false;
   double dot = 0;     // q . k_j
-  double scaled = 0;  // dot / sqrt(d_head): the score before the mask
+  double scaled = 0;  // dot * Config::score_scale(): the score before the mask
   double root = 0;    // sqrt(d_head)
   bool masked = false;
-  std::string text;  // "q . k = 3.21; / sqrt(16) = 0.803"
+  std::string text;  // "q . k = 3.21; / sqrt(16) = 0.803", or "q . k = 3.21; x 0.0625 = 0.201"
 };
 ScoreArithmetic score_arithmetic(const BlockSnapshot& s, int head, int key, bool cross = false);
 
@@ -76,7 +89,9 @@ ScoreArithmetic score_arithmetic(const BlockSnapshot& s, int head, int key, bool
 enum class StageKind {
   Input,
   Norm,
+  SubNorm,  // sandwich norms: RMSNorm of a sub-layer's output before the residual add
   QKV,
+  QKNorm,  // RMSNorm over each head's q and k (then rotary)
   Scores,
   Mask,
   Softmax,
@@ -104,8 +119,12 @@ struct Stage {
   int norm = 0;                        // Norm stages: 1, 2 or 3 (ln1 / ln2 / ln3)
 };
 
-// The stages of decoder layer `layer` in the order the model computes them.
-std::vector<Stage> block_stages(const ds::Config& cfg, int layer);
+// The stages of decoder layer `layer` in the order the model computes them; biases:
+// which maps have one (null: as the Config says, Biases::of).
+std::vector<Stage> block_stages(const ds::Config& cfg, int layer, const Biases* biases = nullptr);
+// The layer's block in a line: "pre-norm, RMSNorm, q/k norms, norms after each
+// sub-layer, sliding window of 16".
+std::string block_summary(const ds::Config& cfg, int layer);
 // The title of a stage group ("Masked multi-head self-attention", ...).
 const char* group_title(int group);
 

@@ -23,7 +23,7 @@ std::string lower(std::string s) {
 
 bool wanted_file(const std::string& name, BrowseFor use) {
   const std::string ext = lower(fs::path(name).extension().string());
-  if (use == BrowseFor::Model) return ext == ".bin" || ext == ".safetensors";
+  if (use == BrowseFor::Model) return ext == ".bin" || ext == ".safetensors" || ext == ".gguf";
   if (use == BrowseFor::Trace) return ext == ".dstrace" || ext == ".json";
   return false;
 }

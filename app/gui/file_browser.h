@@ -8,7 +8,7 @@
 namespace dsgui {
 
 enum class BrowseFor {
-  Model,  // llama2.c .bin, .safetensors, and folders holding a config.json (a GPT-2 folder)
+  Model,  // llama2.c .bin, .safetensors, .gguf, and folders holding a config.json (a GPT-2 folder)
   Trace,  // .dstrace and .json
   Save,   // folders only: the file's name is typed in the box
 };

@@ -98,7 +98,7 @@ void FrameBench::report(const App& app) {
       "bench: %s (%s, engine %d thread%s), %d steps in %.2f s (%.0f ms a step, %.1f tokens/s), %zu frames "
       "while stepping: longest %.1f ms, 99th percentile %.1f ms, median %.1f ms; the window's thread ran at most "
       "%.1f ms in a frame\n",
-      app.model ? app.model->name.c_str() : "?", app.model ? ds::precision_name(app.model->precision) : "?",
+      app.model ? app.model->name.c_str() : "?", app.model ? app.model->storage_name().c_str() : "?",
       app.engine_threads, app.engine_threads == 1 ? "" : "s", steps, secs, steps ? secs * 1000 / double(steps) : 0.0,
       secs > 0 ? double(steps) / secs : 0.0, n, st.longest, st.p99, st.median, st.cpu);
   if (model_shown_at >= 0)

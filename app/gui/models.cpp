@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "io/gguf.h"
 #include "text/char_tokenizer.h"
 #include "util/error.h"
 
@@ -27,6 +28,47 @@ std::string fixture_path() {
   if (fs::exists(p, ec)) return fs::weakly_canonical(p, ec).string();
 #endif
   return "";
+}
+
+// The shared GGUF fixtures' models folder (tiny models llama.cpp made and quantized), or
+// "" when it is absent.
+std::string gguf_fixture_dir() {
+#ifdef DS_SOURCE_DIR
+  fs::path p = fs::path(DS_SOURCE_DIR) / ".." / "shared" / "fixtures" / "gguf" / "models";
+  std::error_code ec;
+  if (fs::is_directory(p, ec)) return fs::weakly_canonical(p, ec).string();
+#endif
+  return "";
+}
+
+// A few of the GGUF fixtures, one per architecture the loader reads (the shapes are in
+// the fixtures' README: d_model 256, 4 heads, grouped-query, the 512-token vocabulary of
+// aidreams260K), each offered when its file is there.
+void add_gguf_choices(std::vector<ModelChoice>& out) {
+  const std::string dir = gguf_fixture_dir();
+  if (dir.empty()) return;
+  struct Pick {
+    const char *file, *label, *help;
+  };
+  static const Pick picks[] = {
+      {"aidreams260K.gguf", "GGUF aidreams260K (F32, trained)",
+       "The trained llama2.c model aidreams260K converted to GGUF by llama.cpp, with the tokenizer the file "
+       "carries."},
+      {"llama-Q4_K_M.gguf", "GGUF llama (Q4_K_M, random weights)",
+       "A tiny llama GGUF file with seeded random weights (2 layers, Llama 3.2's rotary scaling), quantized by "
+       "llama.cpp to its default mix: Q4_K with some Q6_K. It writes nonsense; the weights stay quantized."},
+      {"qwen3-Q8_0.gguf", "GGUF qwen3 (Q8_0, random weights)",
+       "A tiny Qwen3 GGUF file with seeded random weights (2 layers, RMSNorm over each head's q and k), quantized "
+       "by llama.cpp to 8 bits a weight. It writes nonsense; every view works."},
+      {"gemma3-Q4_K_M.gguf", "GGUF gemma3 (Q4_K_M, random weights)",
+       "A tiny Gemma 3 GGUF file with seeded random weights (3 layers, sliding-window attention of 16 tokens, q/k "
+       "norms, norms after each sub-layer, a GELU-tanh gate), quantized by llama.cpp. It writes nonsense."},
+  };
+  std::error_code ec;
+  for (const Pick& p : picks) {
+    const fs::path f = fs::path(dir) / p.file;
+    if (fs::is_regular_file(f, ec)) out.push_back({p.label, f.string(), p.help});
+  }
 }
 
 ds::LoadedModel random_model(const ds::Config& c, const std::string& name, uint64_t seed, float scale,
@@ -64,6 +106,7 @@ std::vector<ModelChoice> model_choices() {
   if (std::string f = fixture_path(); !f.empty())
     out.push_back({"aidreams260K (llama2.c, trained)", f,
                    "A real 260K-parameter llama2.c model trained by its author on short generated \"dream\" texts."});
+  add_gguf_choices(out);
   out.push_back({"random decoder (tiny, characters)", "random:decoder",
                  "An untrained decoder-only model with random weights: it writes nonsense, but every view works."});
   out.push_back({"random encoder-decoder (characters)", "random:encdec",
@@ -173,7 +216,8 @@ ds::LoadedModel open_model(const std::string& spec, const std::string& tokenizer
   if (spec.empty()) throw ds::Error("no model given");
   std::string tok = tokenizer;
   std::error_code ec;
-  if (tok.empty() && !fs::is_directory(spec, ec)) {
+  const bool gguf = ds::is_gguf_file(spec);  // carries its own tokenizer
+  if (tok.empty() && !gguf && !fs::is_directory(spec, ec)) {
     // llama2.c's tinystories models ship their tokenizer as tokNNN.bin beside the model.
     fs::path dir = fs::path(spec).parent_path();
     if (!fs::exists(dir / "tokenizer.bin", ec) && fs::is_directory(dir.empty() ? "." : dir, ec)) {

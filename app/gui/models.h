@@ -1,7 +1,8 @@
 #pragma once
 // The models the window offers: the built-in ones, the shared llama2.c fixture, small
 // random models built in code (decoder-only and encoder-decoder, with a character
-// tokenizer) and anything load_model opens (llama2.c .bin files, GPT-2 folders).
+// tokenizer), the small GGUF models of the shared fixtures, and anything load_model opens
+// (GGUF files, llama2.c .bin files, GPT-2 folders).
 #include <string>
 #include <vector>
 

@@ -25,12 +25,13 @@ usage: decoderscope [--model M] [--tokenizer F] [--precision f32|bf16|f16] [--th
                     [--stage ID] [--no-kv-cache] [--bench] [--size WxH] [--presenter]
                     [--last-tokens N] [--zoom Z] [--soak N [--seed S]]
 
---model: a llama2.c .bin, a GPT-2 folder, builtin:NAME, random:decoder, random:encdec or
-  random:gpt2-small (default: builtin:stories, else builtin:dates, else the aidreams260K fixture,
-  else random:decoder).
+--model: a GGUF file (.gguf: llama, qwen2, qwen3, gemma3), a llama2.c .bin, a GPT-2 folder,
+  builtin:NAME, random:decoder, random:encdec or random:gpt2-small (default: builtin:stories,
+  else builtin:dates, else the aidreams260K fixture, else random:decoder).
 --precision: how the model's weights are kept in memory: f32 (float32, the default), bf16
   (bfloat16) or f16 (float16). 16-bit weights halve the memory each token reads; the
-  arithmetic stays float32, at a small cost in accuracy.
+  arithmetic stays float32, at a small cost in accuracy. A GGUF file's quantized matrices
+  (Q4_K, Q8_0, ...) stay as the file stores them; only its float32 matrices are narrowed.
 --threads: threads the engine computes a step with (default 1, which leaves the other
   cores to the window).
 --prompt (decoder) or --prompt as the target prefix and --source (encoder-decoder).
@@ -53,7 +54,8 @@ Scripted runs: --screenshot sets up, runs --steps steps (default 8), waits for t
   --beam W and --length-penalty A: the Beam search view's width and length penalty.
 --stage ID: the stage the Block view opens: input, ln1, attn.qkv, attn.scores, attn.mask,
   attn.softmax, attn.z, attn.out, add1, (cross_attn.* and ln2, add2), ln3, mlp.up, mlp.act,
-  mlp.down, add3, ln_final, logits or output.
+  mlp.down, add3, ln_final, logits or output; attn.qk_norm (Qwen3, Gemma 3) and post_attn,
+  post_ffn (Gemma 3's norms after each sub-layer) where the model has them.
 --no-kv-cache: generate without the KV cache: every step runs the whole sequence again (the
   same tokens, more work); the KV cache view plots the measured times of both.
 --soak N: performs N random user actions (step, back, play, scrub, views, layer and head,

@@ -63,6 +63,19 @@ void panel_attention(App& app) {
   if (!has_step(app, "No step yet: press Step (Right arrow) to run the prompt through the model.")) return;
   const float font = ImGui::GetFontSize();
   layer_head_controls(app, app.layer, app.head, "attn");
+  const int window = t.config.sliding(app.layer) ? t.config.sliding_window : 0;
+  if (window > 0) {  // Gemma 3's local layers: the mask has a second edge
+    flow(font * 11);
+    ImGui::AlignTextToFramePadding();
+    ImGui::TextColored(app.light ? ImVec4(0.1f, 0.3f, 0.7f, 1) : ImVec4(0.45f, 0.8f, 1.0f, 1), "sliding window of %d",
+                       window);
+    char tip[256];
+    std::snprintf(tip, sizeof tip,
+                  "This layer lets a token read only the last %d tokens, itself included (keys p-%d..p); older keys "
+                  "are masked like the ones after it. The model's other (global) layers read every earlier token.",
+                  window, window - 1);
+    tooltip(app, tip);
+  }
   flow(font * 6);
   int what = app.show_scores ? 1 : 0;
   ImGui::RadioButton("weights", &what, 0);
@@ -73,7 +86,9 @@ void panel_attention(App& app) {
   app.show_scores = what == 1;
   flow(font * 6);
   ImGui::Checkbox("mask only", &app.mask_only);
-  tooltip(app, "Show just the mask: where each token is allowed to look (it never looks ahead).");
+  tooltip(app, window > 0 ? "Show just the mask: where each token is allowed to look (never ahead, and in this layer "
+                            "never more than the sliding window back)."
+                          : "Show just the mask: where each token is allowed to look (it never looks ahead).");
   colour_controls(app, !app.show_scores);
   if (!app.presenter) {  // presenter mode: the map gets the room
     flow(font * 5);
@@ -106,6 +121,7 @@ void panel_attention(App& app) {
   a.selected_row = app.selected_position();
   a.value_name = app.show_scores ? "score" : "weight";
   a.causal = true;
+  a.window = window;
   a.toolbar = false;  // in the row of controls above
   ImVec2 avail = ImGui::GetContentRegionAvail();
   a.size = ImVec2(avail.x - font * 9, avail.y);
@@ -115,7 +131,14 @@ void panel_attention(App& app) {
     ImGui::Text("query %d \"%s\" reading key %d \"%s\"", hit.row, labels[hit.row].c_str(), hit.col,
                 labels[hit.col].c_str());
     if (!m.allowed(hit.row, hit.col)) {
-      ImGui::TextColored(ImVec4(0.5f, 0.7f, 1, 1), "masked: a token may not look at tokens after it");
+      if (hit.col > hit.row)
+        ImGui::TextColored(ImVec4(0.5f, 0.7f, 1, 1), "masked: a token may not look at tokens after it");
+      else if (window > 0 && hit.row - hit.col >= window)
+        ImGui::TextColored(ImVec4(0.5f, 0.7f, 1, 1),
+                           "masked: outside this layer's sliding window (query %d reads keys %d..%d)", hit.row,
+                           hit.row - window + 1, hit.row);
+      else
+        ImGui::TextColored(ImVec4(0.5f, 0.7f, 1, 1), "masked");
       ImGui::TextUnformatted(app.show_scores ? "score: -infinity, so its weight is exactly 0" : "weight: exactly 0");
     } else {
       ImGui::Text("%s: %.6f", app.show_scores ? "score" : "weight", m.at(hit.row, hit.col));

@@ -153,7 +153,7 @@ struct Flow {
 // and output vector (empty where the stage's numbers are not one vector).
 std::vector<Flow> flows(const BlockSnapshot& s, const std::vector<Stage>& stages, int head) {
   std::vector<Flow> f(stages.size());
-  const int dh = s.cfg.d_head;
+  const int dh = s.cfg.d_head, kh = head / std::max(1, s.cfg.n_heads / std::max(1, s.cfg.n_kv_heads));
   std::vector<float> stream, sub_out;
   for (size_t i = 0; i < stages.size(); ++i) {
     const Stage& st = stages[i];
@@ -172,6 +172,16 @@ std::vector<Flow> flows(const BlockSnapshot& s, const std::vector<Stage>& stages
       case StageKind::FFNDown:
         f[i].out = sub_out = hook;
         break;
+      case StageKind::SubNorm: {
+        // No point is published between this norm and the add: its output is the
+        // stream after the add (the stage's hook) minus the stream before it.
+        f[i].in = sub_out;
+        std::vector<float> d;
+        if (hook.size() == stream.size())
+          for (size_t j = 0; j < hook.size(); ++j) d.push_back(hook[j] - stream[j]);
+        f[i].out = sub_out = d;
+        break;
+      }
       case StageKind::Add:
         f[i].in = stream;
         f[i].out = sum(stream, sub_out);
@@ -185,9 +195,13 @@ std::vector<Flow> flows(const BlockSnapshot& s, const std::vector<Stage>& stages
         f[i].out = stream;
         break;
       case StageKind::QKV:
-      case StageKind::Mix:
-        f[i].out = slice(s.get(st.hook), head * dh, dh);
+      case StageKind::QKNorm:
+      case StageKind::Mix: {
+        // v (the QKV stage of a model with q/k norms) has the key/value heads.
+        const bool kv = st.hook.size() > 2 && st.hook.compare(st.hook.size() - 2, 2, ".v") == 0;
+        f[i].out = slice(s.get(st.hook), (kv ? kh : head) * dh, dh);
         break;
+      }
       case StageKind::Scores:
       case StageKind::Softmax: {
         const int S = st.group == 1 ? s.src_len : s.positions;
@@ -222,8 +236,8 @@ void stage_box(App& app, BlockState& bs, const Stage& st, const Flow& fl, ImVec2
   if (clicked) bs.stage = st.id;
   const bool sel = bs.stage == st.id;
   const float r = ImGui::GetFontSize() * 0.3f;
-  dl->AddRectFilled(
-      a, b, group_colour(st.group, st.kind == StageKind::Norm || st.kind == StageKind::FinalNorm, app.light), r);
+  const bool norm = st.kind == StageKind::Norm || st.kind == StageKind::SubNorm || st.kind == StageKind::FinalNorm;
+  dl->AddRectFilled(a, b, group_colour(st.group, norm, app.light), r);
   const ImU32 border = sel       ? IM_COL32(255, 200, 40, 255)
                        : hovered ? ImGui::GetColorU32(ImGuiCol_Text)
                                  : ImGui::GetColorU32(ImGuiCol_Border);
@@ -270,6 +284,42 @@ void arrow(ImDrawList* dl, ImVec2 a, ImVec2 b, ImU32 col) {
     dl->AddTriangleFilled(ImVec2(b.x - s, b.y - s), ImVec2(b.x - s, b.y + s), b, col);
 }
 
+// A sub-layer's frame: its title and the boxes of stages [i, j) left to right, in rows
+// when they would be too narrow for their labels (a q/k norm makes the attention seven
+// steps). Returns the frame's bottom.
+float group_frame(App& app, BlockState& bs, const std::vector<Stage>& stages, const std::vector<Flow>& fl, size_t i,
+                  size_t j, ImVec2 fa, float fw, float box_h) {
+  const float font = ImGui::GetFontSize(), title_h = font * 1.3f, sep = font * 0.6f, row_gap = font * 0.9f;
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const ImU32 line = ImGui::GetColorU32(ImGuiCol_TextDisabled);
+  const int n = int(j - i);
+  auto box_w = [&](int per_row) { return (fw - font * 0.8f - float(per_row - 1) * sep) / float(per_row); };
+  int rows = 1;
+  while (rows < n && box_w((n + rows - 1) / rows) < font * 4.5f) ++rows;
+  const int per_row = (n + rows - 1) / rows;
+  const float cw = box_w(per_row);
+  const ImVec2 fb(fa.x + fw, fa.y + title_h + float(rows) * box_h + float(rows - 1) * row_gap + font * 0.6f);
+  dl->AddRect(fa, fb, group_colour(stages[i].group, 0, false) | IM_COL32(0, 0, 0, 255), font * 0.4f, 0, 1.5f);
+  dl->AddText(ImVec2(fa.x + font * 0.4f, fa.y + font * 0.15f), ImGui::GetColorU32(ImGuiCol_Text),
+              group_title(stages[i].group));
+  ImVec2 prev;  // the previous box's top-left
+  for (int k = 0; k < n; ++k) {
+    const int r = k / per_row, c = k % per_row;
+    const ImVec2 a(fa.x + font * 0.4f + float(c) * (cw + sep), fa.y + title_h + float(r) * (box_h + row_gap));
+    stage_box(app, bs, stages[i + size_t(k)], fl[i + size_t(k)], a, ImVec2(a.x + cw, a.y + box_h));
+    if (c > 0) {
+      arrow(dl, ImVec2(a.x - sep, a.y + box_h * 0.5f), ImVec2(a.x, a.y + box_h * 0.5f), line);
+    } else if (k > 0) {  // from the end of the row above down to the start of this one
+      const float mid = a.y - row_gap * 0.5f, px = prev.x + cw * 0.5f;
+      dl->AddLine(ImVec2(px, prev.y + box_h), ImVec2(px, mid), line, 2.0f);
+      dl->AddLine(ImVec2(px, mid), ImVec2(a.x + cw * 0.5f, mid), line, 2.0f);
+      arrow(dl, ImVec2(a.x + cw * 0.5f, mid), ImVec2(a.x + cw * 0.5f, a.y), line);
+    }
+    prev = a;
+  }
+  return fb.y;
+}
+
 // The block as a diagram, top to bottom (the seeds' layout): sub-layers are frames
 // whose steps run left to right; the residual connections run down the right side.
 void diagram(App& app, BlockState& bs, const std::vector<Stage>& stages, const std::vector<Flow>& fl, bool post_norm) {
@@ -290,21 +340,9 @@ void diagram(App& app, BlockState& bs, const std::vector<Stage>& stages, const s
     if (st.group >= 0) {
       size_t j = i;
       while (j < stages.size() && stages[j].group == st.group) ++j;
-      const float top = y, title_h = font * 1.3f, fw = W - font * 2.2f;
-      const ImVec2 fa(origin.x, top), fb(origin.x + fw, top + title_h + box_h + font * 0.6f);
-      if (prev_bottom >= 0) arrow(dl, ImVec2(cx, prev_bottom), ImVec2(cx, top), line);
-      dl->AddRect(fa, fb, group_colour(st.group, 0, false) | IM_COL32(0, 0, 0, 255), font * 0.4f, 0, 1.5f);
-      dl->AddText(ImVec2(fa.x + font * 0.4f, fa.y + font * 0.15f), ImGui::GetColorU32(ImGuiCol_Text),
-                  group_title(st.group));
-      const int n = int(j - i);
-      const float cw = (fw - font * 0.8f - float(n - 1) * font * 0.6f) / float(n);
-      for (int k = 0; k < n; ++k) {
-        const ImVec2 a(fa.x + font * 0.4f + float(k) * (cw + font * 0.6f), top + title_h);
-        stage_box(app, bs, stages[i + size_t(k)], fl[i + size_t(k)], a, ImVec2(a.x + cw, a.y + box_h));
-        if (k > 0) arrow(dl, ImVec2(a.x - font * 0.6f, a.y + box_h * 0.5f), ImVec2(a.x, a.y + box_h * 0.5f), line);
-      }
-      prev_bottom = fb.y;
-      y = fb.y + gap;
+      if (prev_bottom >= 0) arrow(dl, ImVec2(cx, prev_bottom), ImVec2(cx, y), line);
+      prev_bottom = group_frame(app, bs, stages, fl, i, j, ImVec2(origin.x, y), W - font * 2.2f, box_h);
+      y = prev_bottom + gap;
       i = j;
       continue;
     }
@@ -392,19 +430,38 @@ std::vector<std::string> key_labels(App& app, const BlockSnapshot& s, bool cross
   return out;
 }
 
-void qkv_numbers(App& app, const BlockSnapshot& s, bool cross, int head) {
+void qkv_numbers(App& app, const BlockSnapshot& s, const Stage& st, int head) {
   const ds::Config& c = s.cfg;
+  const bool cross = st.group == 1;
   const int dh = c.d_head, kh = head / std::max(1, c.n_heads / std::max(1, c.n_kv_heads)), kvd = c.kv_dim();
   const std::string p = cross ? "cross_attn." : "attn.";
   char lab[96];
+  if (st.kind == StageKind::QKV && c.qk_norm && !cross) {
+    // The engine publishes q and k after the q/k norm (and rotary): the projections'
+    // own q and k are not kept, so this stage shows v alone.
+    std::snprintf(lab, sizeof lab, "v of this token, head %d", kh);
+    strip(app, lab, slice(s.get("attn.v"), kh * dh, dh));
+    ImGui::TextWrapped(
+        "q and k are published only after their norm%s: open the next stage to see them. v is "
+        "neither normalised nor rotated.",
+        c.pos == ds::PosKind::Rotary ? " and the rotation" : "");
+    return;
+  }
+  if (st.kind == StageKind::QKNorm)
+    ImGui::TextWrapped(
+        "After the norm each head's q and k would have length \u221ad_head = %.2f if every gain were 1; the gains "
+        "\u03b3 stretch each feature%s.",
+        std::sqrt(double(dh)), c.pos == ds::PosKind::Rotary ? ", and the rotation keeps the length" : "");
   std::snprintf(lab, sizeof lab, "q, head %d", head);
   strip(app, lab, slice(s.get(p + "q"), head * dh, dh));
   const std::vector<std::string> labels = key_labels(app, s, cross);
   if (!cross) {
     std::snprintf(lab, sizeof lab, "k of this token, head %d", kh);
     strip(app, lab, slice(s.get("attn.k"), kh * dh, dh));
-    std::snprintf(lab, sizeof lab, "v of this token, head %d", kh);
-    strip(app, lab, slice(s.get("attn.v"), kh * dh, dh));
+    if (st.kind == StageKind::QKV) {  // v has no norm: the q/k norm's stage leaves it out
+      std::snprintf(lab, sizeof lab, "v of this token, head %d", kh);
+      strip(app, lab, slice(s.get("attn.v"), kh * dh, dh));
+    }
   }
   ImGui::Spacing();
   const std::vector<float>& K = cross ? s.cross_k : s.k;
@@ -449,7 +506,9 @@ void key_table(App& app, BlockState& bs, const BlockSnapshot& s, const Stage& st
   const float h = std::min(ImGui::GetContentRegionAvail().y, (float(S) + 1.5f) * ImGui::GetFrameHeight());
   if (!ImGui::BeginTable("keys", 6, fl, ImVec2(0, h))) return;
   ImGui::TableSetupScrollFreeze(0, 1);
-  const char* heads[] = {"key", "token", "s = q\u00b7k/\u221ad", "+ M", "w = softmax", "w\u00b7v"};
+  const char* heads[] = {
+      "key", "token",       s.cfg.attn_scale > 0 ? "s = q\u00b7k\u00d7scale" : "s = q\u00b7k/\u221ad",
+      "+ M", "w = softmax", "w\u00b7v"};
   for (int c = 0; c < 6; ++c) ImGui::TableSetupColumn(heads[c], 0, c == 4 ? font * 9 : 0);
   ImGui::TableNextRow(ImGuiTableRowFlags_Headers);
   for (int c = 0; c < 6; ++c) {
@@ -491,8 +550,15 @@ void key_table(App& app, BlockState& bs, const BlockSnapshot& s, const Stage& st
 void ffn_numbers(App& app, const BlockSnapshot& s) {
   const std::vector<float>* pre = s.get("mlp.pre");
   const std::vector<float>* post = s.get("mlp.post");
-  strip(app, "h = x W\u2081 + b\u2081", orEmpty(pre));
-  strip(app, "a = act(h)", orEmpty(post));
+  // Gated (SwiGLU, GeGLU): the engine publishes the gate before its activation and the
+  // product; the up projection u is not published.
+  const bool gated = s.cfg.gated();
+  strip(app,
+        gated         ? "g = x W_gate (the gate)"
+        : s.biases.up ? "h = x W\u2081 + b\u2081"
+                      : "h = x W\u2081",
+        orEmpty(pre));
+  strip(app, gated ? "a = act(g) \u2299 u" : "a = act(h)", orEmpty(post));
   if (!post || post->empty()) return;
   std::vector<int> idx(post->size());
   std::iota(idx.begin(), idx.end(), 0);
@@ -504,7 +570,7 @@ void ffn_numbers(App& app, const BlockSnapshot& s) {
   const float font = ImGui::GetFontSize(), m = std::fabs((*post)[size_t(idx[0])]);
   if (!ImGui::BeginTable("neurons", 3, ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingFixedFit)) return;
   ImGui::TableSetupColumn("neuron");
-  ImGui::TableSetupColumn("h (before)");
+  ImGui::TableSetupColumn(gated ? "g (gate)" : "h (before)");
   ImGui::TableSetupColumn("a (after the activation)", 0, font * 12);
   ImGui::TableHeadersRow();
   for (size_t i = 0; i < std::min<size_t>(12, idx.size()); ++i) {
@@ -594,6 +660,23 @@ void vector_numbers(App& app, const BlockSnapshot& s, const Stage& st, const Flo
       strip(app, "normalised", fl.out);
       break;
     }
+    case StageKind::SubNorm: {
+      const bool attn = st.norm == 1;
+      strip(app, attn ? "attn_out (the attention's output)" : "mlp_out (the FFN's output)", fl.in);
+      if (!fl.in.empty()) {
+        double ms = 0;
+        for (float v : fl.in) ms += double(v) * v;
+        ms /= double(fl.in.size());
+        ImGui::Text("\u221a(mean(x\u00b2) + \u03b5) = %.4f:  x is divided by it, then \u2299 \u03b3",
+                    std::sqrt(ms + double(s.cfg.norm_eps)));
+      }
+      strip(app, "normalised", fl.out);
+      ImGui::TextWrapped(
+          "No hook point lies between this norm and the add, so \"normalised\" is derived: %s minus %s, the "
+          "stream after the add minus the stream before it (to float32 rounding).",
+          attn ? "resid_mid" : "resid_post", attn ? "resid_pre" : "resid_mid");
+      break;
+    }
     case StageKind::Add: {
       strip(app, "x (the stream)", fl.in);
       std::vector<float> added;
@@ -624,7 +707,8 @@ void block_numbers(App& app, BlockState& bs, const BlockSnapshot& s, const Stage
   const int dh = s.cfg.d_head;
   switch (st.kind) {
     case StageKind::QKV:
-      qkv_numbers(app, s, st.group == 1, head);
+    case StageKind::QKNorm:
+      qkv_numbers(app, s, st, head);
       break;
     case StageKind::Mask:
       if (st.group == 0) mask_matrix(app, s);
@@ -721,7 +805,7 @@ void panel_block(App& app) {
     ImGui::TextColored(ImVec4(1, 0.5f, 0.4f, 1), "%s", s->error.c_str());
     return;
   }
-  const std::vector<Stage> stages = block_stages(s->cfg, s->layer);
+  const std::vector<Stage> stages = block_stages(s->cfg, s->layer, &s->biases);
   const std::vector<Flow> fl = flows(*s, stages, head);
   size_t open = 0;
   for (size_t i = 0; i < stages.size(); ++i)
@@ -734,9 +818,9 @@ void panel_block(App& app) {
   const ImVec2 avail = ImGui::GetContentRegionAvail();
   const float dw = std::clamp(avail.x * 0.40f, font * 22, font * 36);
   ImGui::BeginChild("diagram", ImVec2(dw, avail.y), false);
-  ImGui::TextDisabled("Layer %d of %d: %s, %s", s->layer, cfg.n_layers,
-                      s->cfg.norm_place == ds::NormPlace::Post ? "post-norm (Add & Norm)" : "pre-norm",
-                      s->cfg.norm == ds::NormKind::LayerNorm ? "LayerNorm" : "RMSNorm");
+  ImGui::PushTextWrapPos(0);
+  ImGui::TextDisabled("Layer %d of %d: %s", s->layer, cfg.n_layers, block_summary(s->cfg, s->layer).c_str());
+  ImGui::PopTextWrapPos();
   diagram(app, bs, stages, fl, s->cfg.norm_place == ds::NormPlace::Post);
   ImGui::EndChild();
   ImGui::SameLine();

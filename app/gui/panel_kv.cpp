@@ -74,7 +74,7 @@ namespace {
 // bottom, rows [new0, new1) outlined as appended by the step shown.
 void cache_cells(App& app, const char* title, const std::vector<float>& m, int rows, int stride, int offset, int cols,
                  int new0, int new1, const std::vector<std::string>& labels, float width, float height,
-                 bool cached = true) {
+                 bool cached = true, int first_read = 0) {
   const float font = ImGui::GetFontSize();
   ImGui::BeginGroup();
   ImGui::TextUnformatted(title);
@@ -109,7 +109,9 @@ void cache_cells(App& app, const char* title, const std::vector<float>& m, int r
     if (fresh)
       dl->AddRect(ImVec2(p.x + lw - 2, y - 1), ImVec2(p.x + lw + float(cols) * cw + 1, y + ch + 1),
                   IM_COL32(255, 200, 40, 255), 0, 0, 2);
-    const char* t = fresh ? "+ new" : r < new0 ? (cached ? "read" : "again") : "";
+    // Rows before first_read (a sliding-window layer) stay in the cache but no query of
+    // this step reads them.
+    const char* t = fresh ? "+ new" : r < new0 ? (!cached ? "again" : r < first_read ? "unread" : "read") : "";
     dl->AddText(ImGui::GetFont(), fs, ImVec2(p.x + lw + float(cols) * cw + font * 0.4f, y + (ch - fs) * 0.5f),
                 fresh ? IM_COL32(255, 200, 40, 255) : ImGui::GetColorU32(ImGuiCol_TextDisabled), t);
   }
@@ -178,7 +180,12 @@ void cost_panel(App& app, KvState& st, int positions, int new0) {
   const ds::Config& cfg = app.trace.config;
   ds::CostOptions co;
   co.src_len = int(app.trace.source.size());
-  if (app.model && app.model->precision != ds::Precision::F32) co.bytes_per_weight = 2;
+  // Bytes a weight: 2 for 16-bit weights; a GGUF file's quantized blocks, their mean over
+  // every parameter as stored (Q4_K_M: about 0.6).
+  if (app.model && ds::is_quantized(app.model->precision) && app.model->params > 0)
+    co.bytes_per_weight = double(app.model->weight_bytes) / double(app.model->params);
+  else if (app.model && app.model->precision != ds::Precision::F32)
+    co.bytes_per_weight = 2;
   const ds::StepCost now_c = ds::cached_step_cost(cfg, positions - 1, co);
   const ds::StepCost now_f = ds::uncached_step_cost(cfg, positions - 1, co);
   double cum_c = 0, cum_f = 0;
@@ -258,6 +265,30 @@ void cost_panel(App& app, KvState& st, int positions, int new0) {
   two_curves(app, "##ms", "ms", st.measured[0], st.measured[1], positions - 1, ImVec2(w, font * 8));
 }
 
+// What the step did to the cache, in a sentence (a sliding-window layer reads back only
+// the last rows).
+void step_text(const BlockSnapshot* s, bool kv_cache, int positions, int new0) {
+  const int unread = s && s->error.empty() ? std::min(new0, s->cfg.first_key(s->layer, new0)) : 0;
+  if (kv_cache && unread > 0)
+    ImGui::TextWrapped(
+        "This step ran %d new token%s through the model and appended %s row%s to every layer's cache "
+        "(outlined); of the %d rows above, this layer's sliding window read back the last %d from the cache, "
+        "not computed again.",
+        positions - new0, positions - new0 == 1 ? "" : "s", positions - new0 == 1 ? "one" : "these",
+        positions - new0 == 1 ? "" : "s", new0, new0 - unread);
+  else if (kv_cache)
+    ImGui::TextWrapped(
+        "This step ran %d new token%s through the model and appended %s row%s to every layer's cache "
+        "(outlined); the %d rows above were read back from the cache, not computed again.",
+        positions - new0, positions - new0 == 1 ? "" : "s", positions - new0 == 1 ? "one" : "these",
+        positions - new0 == 1 ? "" : "s", new0);
+  else
+    ImGui::TextWrapped(
+        "Made without the KV cache: this step ran all %d tokens through the model again and computed "
+        "every row of keys and values anew, the %d older ones included; only the last row is new.",
+        positions, new0);
+}
+
 }  // namespace
 
 void panel_kv(App& app) {
@@ -313,10 +344,19 @@ void panel_kv(App& app) {
     const float hh = avail.y - font * 4.5f - (ed ? font * (5.5f + 0.95f * float(s->src_len)) : 0);
     char t[96];
     std::snprintf(t, sizeof t, "Keys K, layer %d head %d  [%d x %d]", s->layer, head, rows, dh);
-    cache_cells(app, t, s->k, rows, kvd, head * dh, dh, new0, positions, labels, left * 0.5f - font, hh, step.kv_cache);
+    // A sliding-window layer: the step's first query reads no row before this one.
+    const int first_read = s->cfg.first_key(s->layer, new0);
+    cache_cells(app, t, s->k, rows, kvd, head * dh, dh, new0, positions, labels, left * 0.5f - font, hh, step.kv_cache,
+                first_read);
     ImGui::SameLine();
     std::snprintf(t, sizeof t, "Values V  [%d x %d]", rows, dh);
-    cache_cells(app, t, s->v, rows, kvd, head * dh, dh, new0, positions, labels, left * 0.5f - font, hh, step.kv_cache);
+    cache_cells(app, t, s->v, rows, kvd, head * dh, dh, new0, positions, labels, left * 0.5f - font, hh, step.kv_cache,
+                first_read);
+    if (s->cfg.sliding(s->layer))
+      ImGui::TextWrapped(
+          "Layer %d has a sliding window of %d: a query at position p reads rows p-%d..p only. Older rows "
+          "stay in the cache (\"unread\") but no query of this step reads them.",
+          s->layer, s->cfg.sliding_window, s->cfg.sliding_window - 1);
     const double bytes = 2.0 * s->cfg.n_layers * rows * kvd * 4;
     ImGui::TextDisabled("The whole cache: 2 (K and V) x %d layers x %d positions x %d = %.0f floats, %.1f KB",
                         s->cfg.n_layers, rows, kvd, bytes / 4, bytes / 1024);
@@ -338,17 +378,7 @@ void panel_kv(App& app) {
   ImGui::EndChild();
   ImGui::SameLine();
   ImGui::BeginChild("cost", ImVec2(0, avail.y), false);
-  if (step.kv_cache)
-    ImGui::TextWrapped(
-        "This step ran %d new token%s through the model and appended %s row%s to every layer's cache "
-        "(outlined); the %d rows above were read back from the cache, not computed again.",
-        positions - new0, positions - new0 == 1 ? "" : "s", positions - new0 == 1 ? "one" : "these",
-        positions - new0 == 1 ? "" : "s", new0);
-  else
-    ImGui::TextWrapped(
-        "Made without the KV cache: this step ran all %d tokens through the model again and computed "
-        "every row of keys and values anew, the %d older ones included; only the last row is new.",
-        positions, new0);
+  step_text(s, step.kv_cache, positions, new0);
   cost_panel(app, st, positions, new0);
   ImGui::EndChild();
 }

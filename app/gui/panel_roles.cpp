@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "app.h"
+#include "model/mask.h"
 #include "probe/heads.h"
 
 namespace dsgui {
@@ -108,6 +109,9 @@ void probe_pattern(App& app, RolesState& st, const RolesAnswer& ra, ImVec2 size)
   const ds::MatRM& P = r.patterns[idx];
   const int T = int(P.rows());
   if (T == 0 || P.cols() != T) return;
+  // The layer's mask: causal, and on a sliding-window layer the window's edge too.
+  const ds::Config& cfg = app.model ? app.model->cfg : app.trace.config;
+  const int window = cfg.sliding(st.layer) ? cfg.sliding_window : 0;
   auto& e = app.cached("roles", ra.spec + "/" + std::to_string(idx), [&] {
     Matrix m;
     m.rows = m.cols = T;
@@ -116,7 +120,7 @@ void probe_pattern(App& app, RolesState& st, const RolesAnswer& ra, ImVec2 size)
     for (int i = 0; i < T; ++i)
       for (int j = 0; j < T; ++j) {
         m.v[size_t(i) * T + j] = float(P(i, j));
-        m.mask[size_t(i) * T + j] = j <= i;
+        m.mask[size_t(i) * T + j] = ds::may_attend(ds::AttnKind::Causal, i, j, {}, -1, window);
       }
     m.lo = 0, m.hi = 1, m.vmin = 0, m.vmax = 1;
     return m;
@@ -131,6 +135,7 @@ void probe_pattern(App& app, RolesState& st, const RolesAnswer& ra, ImVec2 size)
   a.style.cmap = app.cmap;
   a.style.vmin = 0, a.style.vmax = 1;
   a.causal = true;
+  a.window = window;
   a.size = size;
   a.min_cell = 3;  // the 101-token probe: cells stay visible (the pane scrolls, or zoom)
   const HeatmapHit hit = heatmap_widget(app, "roles", a);

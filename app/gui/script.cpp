@@ -188,6 +188,7 @@ void write_sidecar(const std::string& path, const App& app, const Options& o, in
   f << "],\n";
   f << "  \"block_ok\": " << (block_ok(const_cast<App&>(app)) ? "true" : "false") << ",\n";
   f << "  \"precision\": \"" << (app.model ? ds::precision_name(app.model->precision) : "") << "\",\n";
+  f << "  \"storage\": \"" << (app.model ? app.model->storage_name() : "") << "\",\n";
   f << "  \"view_rect\": [" << app.view_rect.x << ", " << app.view_rect.y << ", " << app.view_rect.z << ", "
     << app.view_rect.w << "],\n";
   f << "  \"steps\": " << app.trace.steps.size() << ", \"cursor\": " << app.cursor << ",\n  \"tokens\": [";
@@ -208,7 +209,7 @@ void write_sidecar(const std::string& path, const App& app, const Options& o, in
     f << (i ? ",\n" : "\n") << "    {\"name\": \"" << p.name << "\", \"x\": " << p.x << ", \"y\": " << p.y
       << ", \"cell_w\": " << p.cell_w << ", \"cell_h\": " << p.cell_h << ", \"rows\": " << p.rows
       << ", \"cols\": " << p.cols << ", \"row0\": " << p.row0 << ", \"col0\": " << p.col0
-      << ", \"causal\": " << (p.causal ? "true" : "false") << ", \"mask\": [";
+      << ", \"causal\": " << (p.causal ? "true" : "false") << ", \"window\": " << p.window << ", \"mask\": [";
     for (size_t j = 0; j < p.mask.size(); ++j) f << (j ? "," : "") << int(p.mask[j]);
     f << "]}";
   }

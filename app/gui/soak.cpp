@@ -160,6 +160,12 @@ bool SoakRun::check(double t, int gl_errors) {
       std::fprintf(stderr, "soak: refused as expected: %s\n", app_.error.c_str());
     app_.error.clear();
   }
+  // The dialog of a problem (a trace that cannot be opened): the same rule, then OK.
+  if (!app_.alert_text.empty()) {
+    if (!may_refuse_) return fail("the window alerts: " + app_.alert_text);
+    ++refusals_;
+    app_.alert_text.clear();
+  }
   const int n = int(app_.trace.steps.size());
   most_steps_ = std::max(most_steps_, n);
   if (app_.cursor < -1 || app_.cursor >= n || (n > 0 && app_.cursor < 0 && !app_.replay))

@@ -3,8 +3,9 @@
 // scrub, views, layer and head, fork, heads off, re-draw, sampler settings, prompts,
 // save and reopen a trace, models, window size, theme and text size) through the App
 // functions the widgets call, with frames drawn between them. The first failure (an
-// exception, an error that is not an expected refusal, an OpenGL error, an abort such
-// as an ImGui assertion, a hang) ends the run with the action's number and kind.
+// exception, an error or a problem dialog that is not an expected refusal, an OpenGL
+// error, an abort such as an ImGui assertion, a hang) ends the run with the action's
+// number and kind.
 #include <array>
 #include <cstdint>
 #include <functional>

@@ -88,10 +88,12 @@ Matrix attention_step_rows(const ds::Trace& t, int layer, int head, int step, bo
     for (int r = 0; r < Ts && r < T; ++r)
       for (int j = 0; j < Ss && j < S; ++j) m.mask[size_t(r) * S + j] = std::isfinite(sc->at(int64_t(r) * Ss + j));
   } else {
+    // The rule, with the sliding window of the layer when it has one (cross-attention never).
     const ds::AttnKind kind = cross ? ds::AttnKind::Cross : ds::AttnKind::Causal;
+    const int window = !cross && cfg.sliding(layer) ? cfg.sliding_window : 0;
     for (int r = 0; r < T; ++r)
       for (int j = 0; j < S; ++j)
-        m.mask[size_t(r) * S + j] = ds::may_attend(kind, st.pos0 + r, j, t.source, cfg.pad_id);
+        m.mask[size_t(r) * S + j] = ds::may_attend(kind, st.pos0 + r, j, t.source, cfg.pad_id, window);
   }
   if (scores)  // masked scores are -inf; keep the texture finite
     for (float& v : m.v)
@@ -424,6 +426,10 @@ std::string visible(const std::string& piece) {
     if (c == 0xC4 && i + 1 < s.size() && (unsigned char)s[i + 1] == 0xA0) {
       out += g_unicode ? "\xE2\x90\xA3" : "_";
       ++i;
+    } else if (c == 0xE2 && i + 2 < s.size() && (unsigned char)s[i + 1] == 0x96 && (unsigned char)s[i + 2] == 0x81) {
+      // SentencePiece's space marker U+2581 (the pieces of a GGUF file's vocabulary).
+      out += g_unicode ? "\xE2\x90\xA3" : "_";
+      i += 2;
     } else if (c == 0xC4 && i + 1 < s.size() && (unsigned char)s[i + 1] == 0x8A) {
       out += g_unicode ? "\xE2\x8F\x8E" : "\\n";
       ++i;

@@ -101,7 +101,8 @@ int step_sampling_at(const ds::Trace& t, int pos);
 // Whether the font can show the symbols below (set once the font is loaded).
 void set_unicode_font(bool yes);
 bool unicode_font();
-// A token piece with whitespace made visible: space -> open box, newline -> return
+// A token piece with whitespace made visible: space (and the space markers of GPT-2's
+// and SentencePiece's vocabularies, U+0120 and U+2581) -> open box, newline -> return
 // symbol, tab -> arrow; byte tokens like <0x0A> read as the byte they stand for.
 std::string visible(const std::string& piece);
 // Shortened to at most n characters (UTF-8 aware), with an ellipsis.

@@ -24,7 +24,8 @@ namespace {
 const ViewInfo kViews[] = {
     {"attention", "Attention",
      "Each row is a token reading earlier tokens: the brighter a cell, the more that token looks at the one in "
-     "its column. Hatched cells are masked: a token may not look at tokens that come after it.",
+     "its column. Hatched cells are masked: a token may not look at tokens that come after it (nor, in a "
+     "sliding-window layer, too far back).",
      panel_attention},
     {"heads", "All heads",
      "Every attention head of every layer at once, as small maps: click one to open it, right-click to switch it "

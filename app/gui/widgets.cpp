@@ -409,6 +409,7 @@ void add_placement(App& app, const char* name, const HeatmapArgs& a, const MapLa
   pl.row0 = l.row0;
   pl.col0 = l.col0;
   pl.causal = a.causal;
+  pl.window = a.window;
   if (m.mask.size() == size_t(m.rows) * size_t(m.cols)) {
     pl.mask.reserve(size_t(l.rows) * size_t(l.cols));
     for (int r = l.row0; r < l.row0 + l.rows; ++r)

@@ -202,6 +202,7 @@ void Worker::load(const Command& c) {
   info->source = default_source(lm_);
   info->params = lm_.model->w.parameter_count();
   info->precision = lm_.model->w.precision();
+  info->storage = lm_.storage;
   info->weight_bytes = lm_.model->w.bytes();
   info->load_seconds = since(t0);
   Event done;
@@ -455,6 +456,12 @@ void Worker::inspect(const Command& c) {
     if (n == 0) throw ds::Error("there is no token yet: press Step");
     if (n > cfg.max_seq) throw ds::Error("the trace is longer than this model's context");
     if (c.layer < 0 || c.layer >= cfg.n_layers) throw ds::Error("no such layer");
+    // The biases this layer's weights hold (a file may have some and not others).
+    if (size_t(c.layer) < lm_.model->w.blocks.size()) {
+      const ds::Block& b = lm_.model->w.blocks[size_t(c.layer)];
+      a->biases = {b.attn.q.b.size() > 0, b.attn.k.b.size() > 0, b.attn.v.b.size() > 0,
+                   b.attn.o.b.size() > 0, b.ffn.up.b.size() > 0, b.ffn.down.b.size() > 0};
+    }
     if (c.pos < 0 || c.pos >= n) throw ds::Error("no such position");
     for (int id : c.tokens)
       if (id < 0 || id >= cfg.vocab_size) throw ds::Error("a token of the trace is outside this model's vocabulary");

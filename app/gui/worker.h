@@ -21,6 +21,7 @@
 #include "sample/sampler.h"
 #include "session/beam.h"
 #include "session/session.h"
+#include "util/precision.h"
 
 namespace dsgui {
 
@@ -32,7 +33,10 @@ struct ModelInfo {
   int64_t params = 0;
   double load_seconds = 0;
   ds::Precision precision = ds::Precision::F32;  // storage of the large weight matrices
+  std::string storage;                           // GGUF: every storage type's share ("Q4_K 85% + Q6_K 15%"), else ""
   int64_t weight_bytes = 0;                      // bytes of every parameter as stored
+  // What the status line names: the storage of a GGUF model, else the precision.
+  std::string storage_name() const { return storage.empty() ? ds::precision_name(precision) : storage; }
 };
 
 // The logit lens at one position: what each layer's residual stream would predict if

@@ -109,10 +109,16 @@ PosKind pos_kind_from_string(const std::string& s) {
                        "pos");
 }
 FFNKind ffn_kind_from_string(const std::string& s) {
-  return pick<FFNKind>(
-      s,
-      {{"gelu", FFNKind::GELU}, {"gelu_tanh", FFNKind::GELUTanh}, {"relu", FFNKind::ReLU}, {"swiglu", FFNKind::SwiGLU}},
-      "ffn");
+  return pick<FFNKind>(s,
+                       {{"gelu", FFNKind::GELU},
+                        {"gelu_tanh", FFNKind::GELUTanh},
+                        {"relu", FFNKind::ReLU},
+                        {"swiglu", FFNKind::SwiGLU},
+                        {"geglu", FFNKind::GeGLU}},
+                       "ffn");
+}
+RopeStyle rope_style_from_string(const std::string& s) {
+  return pick<RopeStyle>(s, {{"interleaved", RopeStyle::Interleaved}, {"half", RopeStyle::Half}}, "rope_style");
 }
 
 int json_int(const json& obj, const std::string& key) { return to_int(need(obj, key), key); }
@@ -135,6 +141,28 @@ std::string json_string(const json& obj, const std::string& key, const std::stri
   const json* v = lookup(obj, key);
   return v ? to_str(*v, key) : def;
 }
+
+namespace {
+// The llama-family options of a config (absent: the defaults).
+void read_llama_family(const json& j, Config& c, RopeStyle style) {
+  c.rope_style = style;
+  c.rope_scale = json_float(j, "rope_scale", 1.0f);
+  if (const json* f = lookup(j, "rope_freq_factors")) {
+    if (!f->is_array() || f->size() > 65536) bad("rope_freq_factors", "must be an array of numbers");
+    for (const json& x : *f) c.rope_freq_factors.push_back(to_float(x, "rope_freq_factors"));
+  }
+  c.qk_norm = json_bool(j, "qk_norm", false);
+  c.sandwich_norm = json_bool(j, "sandwich_norm", false);
+  c.attn_scale = json_float(j, "attn_scale", 0.0f);
+  c.logit_softcap = json_float(j, "logit_softcap", 0.0f);
+  c.sliding_window = json_int(j, "sliding_window", 0);
+  if (const json* l = lookup(j, "sliding_layers")) {
+    if (!l->is_array() || l->size() > 4096) bad("sliding_layers", "must be an array of 0 and 1, one per layer");
+    for (const json& x : *l) c.sliding_layers.push_back(uint8_t(to_int(x, "sliding_layers") != 0));
+  }
+  c.rope_theta_local = json_float(j, "rope_theta_local", 10000.0f);
+}
+}  // namespace
 
 json config_to_json(const Config& c) {
   json j = json::object();
@@ -165,6 +193,25 @@ json config_to_json(const Config& c) {
   j["bos_id"] = c.bos_id;
   j["eos_id"] = c.eos_id;
   j["pad_id"] = c.pad_id;
+  // The llama-family options, written only when they differ from the defaults (so the
+  // configs of other models read as they always did).
+  const Config d;
+  if (c.rope_style != d.rope_style) j["rope_style"] = to_string(c.rope_style);
+  if (c.rope_scale != d.rope_scale) j["rope_scale"] = float_json(c.rope_scale);
+  if (!c.rope_freq_factors.empty()) {
+    json f = json::array();
+    for (float x : c.rope_freq_factors) f.push_back(float_json(x));
+    j["rope_freq_factors"] = f;
+  }
+  if (c.qk_norm) j["qk_norm"] = true;
+  if (c.sandwich_norm) j["sandwich_norm"] = true;
+  if (c.attn_scale != d.attn_scale) j["attn_scale"] = float_json(c.attn_scale);
+  if (c.logit_softcap != d.logit_softcap) j["logit_softcap"] = float_json(c.logit_softcap);
+  if (c.sliding_window > 0) {
+    j["sliding_window"] = c.sliding_window;
+    j["sliding_layers"] = c.sliding_layers;
+    j["rope_theta_local"] = float_json(c.rope_theta_local);
+  }
   return j;
 }
 
@@ -180,8 +227,8 @@ Config config_from_json(const json& j) {
   c.vocab_size = json_int(j, "vocab_size");
   c.max_seq = json_int(j, "max_seq");
   c.max_src = json_int(j, "max_src");
-  auto enum_field = [&](const char* key, auto parse) {
-    const std::string s = json_string(j, key);
+  auto enum_field = [&](const char* key, auto parse, const char* def = nullptr) {
+    const std::string s = def ? json_string(j, key, def) : json_string(j, key);
     try {
       return parse(s);
     } catch (const Error& e) {
@@ -207,6 +254,7 @@ Config config_from_json(const json& j) {
   c.pad_id = json_int(j, "pad_id");
   for (auto [key, id] : {std::pair<const char*, int>{"bos_id", c.bos_id}, {"eos_id", c.eos_id}, {"pad_id", c.pad_id}})
     if (id < -1) bad(key, "must be a token id or -1 (none), is " + std::to_string(id));
+  read_llama_family(j, c, enum_field("rope_style", rope_style_from_string, "interleaved"));
   c.validate();
   return c;
 }

@@ -51,7 +51,10 @@ StepCost rows_cost(const Config& c, int p, int n, bool cached, const CostOptions
   s.ffn_macs = m.L * rows * m.ffn();
   s.head_macs = m.V * m.d;
   s.weight_bytes = o.bytes_per_weight * (m.L * (m.self_proj() + m.cross_proj() + m.ffn()) + m.V * m.d);
-  s.cache_bytes = cached ? o.bytes_per_value * m.L * 2 * (p + 1.0) * m.kv : 0;
+  // The cached keys and values a step reads: p + 1 a layer, the window's on sliding layers.
+  double cached_rows = 0;
+  for (int l = 0; l < c.n_layers; ++l) cached_rows += c.sliding(l) ? std::min(p + 1, c.sliding_window) : p + 1.0;
+  s.cache_bytes = cached ? o.bytes_per_value * 2 * cached_rows * m.kv : 0;
   s.cross_bytes = o.bytes_per_value * m.L * 2 * S * m.kv;
   return s;
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The window's test: scripted runs under Xvfb take a screenshot of every view and the
 # pictures themselves are checked by ds_png_check (not blank; no OpenGL error; in the
-# causal heatmap every cell above the diagonal, and only those, has the mask colour;
+# causal heatmap every cell above the diagonal, and only those, has the mask colour, and
+# on a sliding-window layer also the cells the window leaves out;
 # the cross-attention heatmap has none); stepping back then forward gives the same
 # picture byte for byte; a saved trace replays with every view working.
 # usage: gui_test.sh DECODERSCOPE DS_PNG_CHECK OUT_DIR      (exit 77: skipped)
@@ -273,6 +274,46 @@ fi
 if run kv_nocache "${ENC[@]}" --view kv --no-kv-cache; then
   check blank "$OUT/kv_nocache.png"
   block_ok kv_nocache
+fi
+
+# GGUF files (the shared fixtures' tiny models, made and quantized by llama.cpp; their
+# vocabulary is aidreams260K's): Gemma 3's first layer has a sliding window of 16, so
+# 37 positions show the mask's second edge; the Block view draws its q/k norms, sandwich
+# norms and GELU-tanh gate; the status line names the file's storage types.
+GGUF="$(dirname "$0")/../../../shared/fixtures/gguf/models"
+if [ -f "$GGUF/gemma3-Q4_K_M.gguf" ]; then
+  GEMMA=(--model "$GGUF/gemma3-Q4_K_M.gguf" --prompt "Once upon a time" --steps 24)
+  if run gguf_gemma3_attention "${GEMMA[@]}" --view attention --layer 0 --head 1; then
+    check blank "$OUT/gguf_gemma3_attention.png"
+    check heatmap "$OUT/gguf_gemma3_attention.png" attention window:16
+    if grep -q '"storage": "Q4_K [0-9]*% + Q6_K [0-9]*%"' "$OUT/gguf_gemma3_attention.png.json"; then
+      passed=$((passed + 1))
+    else
+      echo "FAIL gguf_gemma3_attention: the window does not name the storage Q4_K + Q6_K"
+      failed=$((failed + 1))
+    fi
+  fi
+  # A saved trace of it replays with the window's mask (the trace keeps the Config).
+  if run gguf_gemma3_mask "${GEMMA[@]}" --view attention --layer 0 --mask-only --light \
+      --save-trace "$OUT/trace_gemma3.dstrace"; then
+    check heatmap "$OUT/gguf_gemma3_mask.png" attention window:16
+    if run gguf_gemma3_replay --trace "$OUT/trace_gemma3.dstrace" --view attention --layer 0 --head 1; then
+      check heatmap "$OUT/gguf_gemma3_replay.png" attention window:16
+    fi
+  fi
+  if run gguf_gemma3_block "${GEMMA[@]}" --view block --layer 0 --head 1 --stage attn.mask; then
+    check blank "$OUT/gguf_gemma3_block.png"
+    block_ok gguf_gemma3_block
+  fi
+  for m in llama-Q4_K_M qwen3-Q8_0; do
+    if run "gguf_$m" --model "$GGUF/$m.gguf" --prompt "Once upon a time" --steps 8 --precision bf16 \
+        --view block --stage attn.scores; then
+      check blank "$OUT/gguf_$m.png"
+      block_ok "gguf_$m"
+    fi
+  done
+else
+  echo "note: $GGUF is absent; the GGUF runs are skipped"
 fi
 
 # The stories model: the Head roles view opens the strongest induction head, the same

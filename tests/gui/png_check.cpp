@@ -1,6 +1,8 @@
 // Checks the screenshots of the window (tests/gui/gui_test.sh):
 //   ds_png_check blank   SHOT.png                 not blank, and SHOT.png.json says no GL error
 //   ds_png_check heatmap SHOT.png NAME causal     cells above the diagonal, and only those, have the mask colour
+//   ds_png_check heatmap SHOT.png NAME window:N   causal with a sliding window of N: the cells above the
+//                                                 diagonal and those N or more keys before the query
 //   ds_png_check heatmap SHOT.png NAME nomask     no cell has the mask colour
 //   ds_png_check cover   SHOT.png NAME FRACTION   the heatmap is inside the window and spans FRACTION of its
 //                                                 width or of its height
@@ -145,10 +147,14 @@ int check_heatmap(const std::string& path, const std::string& name, const std::s
     }
     return best;
   };
+  // window:N: a sliding-window layer (model/mask.h): query q reads keys q-N+1 .. q.
+  const int window = rule.rfind("window:", 0) == 0 ? std::atoi(rule.c_str() + 7) : 0;
+  const bool causal = rule == "causal" || window > 0;
   int bad = 0, masked = 0;
   for (int r = 0; r < rows; ++r)
     for (int c = 0; c < cols; ++c) {
-      const bool expect = rule == "causal" ? c + col0 > r + row0 : false;
+      const int q = r + row0, k = c + col0;
+      const bool expect = causal && (k > q || (window > 0 && q - k >= window));
       const int cx = int(x0 + (c + 0.5) * cw), cy = int(y0 + (r + 0.5) * ch);
       // The centre and its 8 neighbours must all agree.
       int n_mask = 0, n_clear = 0;
@@ -265,13 +271,14 @@ int check_same_view(const std::string& a, const std::string& b) {
 int main(int argc, char** argv) {
   std::vector<std::string> a(argv + 1, argv + argc);
   if (a.size() == 2 && a[0] == "blank") return check_blank(a[1]);
-  if (a.size() == 4 && a[0] == "heatmap" && (a[3] == "causal" || a[3] == "nomask"))
+  if (a.size() == 4 && a[0] == "heatmap" &&
+      (a[3] == "causal" || a[3] == "nomask" || (a[3].rfind("window:", 0) == 0 && std::atoi(a[3].c_str() + 7) > 0)))
     return check_heatmap(a[1], a[2], a[3]);
   if (a.size() == 3 && a[0] == "same") return check_same(a[1], a[2]);
   if (a.size() == 3 && a[0] == "same-view") return check_same_view(a[1], a[2]);
   if (a.size() == 4 && a[0] == "cover") return check_cover(a[1], a[2], a[3]);
   std::fprintf(stderr,
-               "usage: ds_png_check blank SHOT.png | heatmap SHOT.png NAME causal|nomask | same A.png B.png | "
+               "usage: ds_png_check blank SHOT.png | heatmap SHOT.png NAME causal|window:N|nomask | same A.png B.png | "
                "same-view A.png B.png | cover SHOT.png NAME FRACTION\n");
   return 2;
 }

@@ -7,11 +7,13 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
 #include "block_data.h"
+#include "model/mask.h"
 #include "models.h"
 #include "session/session.h"
 #include "worker.h"
@@ -34,6 +36,26 @@ int index_of(const std::vector<Stage>& s, const std::string& id) {
   for (size_t i = 0; i < s.size(); ++i)
     if (s[i].id == id) return int(i);
   return -1;
+}
+
+// Gemma 3's block (model/config.h): RMSNorm pre-norm, rotary (half style), q/k norms,
+// sandwich norms, a GELU-tanh gate, no biases; a sliding window of 4 on layer 0, layer 1
+// global.
+ds::Config gemma_like() {
+  ds::Config c = config(false, false, true);
+  c.norm = ds::NormKind::RMSNorm, c.pos = ds::PosKind::Rotary, c.rope_style = ds::RopeStyle::Half;
+  c.ffn = ds::FFNKind::GeGLU, c.attn_bias = c.ffn_bias = c.norm_bias = false;
+  c.n_kv_heads = 2, c.qk_norm = true, c.sandwich_norm = true, c.scale_embed = true;
+  c.sliding_window = 4, c.sliding_layers = {1, 0};
+  c.validate();
+  return c;
+}
+
+// The stages' ids in order.
+std::vector<std::string> ids(const std::vector<Stage>& s) {
+  std::vector<std::string> out;
+  for (const Stage& st : s) out.push_back(st.id);
+  return out;
 }
 
 // Pre-norm: x += f(ln(x)), the norm before its sub-layer; post-norm: x = ln(x + f(x)),
@@ -71,6 +93,122 @@ TEST(BlockStages, FollowTheBlockLayoutOfTheConfig) {
       }
 }
 
+// Gemma 3: a q/k norm stage after the projections, a norm after each sub-layer before its
+// add, the GELU-tanh gate, the sliding window in the mask of the layers that have one.
+TEST(BlockStages, DrawTheBlockAGemmaModelReallyHas) {
+  const ds::Config c = gemma_like();
+  const auto s0 = dsgui::block_stages(c, 0), s1 = dsgui::block_stages(c, 1);
+  const std::vector<std::string> want = {
+      "input",     "ln1",  "attn.qkv", "attn.qk_norm", "attn.scores", "attn.mask", "attn.softmax", "attn.z", "attn.out",
+      "post_attn", "add1", "ln3",      "mlp.up",       "mlp.act",     "mlp.down",  "post_ffn",     "add3",   "output"};
+  EXPECT_EQ(ids(s0), want);
+  const Stage& qkv = s0[size_t(index_of(s0, "attn.qkv"))];
+  const Stage& qkn = s0[size_t(index_of(s0, "attn.qk_norm"))];
+  // attn.q and attn.k are published after the q/k norm and rotary: the projections'
+  // stage shows v, the norm's stage q (and k).
+  EXPECT_EQ(qkv.hook, "attn.v");
+  EXPECT_EQ(qkn.hook, "attn.q");
+  EXPECT_EQ(qkn.kind, StageKind::QKNorm);
+  EXPECT_NE(qkn.equation.find("\u03b3_q"), std::string::npos);
+  EXPECT_NE(std::find(qkn.functions.begin(), qkn.functions.end(), "norm_heads"), qkn.functions.end());
+  EXPECT_NE(std::find(qkn.functions.begin(), qkn.functions.end(), "rotate"), qkn.functions.end());
+  EXPECT_EQ(std::find(qkv.functions.begin(), qkv.functions.end(), "rotate"), qkv.functions.end());
+  // No biases anywhere.
+  for (const Stage& st : s0) EXPECT_EQ(st.equation.find("b_"), std::string::npos) << st.id << ": " << st.equation;
+  // The sandwich norms: derived from the stream after the add, drawn as norms.
+  const Stage& pa = s0[size_t(index_of(s0, "post_attn"))];
+  const Stage& pf = s0[size_t(index_of(s0, "post_ffn"))];
+  EXPECT_EQ(pa.kind, StageKind::SubNorm);
+  EXPECT_EQ(pa.hook, "resid_mid");
+  EXPECT_EQ(pf.hook, "resid_post");
+  EXPECT_NE(s0[size_t(index_of(s0, "add1"))].equation.find("RMSNorm(SelfAttention"), std::string::npos);
+  // The gate.
+  const Stage& act = s0[size_t(index_of(s0, "mlp.act"))];
+  EXPECT_EQ(act.label, "GELU-tanh gate");
+  EXPECT_NE(act.equation.find("gelu_tanh(x W_gate)"), std::string::npos);
+  EXPECT_NE(s0[size_t(index_of(s0, "mlp.up"))].equation.find("x W_up"), std::string::npos);
+  // The window on layer 0 only.
+  const Stage& m0 = s0[size_t(index_of(s0, "attn.mask"))];
+  const Stage& m1 = s1[size_t(index_of(s1, "attn.mask"))];
+  EXPECT_NE(m0.title.find("sliding window of 4"), std::string::npos) << m0.title;
+  EXPECT_NE(m0.explain.find("keys p\u22123..p"), std::string::npos) << m0.explain;
+  EXPECT_EQ(m1.title, "The causal mask");
+  EXPECT_EQ(m1.title.find("window"), std::string::npos);
+  EXPECT_NE(dsgui::block_summary(c, 0).find("sliding window of 4"), std::string::npos);
+  EXPECT_NE(dsgui::block_summary(c, 1).find("global attention"), std::string::npos);
+  for (int l : {0, 1}) {
+    const std::string sum = dsgui::block_summary(c, l);
+    EXPECT_NE(sum.find("q/k norms"), std::string::npos) << sum;
+    EXPECT_NE(sum.find("norms after each sub-layer"), std::string::npos) << sum;
+  }
+  // The embedding's scale; the last layer's softcapped logits.
+  EXPECT_NE(s0[0].equation.find("\u221a32"), std::string::npos) << s0[0].equation;
+  ds::Config capped = c;
+  capped.logit_softcap = 30;
+  const auto last = dsgui::block_stages(capped, 1);
+  EXPECT_NE(last[size_t(index_of(last, "logits"))].equation.find("tanh"), std::string::npos);
+}
+
+// Without the new flags the block keeps its stages: no q/k norm, no sandwich norm.
+TEST(BlockStages, OnlyTheFlagsAModelHasAddStages) {
+  for (bool post : {false, true}) {
+    const auto s = dsgui::block_stages(config(post, false, true), 0);
+    EXPECT_EQ(index_of(s, "attn.qk_norm"), -1);
+    EXPECT_EQ(index_of(s, "post_attn"), -1);
+    EXPECT_EQ(index_of(s, "post_ffn"), -1);
+    EXPECT_EQ(s[size_t(index_of(s, "attn.qkv"))].hook, "attn.q");
+  }
+  ds::Config qwen3 = gemma_like();
+  qwen3.sandwich_norm = false, qwen3.sliding_window = 0, qwen3.sliding_layers = {};
+  const auto s = dsgui::block_stages(qwen3, 0);
+  EXPECT_EQ(index_of(s, "attn.qk_norm"), index_of(s, "attn.qkv") + 1);
+  EXPECT_EQ(index_of(s, "post_attn"), -1);
+  EXPECT_EQ(s[size_t(index_of(s, "attn.mask"))].title, "The causal mask");
+}
+
+// Biases where the weights have them: Qwen2 has q, k and v biases and no output bias,
+// though its Config says attn_bias for all four.
+TEST(BlockStages, BiasesOnlyWhereTheWeightsHaveThem) {
+  ds::Config c = config(false, false, true);
+  c.norm = ds::NormKind::RMSNorm, c.pos = ds::PosKind::Rotary, c.ffn = ds::FFNKind::SwiGLU, c.ffn_bias = false;
+  const dsgui::Biases qwen2{true, true, true, false, false, false};
+  const auto s = dsgui::block_stages(c, 0, &qwen2);
+  const std::string qkv = s[size_t(index_of(s, "attn.qkv"))].equation;
+  EXPECT_NE(qkv.find("x W_Q + b_Q"), std::string::npos) << qkv;
+  EXPECT_NE(qkv.find("x W_V + b_V"), std::string::npos) << qkv;
+  EXPECT_EQ(s[size_t(index_of(s, "attn.out"))].equation.find("b_O"), std::string::npos);
+  EXPECT_EQ(s[size_t(index_of(s, "mlp.down"))].equation.find("b_"), std::string::npos);
+  // Null: as the Config says (GPT-2: every map has a bias).
+  const auto g = dsgui::block_stages(config(false, false, true), 0);
+  EXPECT_NE(g[size_t(index_of(g, "attn.out"))].equation.find("b_O"), std::string::npos);
+  EXPECT_NE(g[size_t(index_of(g, "mlp.up"))].equation.find("b\u2081"), std::string::npos);
+}
+
+// The score written out for a key: the model's own scale when it has one, and with no
+// recorded mask the rule of the layer (its sliding window included).
+TEST(ScoreArithmetic, UsesTheModelsScaleAndTheLayersWindow) {
+  dsgui::BlockSnapshot s;
+  s.cfg = config(false, false, true);
+  s.cfg.n_heads = s.cfg.n_kv_heads = 1, s.cfg.d_head = 2, s.cfg.d_model = 2;
+  s.cfg.sliding_window = 3, s.cfg.sliding_layers = {1, 0};
+  s.layer = 0, s.positions = 6, s.pos = 5;
+  s.row["attn.q"] = {1, 2};
+  for (int p = 0; p < 6; ++p) s.k.insert(s.k.end(), {float(p), 1.0f});
+  for (int key = 0; key < 6; ++key) {
+    const dsgui::ScoreArithmetic a = dsgui::score_arithmetic(s, 0, key);
+    ASSERT_TRUE(a.ok);
+    EXPECT_DOUBLE_EQ(a.dot, key + 2.0);
+    EXPECT_NEAR(a.scaled, (key + 2.0) / std::sqrt(2.0), 1e-12);
+    EXPECT_EQ(a.masked, key <= 2) << key;  // keys 3..5 are the window of 3 ending at 5
+  }
+  s.layer = 1;  // global
+  EXPECT_FALSE(dsgui::score_arithmetic(s, 0, 0).masked);
+  s.cfg.attn_scale = 0.5f;
+  const dsgui::ScoreArithmetic a = dsgui::score_arithmetic(s, 0, 4);
+  EXPECT_DOUBLE_EQ(a.scaled, 3.0);
+  EXPECT_NE(a.text.find("\u00d7 0.5 = 3"), std::string::npos) << a.text;
+}
+
 TEST(BlockStages, EveryStageShowsCodeOfTheReferenceAsItIsOnDisk) {
   std::ifstream f(std::string(DS_SOURCE_DIR) + "/core/model/reference.cpp");
   ASSERT_TRUE(f.good());
@@ -81,7 +219,9 @@ TEST(BlockStages, EveryStageShowsCodeOfTheReferenceAsItIsOnDisk) {
   llama.norm = ds::NormKind::RMSNorm, llama.pos = ds::PosKind::Rotary, llama.ffn = ds::FFNKind::SwiGLU;
   ds::Config sinus = config(true, true, false);
   sinus.pos = ds::PosKind::Sinusoidal, sinus.ffn = ds::FFNKind::ReLU;
-  for (const ds::Config& c : {config(false, false, true), config(true, true, false), llama, sinus})
+  ds::Config qwen3 = gemma_like();  // q/k norms alone, SwiGLU
+  qwen3.sandwich_norm = false, qwen3.ffn = ds::FFNKind::SwiGLU, qwen3.sliding_window = 0, qwen3.sliding_layers = {};
+  for (const ds::Config& c : {config(false, false, true), config(true, true, false), llama, sinus, gemma_like(), qwen3})
     for (int layer : {0, 1})
       for (const Stage& st : dsgui::block_stages(c, layer)) {
         EXPECT_FALSE(st.functions.empty()) << st.id;
@@ -126,20 +266,21 @@ bool close(double a, double b, double tol = 2e-4) { return std::fabs(a - b) <= t
 // A session records every hook of a layer at full precision, step by step with the KV
 // cache; the snapshot (one prefill to the selected position, then the rest) must find
 // the same numbers: the keys and values of every position, the selected row of every
-// point, and the score arithmetic the view writes out.
-void check_snapshot_against_session(const std::string& spec) {
+// point, and the score arithmetic the view writes out. steps: how many steps the
+// session takes; pos: the selected position (-1: the last but one).
+void check_snapshot_against_session(const std::string& spec, int steps = 6, int pos = 1, int layer = -1) {
   SCOPED_TRACE(spec);
   ds::LoadedModel lm = dsgui::open_model(spec, "");
   const ds::Config& cfg = lm.model->cfg;
   ds::SessionOptions o;
   o.sampler.temperature = 0;
-  o.steps = std::min(cfg.max_seq, 9);
+  o.steps = std::min(cfg.max_seq, steps + 3);
   o.record = {"blocks.*.attn.**", "blocks.*.resid_post", "blocks.*.mlp.post"};
   ds::Session sess(lm.model, lm.tokenizer, o);
   std::vector<int> src;
   if (cfg.encoder_decoder) src = {5, 6, 7, 8, 9};
   sess.start({cfg.bos_id >= 0 ? cfg.bos_id : 1, 4, 5}, src);
-  while (sess.step() >= 0 && sess.trace().steps.size() < 6) {
+  while (sess.step() >= 0 && sess.trace().steps.size() < size_t(steps)) {
   }
   const ds::Trace& t = sess.trace();
   std::vector<int> tokens = t.tokens();
@@ -150,7 +291,9 @@ void check_snapshot_against_session(const std::string& spec) {
   load.kind = dsgui::Command::Load;
   load.spec = spec;
   w.post(load);
-  const int layer = cfg.n_layers - 1, pos = 1, head = cfg.n_heads - 1;
+  if (layer < 0) layer = cfg.n_layers - 1;
+  if (pos < 0) pos = n - 2;
+  const int head = cfg.n_heads - 1;
   auto s = inspect(w, tokens, src, layer, pos, head);
   ASSERT_TRUE(s);
   ASSERT_TRUE(s->error.empty()) << s->error;
@@ -174,7 +317,13 @@ void check_snapshot_against_session(const std::string& spec) {
   for (int j = 0; j < S; ++j) {
     const dsgui::ScoreArithmetic a = dsgui::score_arithmetic(*s, head, j);
     ASSERT_TRUE(a.ok);
-    EXPECT_EQ(a.masked, j > pos) << j;
+    // The rule of the layer: causal, with its sliding window when it has one.
+    EXPECT_EQ(a.masked,
+              !ds::may_attend(ds::AttnKind::Causal, pos, j, {}, -1, cfg.sliding(layer) ? cfg.sliding_window : 0))
+        << j;
+    if (j < Ss && a.masked) {
+      EXPECT_TRUE(std::isinf(sc.data[(size_t(head) * T + r) * Ss + j])) << j;
+    }
     if (j < Ss && !a.masked) {
       const float rec = sc.data[(size_t(head) * T + r) * Ss + j];
       EXPECT_TRUE(close(a.scaled, rec)) << "key " << j << ": " << a.scaled << " vs recorded " << rec;
@@ -186,6 +335,7 @@ void check_snapshot_against_session(const std::string& spec) {
   const std::vector<float>& post = s->row.at("resid_post");
   const ds::Tensor& rp = st.tensors.at(L + "resid_post");
   for (int i = 0; i < cfg.d_model; ++i) ASSERT_TRUE(close(post[size_t(i)], rp.data[size_t(r) * cfg.d_model + i]));
+  if (layer + 1 < cfg.n_layers) return;  // the logits come with the last layer's snapshot
   ASSERT_FALSE(s->top_ids.empty());
   EXPECT_GE(s->top_probs.front(), s->top_probs.back());
 }
@@ -193,6 +343,43 @@ void check_snapshot_against_session(const std::string& spec) {
 TEST(BlockSnapshot, AgreesWithWhatTheSessionRecordsOnADecoder) { check_snapshot_against_session("random:decoder"); }
 TEST(BlockSnapshot, AgreesWithWhatTheSessionRecordsOnAnEncoderDecoder) {
   check_snapshot_against_session("random:encdec");
+}
+
+// The shared GGUF fixtures (tiny models llama.cpp wrote), when they are there.
+std::string gguf_fixture(const std::string& name) {
+  const std::filesystem::path p =
+      std::filesystem::path(DS_SOURCE_DIR) / ".." / "shared" / "fixtures" / "gguf" / "models" / name;
+  return std::filesystem::exists(p) ? p.string() : "";
+}
+
+// Gemma 3 (q/k norms, sandwich norms, GeGLU, a sliding window of 16 on its first layers):
+// a position 20 tokens in, whose window leaves the first keys out.
+TEST(BlockSnapshot, AgreesWithWhatTheSessionRecordsOnAGemma3Gguf) {
+  const std::string f = gguf_fixture("gemma3-Q4_K_M.gguf");
+  if (f.empty()) GTEST_SKIP() << "../shared/fixtures/gguf is absent";
+  const ds::LoadedModel lm = dsgui::open_model(f, "");
+  ASSERT_TRUE(lm.model->cfg.sliding(0));
+  check_snapshot_against_session(f, 22, -1, 0);
+  check_snapshot_against_session(f, 6, 1, lm.model->cfg.n_layers - 1);
+}
+
+// Qwen2's biases: q, k and v, no output bias; the snapshot says which the layer has.
+TEST(BlockSnapshot, SaysWhichBiasesAQwen2GgufHas) {
+  const std::string f = gguf_fixture("qwen2-Q8_0.gguf");
+  if (f.empty()) GTEST_SKIP() << "../shared/fixtures/gguf is absent";
+  check_snapshot_against_session(f);
+  dsgui::Worker w;
+  dsgui::Command load;
+  load.kind = dsgui::Command::Load;
+  load.spec = f;
+  w.post(load);
+  auto s = inspect(w, {1, 429, 491}, {}, 0, 2, 0);
+  ASSERT_TRUE(s);
+  ASSERT_TRUE(s->error.empty()) << s->error;
+  EXPECT_TRUE(s->biases.q && s->biases.k && s->biases.v);
+  EXPECT_FALSE(s->biases.o || s->biases.up || s->biases.down);
+  const auto st = dsgui::block_stages(s->cfg, 0, &s->biases);
+  EXPECT_EQ(st[size_t(index_of(st, "attn.out"))].equation.find("b_O"), std::string::npos);
 }
 
 TEST(BlockSnapshot, BadRequestsEndInAMessage) {

@@ -202,7 +202,15 @@ TEST(TraceView, VisibleWhitespace) {
   EXPECT_EQ(dsgui::visible(" the"), "_the");
   EXPECT_EQ(dsgui::visible("<0x0A>"), "\\n");
   EXPECT_EQ(dsgui::visible("\n<s>\n"), "<s>");
+  // SentencePiece's space marker U+2581, as GGUF vocabularies spell their pieces.
+  EXPECT_EQ(dsgui::visible("\xE2\x96\x81"
+                           "Once"),
+            "_Once");
   dsgui::set_unicode_font(true);
+  EXPECT_EQ(dsgui::visible("\xE2\x96\x81"
+                           "a"),
+            "\xE2\x90\xA3"
+            "a");
   EXPECT_EQ(dsgui::visible(" a"),
             "\xE2\x90\xA3"
             "a");

@@ -258,7 +258,14 @@ void Worker::begin(const Command& c, const std::vector<int>& prompt, const std::
   o.stop_ids = lm_.stop_ids;
   o.record = record_patterns(cfg);
   o.trace_options.compact = true;
-  o.trace_options.lens_top_k = ds::kWindowLensTopK;  // the panel reads the lens from the trace
+  // The panel reads the lens from the trace. Recording it costs (layers + 1) x vocabulary x
+  // d_model multiply-adds a token: for a 1B llama-family model with its 128,256-token
+  // vocabulary (4.5 G, 3.6 times the model's own step) the window would step at a third of
+  // the engine's speed, so beyond kLensRecordMacs the panel asks for the lens of the
+  // position it shows instead (Command::Lens), and steps run at the engine's speed.
+  constexpr double kLensRecordMacs = 1.5e9;  // GPT-2 small's 0.5 G and medium's 1.3 G are recorded
+  const double lens_macs = double(cfg.n_layers + 1) * double(cfg.vocab_size) * double(cfg.d_model);
+  o.trace_options.lens_top_k = lens_macs <= kLensRecordMacs ? ds::kWindowLensTopK : 0;
   o.candidates = 20;
   o.keep_logits_bytes = size_t(64) << 20;  // the Next token view reshapes kept steps (Command::Shape)
   o.threads = std::max(1, c.threads);

@@ -162,7 +162,8 @@ class Placer {
   void matrix(const std::string& name, int64_t rows, int64_t cols, WMat& m, Mat16& h) {
     const GgufFile::Tensor& t = tensor(name, rows, cols, true);
     const uint8_t* p = f_.data(t);
-    bytes_[t.type] += t.bytes;
+    const bool narrowed = t.type == Precision::F32 && narrow_ != Precision::F32;
+    bytes_[narrowed ? narrow_ : t.type] += narrowed ? t.bytes / 2 : t.bytes;  // as kept in memory
     if (t.type == Precision::F32 && narrow_ == Precision::F32) {
       m.place(reinterpret_cast<float*>(const_cast<uint8_t*>(p)), rows, cols, keep_);
       return;
@@ -248,14 +249,13 @@ Block read_block(Placer& pl, const Config& c, int l) {
 }
 
 std::string storage_summary(const std::map<Precision, uint64_t>& bytes, Precision& main) {
-  uint64_t total = 0, best = 0;
-  for (auto [p, n] : bytes) total += n;
-  std::vector<std::pair<uint64_t, Precision>> order;
-  for (auto [p, n] : bytes) order.push_back({n, p});
+  uint64_t total = 0;
+  std::vector<std::pair<uint64_t, Precision>> order;  // largest share first
+  for (auto [p, n] : bytes) order.push_back({n, p}), total += n;
   std::sort(order.rbegin(), order.rend());
+  if (!order.empty()) main = order.front().second;
   std::string s;
   for (auto [n, p] : order) {
-    if (n > best) best = n, main = p;
     if (!s.empty()) s += " + ";
     s += precision_name(p);
     if (order.size() > 1)

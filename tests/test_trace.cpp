@@ -202,6 +202,61 @@ TEST(Session, GreedyCandidateTableIsTheRanking) {
   }
 }
 
+// A session that hands each step over (as the window's worker does) draws the same tokens
+// and hands over the same tensors as one that keeps its whole trace, through a rewind;
+// what it keeps of a handed-over step is the step without its tensors.
+TEST(Session, HandedOverStepsEqualTheKeptTrace) {
+  Config c = small(false);
+  auto m = std::make_shared<const Model>(c, Weights::random(c, 5, 0.3f));
+  SessionOptions o;
+  o.sampler = {1.1f, 0, 0.95f, 7};
+  o.steps = 14;
+  o.record = {"blocks.*.attn.scores", "blocks.*.resid_post", "logits"};
+  o.trace_options.compact = true;
+  o.trace_options.lens_top_k = 3;
+  Session keep(m, nullptr, o), give(m, nullptr, o);
+  keep.start({1, 2, 3});
+  give.start({1, 2, 3});
+  EXPECT_THROW(give.hand_over_last_step(), Error);
+  std::vector<TraceStep> got;
+  auto take = [&](int n) {
+    for (int i = 0; i < n && !keep.done(); ++i) {
+      ASSERT_EQ(keep.step(), give.step());
+      got.push_back(give.hand_over_last_step());
+    }
+  };
+  take(6);
+  keep.rewind(3);
+  give.rewind(3);
+  got.resize(3);
+  take(20);
+  ASSERT_EQ(got.size(), keep.trace().steps.size());
+  ASSERT_EQ(got.size(), give.trace().steps.size());
+  for (size_t s = 0; s < got.size(); ++s) {
+    const TraceStep &want = keep.trace().steps[s], &have = got[s], &shell = give.trace().steps[s];
+    EXPECT_EQ(have.pos0, want.pos0);
+    EXPECT_EQ(have.input, want.input);
+    ASSERT_TRUE(have.sample && want.sample);
+    EXPECT_EQ(have.sample->token, want.sample->token);
+    EXPECT_EQ(have.token_text, want.token_text);
+    ASSERT_FALSE(want.tensors.empty());
+    ASSERT_EQ(have.tensors.size(), want.tensors.size()) << "step " << s;
+    for (const auto& [name, t] : want.tensors) {
+      ASSERT_TRUE(have.tensors.count(name)) << name;
+      const Tensor& h = have.tensors.at(name);
+      EXPECT_EQ(h.shape, t.shape) << name;
+      EXPECT_EQ(h.storage, t.storage) << name;
+      EXPECT_EQ(h.data, t.data) << name;
+      EXPECT_EQ(h.half, t.half) << name;
+    }
+    EXPECT_TRUE(shell.tensors.empty());
+    EXPECT_EQ(shell.pos0, want.pos0);
+    EXPECT_EQ(shell.input, want.input);
+    ASSERT_TRUE(shell.sample);
+    EXPECT_EQ(shell.sample->token, want.sample->token);
+  }
+}
+
 TEST(Session, RejectsBadPrompts) {
   Config c = small(false);
   auto m = std::make_shared<const Model>(c, Weights::random(c, 2));

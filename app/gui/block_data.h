@@ -3,7 +3,7 @@
 //  * BlockSnapshot: one token's numbers inside one block (every stage from the input to
 //    the output, the layer's cached keys and values). The worker measures it by running
 //    the token's prefix again through a second engine with the block's inner hook points
-//    subscribed (Command::Inspect): the window's trace stays compact, and a view that
+//    subscribed (cmd::Inspect): the window's trace stays compact, and a view that
 //    opens late still gets every number of every step.
 //  * block_stages: a block's stages in the order the model's Config computes them
 //    (pre- or post-norm, the cross-attention sub-layer, the feed-forward kind, q/k norms,

@@ -92,20 +92,21 @@ void print_breakdown(const std::vector<FrameTimes>& frames) {
 void FrameBench::report(const App& app) {
   const Spread st = spread(frames_);
   const size_t n = frames_.size();
-  const int steps = int(app.trace.steps.size());
+  const int steps = int(app.history.trace.steps.size());
   const double secs = steps_t1 - steps_t0;
   std::printf(
       "bench: %s (%s, engine %d thread%s), %d steps in %.2f s (%.0f ms a step, %.1f tokens/s), %zu frames "
       "while stepping: longest %.1f ms, 99th percentile %.1f ms, median %.1f ms; the window's thread ran at most "
       "%.1f ms in a frame\n",
-      app.model ? app.model->name.c_str() : "?", app.model ? app.model->storage_name().c_str() : "?",
-      app.engine_threads, app.engine_threads == 1 ? "" : "s", steps, secs, steps ? secs * 1000 / double(steps) : 0.0,
+      app.engine.model ? app.engine.model->name.c_str() : "?",
+      app.engine.model ? app.engine.model->storage_name().c_str() : "?", app.engine.threads,
+      app.engine.threads == 1 ? "" : "s", steps, secs, steps ? secs * 1000 / double(steps) : 0.0,
       secs > 0 ? double(steps) / secs : 0.0, n, st.longest, st.p99, st.median, st.cpu);
   if (model_shown_at >= 0)
     std::printf(
         "bench: opening: first frame %.2f s after the program started, the first frame showing the model %.2f s "
         "(its load on the engine's thread: %.2f s)\n",
-        first_frame_at, model_shown_at, app.model ? app.model->load_seconds : 0.0);
+        first_frame_at, model_shown_at, app.engine.model ? app.engine.model->load_seconds : 0.0);
   print_breakdown(frames_);
   if (!scrub_.empty()) {
     const Spread sc = spread(scrub_);
@@ -116,8 +117,8 @@ void FrameBench::report(const App& app) {
     print_breakdown(scrub_);
   }
   std::printf("bench: heatmap uploads: %llu whole, %llu only new rows, %.2f MB\n",
-              (unsigned long long)app.uploads.whole, (unsigned long long)app.uploads.appends,
-              double(app.uploads.bytes) / 1e6);
+              (unsigned long long)app.maps.uploads.whole, (unsigned long long)app.maps.uploads.appends,
+              double(app.maps.uploads.bytes) / 1e6);
   std::sort(idle_ms_.begin(), idle_ms_.end());
   if (!idle_ms_.empty())
     std::printf("bench: %zu frames with the engine idle: median %.1f ms, longest %.1f ms\n", idle_ms_.size(),

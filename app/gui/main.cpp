@@ -72,8 +72,8 @@ struct FullScreen {
   int x = 0, y = 0, w = 0, h = 0;  // the window before it went full screen
 };
 void sync_full_screen(GLFWwindow* win, const App& app, FullScreen& fs) {
-  if (app.scripted || app.presenter == fs.on) return;
-  if (app.presenter) {
+  if (app.scripted || app.look.presenter == fs.on) return;
+  if (app.look.presenter) {
     GLFWmonitor* mon = glfwGetPrimaryMonitor();
     const GLFWvidmode* mode = mon ? glfwGetVideoMode(mon) : nullptr;
     if (!mode) return;  // no monitor to fill: presenter mode keeps the window
@@ -83,7 +83,7 @@ void sync_full_screen(GLFWwindow* win, const App& app, FullScreen& fs) {
   } else {
     glfwSetWindowMonitor(win, nullptr, fs.x, fs.y, std::max(fs.w, 320), std::max(fs.h, 240), GLFW_DONT_CARE);
   }
-  fs.on = app.presenter;
+  fs.on = app.look.presenter;
 }
 
 // The window with an OpenGL 3.3 core context and Dear ImGui on it, or null (the
@@ -143,57 +143,58 @@ bool configure(App& app, const Options& o, bool scripted) {
       app.alert(msg);
   };
   app.scripted = scripted;
-  app.ui_scale = o.scale;
+  app.look.ui_scale = o.scale;
   beams_set(app, o.beam_width, o.length_penalty);
-  app.light = o.light;
-  app.presenter = o.presenter;
+  app.look.light = o.light;
+  app.look.presenter = o.presenter;
   heatmaps_start(app, o.last_tokens, o.zoom);
-  app.precision = o.precision;
-  app.engine_threads = o.threads;
-  app.kv_cache = !o.no_kv_cache;
+  app.engine.precision = o.precision;
+  app.engine.threads = o.threads;
+  app.engine.kv_cache = !o.no_kv_cache;
   if (!o.stage.empty()) block_open_stage(app, o.stage);
-  app.layer = std::max(0, o.layer);
-  app.head = o.head;
-  app.show_scores = o.scores;
-  app.mask_only = o.mask_only;
-  app.log_scale = o.log;
+  app.sel.layer = std::max(0, o.layer);
+  app.sel.head = o.head;
+  app.look.show_scores = o.scores;
+  app.look.mask_only = o.mask_only;
+  app.look.log_scale = o.log;
   for (int c = 0; c < 3; ++c)
-    if (o.colormap == kColormapNames[c]) app.cmap = c;
-  if (!o.colormap.empty() && o.colormap != kColormapNames[app.cmap])
+    if (o.colormap == kColormapNames[c]) app.look.cmap = c;
+  if (!o.colormap.empty() && o.colormap != kColormapNames[app.look.cmap])
     bad("unknown colormap '" + o.colormap + "': use viridis, magma or greys");
-  app.sampler = o.sampler;
+  app.whatif.sampler = o.sampler;
   if (o.has_sampler) {
     try {
       ds::validate(o.sampler);
     } catch (const std::exception& e) {
       bad(e.what());
-      app.sampler = Options{}.sampler;
+      app.whatif.sampler = Options{}.sampler;
     }
   }
   if (!ok) return false;
   apply_fonts_and_style(app, true);
   const std::string shader_dir = find_shader_dir();
   std::string err;
-  if (shader_dir.empty() || !app.heat.init(shader_dir, err)) {
+  if (shader_dir.empty() || !app.maps.heat.init(shader_dir, err)) {
     std::fprintf(stderr, "decoderscope: %s\n",
                  shader_dir.empty() ? "cannot find the shaders folder (heatmap.frag) beside the program or in the "
                                       "source tree"
                                     : err.c_str());
     return false;
   }
-  app.worker.set_wake([] { glfwPostEmptyEvent(); });
+  app.engine.worker.set_wake([] { glfwPostEmptyEvent(); });
   return true;
 }
 
 // The title names the model and the step, for the task bar and the projector.
 void set_title(GLFWwindow* win, const App& app, std::string& shown) {
   std::string title = "decoderscope";
-  if (app.replay)
-    title += " - replay of " + (app.trace.model_name.empty() ? std::string("a trace") : app.trace.model_name);
-  else if (app.model)
-    title += " - " + app.model->name;
-  if (!app.trace.steps.empty())
-    title += " - step " + std::to_string(app.cursor + 1) + " of " + std::to_string(app.trace.steps.size());
+  if (app.history.replay)
+    title += " - replay of " +
+             (app.history.trace.model_name.empty() ? std::string("a trace") : app.history.trace.model_name);
+  else if (app.engine.model)
+    title += " - " + app.engine.model->name;
+  if (!app.history.trace.steps.empty())
+    title += " - step " + std::to_string(app.sel.cursor + 1) + " of " + std::to_string(app.history.trace.steps.size());
   if (title != shown) {
     shown = title;
     glfwSetWindowTitle(win, title.c_str());
@@ -203,27 +204,27 @@ void set_title(GLFWwindow* win, const App& app, std::string& shown) {
 // The saves asked for from the menu during the frame: the last heatmap's cells, the
 // whole window (read from the back buffer before the swap).
 void serve_save_requests(App& app, int fw, int fh) {
-  if (!app.heatmap_png_request.empty()) {
-    auto it = app.targets.find(app.last_heatmap);
-    if (it != app.targets.end() && it->second) {
+  if (!app.requests.heatmap_png.empty()) {
+    auto it = app.maps.targets.find(app.maps.last_heatmap);
+    if (it != app.maps.targets.end() && it->second) {
       auto px = it->second->read();
       std::string why;
-      if (write_png(app.heatmap_png_request, it->second->width(), it->second->height(), px, &why))
-        app.say("saved the heatmap to " + app.heatmap_png_request);
+      if (write_png(app.requests.heatmap_png, it->second->width(), it->second->height(), px, &why))
+        app.say("saved the heatmap to " + app.requests.heatmap_png);
       else
         app.fail(why);
     } else {
       app.fail("there is no heatmap on screen to save");
     }
-    app.heatmap_png_request.clear();
+    app.requests.heatmap_png.clear();
   }
-  if (!app.screenshot_request.empty()) {
+  if (!app.requests.screenshot.empty()) {
     std::string why;
-    if (save_window(app.screenshot_request, fw, fh, &why))
-      app.say("saved the window to " + app.screenshot_request);
+    if (save_window(app.requests.screenshot, fw, fh, &why))
+      app.say("saved the window to " + app.requests.screenshot);
     else
       app.fail(why);
-    app.screenshot_request.clear();
+    app.requests.screenshot.clear();
   }
 }
 
@@ -272,19 +273,19 @@ int run_loop(GLFWwindow* win, App& app, const Options& o, bool scripted) {
   if (replaying) {
     script.replay();
   } else {
-    app.keep_text = o.has_prompt || o.has_source;
-    app.prompt = o.prompt;
-    app.source = o.source;
+    app.inputs.keep_text = o.has_prompt || o.has_source;
+    app.inputs.prompt = o.prompt;
+    app.inputs.source = o.source;
     app.load_model(o.model.empty() ? default_model_spec() : o.model, o.tokenizer);
   }
   int gl_errors = 0, fw = 0, fh = 0;
   std::string title;
   FullScreen full_screen;
   double next_frame = 0, last_frame = 0;
-  while (!glfwWindowShouldClose(win) && !app.quit) {
+  while (!glfwWindowShouldClose(win) && !app.requests.quit) {
     if (scripted && !o.bench) {
       glfwPollEvents();
-    } else if (o.bench || app.playing || app.loading || app.worker.busy()) {
+    } else if (o.bench || app.play.playing || app.engine.loading || app.engine.worker.busy()) {
       glfwPollEvents();
       for (double now = now_s(); now < next_frame; now = now_s()) glfwWaitEventsTimeout(next_frame - now);
     } else {
@@ -294,7 +295,7 @@ int run_loop(GLFWwindow* win, App& app, const Options& o, bool scripted) {
     next_frame = t + 1.0 / kFrameRate;
     last_frame = t;
     if (bench) bench->begin_frame(t, script.stepping());
-    if (app.font_dirty) apply_fonts_and_style(app, false);
+    if (app.look.font_dirty) apply_fonts_and_style(app, false);
     app.handle_events();
     if (soak && !soak->advance(t, gl_errors)) return soak->exit_code();
     app.tick(t);
@@ -313,7 +314,8 @@ int run_loop(GLFWwindow* win, App& app, const Options& o, bool scripted) {
     if (bench) {
       bench->lap(&FrameTimes::swap);
       if (bench->first_frame_at < 0) bench->first_frame_at = now_s() - g_started;
-      if (bench->model_shown_at < 0 && app.model && !app.loading) bench->model_shown_at = now_s() - g_started;
+      if (bench->model_shown_at < 0 && app.engine.model && !app.engine.loading)
+        bench->model_shown_at = now_s() - g_started;
     }
   }
   return 0;
@@ -344,9 +346,9 @@ int main(int argc, char** argv) {
   int rc = 1;
   {
     App app;
-    app.alert_text = problem;  // already on stderr
+    app.msgs.alert = problem;  // already on stderr
     if (configure(app, o, scripted)) rc = run_loop(win, app, o, scripted);
-    app.worker.cancel();
+    app.engine.worker.cancel();
   }
   close_window(win);
   return rc;

@@ -80,7 +80,7 @@ void chip_legend(App& app) {
   swatch(app, false, ImVec4(0.18f, 0.45f, 0.25f, 1), "generated", "A token the model wrote and has read back.");
   swatch(app, false, ImVec4(0.55f, 0.35f, 0.08f, 1), "just drawn",
          "The token the last step drew: the next step runs it through the model.");
-  if (app.trace.config.encoder_decoder)
+  if (app.history.trace.config.encoder_decoder)
     swatch(app, false, ImVec4(0.35f, 0.30f, 0.15f, 1), "source", "A token of the source text the encoder reads.");
   swatch(app, false, ImVec4(0.85f, 0.55f, 0.05f, 1), "selected",
          "The position every view follows: click a chip to choose it.");
@@ -105,7 +105,7 @@ App* app_of(GLFWwindow* w) { return static_cast<App*>(glfwGetWindowUserPointer(w
 
 void on_char(GLFWwindow* w, unsigned int c) {
   if (c > 0xFFFF) {
-    if (App* app = app_of(w)) app->input_error = wide_char_message(c, false);
+    if (App* app = app_of(w)) app->inputs.error = wide_char_message(c, false);
     return;
   }
   ImGui_ImplGlfw_CharCallback(w, c);
@@ -124,7 +124,7 @@ unsigned first_wide(const char* s) {
 const char* on_clipboard_get(void* user) {
   const char* s = g_clipboard_get ? g_clipboard_get(user) : nullptr;
   if (const unsigned cp = first_wide(s); cp > 0xFFFF && user)
-    if (App* app = app_of(static_cast<GLFWwindow*>(user))) app->input_error = wide_char_message(cp, true);
+    if (App* app = app_of(static_cast<GLFWwindow*>(user))) app->inputs.error = wide_char_message(cp, true);
   return s;
 }
 
@@ -143,59 +143,57 @@ void watch_wide_characters(GLFWwindow* win, App& app) {
 // ---- App: the lines under the text boxes
 
 void started_with_text(App& app) {
-  app.run_prompt = app.pending_prompt;
-  app.run_source = app.pending_source;
-  app.start_pending = false;
-  app.input_error.clear();
-  if (app.step_after_start) {  // Step was pressed with new text: the step it asked for
-    app.step_after_start = false;
-    Command c;
-    c.kind = Command::Step;
-    c.count = 1;
-    app.worker.post(c);
-    app.steps_wanted = 1;
+  app.inputs.run_prompt = app.inputs.pending_prompt;
+  app.inputs.run_source = app.inputs.pending_source;
+  app.inputs.start_pending = false;
+  app.inputs.error.clear();
+  if (app.inputs.step_after_start) {  // Step was pressed with new text: the step it asked for
+    app.inputs.step_after_start = false;
+    app.engine.worker.post(cmd::Step{1});
+    app.engine.steps_wanted = 1;
   }
 }
 
-void refused_input(App& app, const Event& e) {
-  if (app.loading) app.input_error = "The model did not open: " + e.msg;
+void refused_input(App& app, const ev::Error& e) {
+  if (app.engine.loading) app.inputs.error = "The model did not open: " + e.msg;
   if (e.start_failed) {  // the text was refused: the session before (if any) is still the one shown
-    app.start_pending = false;
-    app.input_error = "This text was not taken: " + e.msg +
-                      (app.started ? ". The tokens below are still from the text before." : ".");
+    app.inputs.start_pending = false;
+    app.inputs.error = "This text was not taken: " + e.msg +
+                       (app.engine.started ? ". The tokens below are still from the text before." : ".");
   }
-  app.step_after_start = false;
+  app.inputs.step_after_start = false;
 }
 
 void App::use_default_sampler() {
-  sampler = default_sampler();
+  whatif.sampler = default_sampler();
   send_sampler();
-  sampler_note.clear();
+  inputs.sampler_note.clear();
 }
 
 void App::notices() {
   const float font = ImGui::GetFontSize();
-  if (!input_error.empty()) {
+  if (!inputs.error.empty()) {
     ImGui::PushStyleColor(ImGuiCol_Text, readable(ImVec4(1.0f, 0.4f, 0.35f, 1)));
     ImGui::PushTextWrapPos(ImGui::GetContentRegionMax().x - font * 4);
-    ImGui::TextUnformatted(input_error.c_str());
+    ImGui::TextUnformatted(inputs.error.c_str());
     ImGui::PopTextWrapPos();
     ImGui::PopStyleColor();
     ImGui::SameLine();
     if (ImGui::SmallButton("ok##input_error")) {
-      if (error.size() && input_error.find(error) != std::string::npos) error.clear();  // the same message below
-      input_error.clear();
+      if (msgs.error.size() && inputs.error.find(msgs.error) != std::string::npos)
+        msgs.error.clear();  // the same message below
+      inputs.error.clear();
     }
   } else if (input_changed()) {
     ImGui::TextDisabled("The text in the box is new: Step (or Enter, or Start) starts again from it.");
   }
-  if (!sampler_note.empty()) {
-    ImGui::TextColored(readable(ImVec4(0.45f, 0.8f, 1.0f, 1)), "%s", sampler_note.c_str());
+  if (!inputs.sampler_note.empty()) {
+    ImGui::TextColored(readable(ImVec4(0.45f, 0.8f, 1.0f, 1)), "%s", inputs.sampler_note.c_str());
     ImGui::SameLine();
     if (ImGui::SmallButton("Use the defaults")) use_default_sampler();
     tooltip(*this, "temperature 1, top-k off, top-p 0.90, no repetition penalty, seed 0");
     ImGui::SameLine();
-    if (ImGui::SmallButton("Keep them")) sampler_note.clear();
+    if (ImGui::SmallButton("Keep them")) inputs.sampler_note.clear();
   }
 }
 

@@ -27,11 +27,13 @@ void chip_legend(App& app);
 void watch_wide_characters(GLFWwindow* win, App& app);
 std::string wide_char_message(unsigned cp, bool pasted);
 
-struct Event;
-// The session started (Event::Started): it runs the text sent with the Start, and a
-// Step pressed with that new text is taken now.
+namespace ev {
+struct Error;
+}
+// The session started (ev::Started): it runs the text sent with the Start, and a Step
+// pressed with that new text is taken now.
 void started_with_text(App& app);
-// Event::Error: a refused text or a model that did not open, said beside the boxes.
-void refused_input(App& app, const Event& e);
+// ev::Error: a refused text or a model that did not open, said beside the boxes.
+void refused_input(App& app, const ev::Error& e);
 
 }  // namespace dsgui

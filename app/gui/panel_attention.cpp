@@ -9,7 +9,7 @@ namespace dsgui {
 
 // Layer and head pickers shared by the attention and cross-attention panels.
 void layer_head_controls(App& app, int& layer, int& head, const char* id) {
-  const ds::Config& cfg = app.trace.config;
+  const ds::Config& cfg = app.history.trace.config;
   const float font = ImGui::GetFontSize();
   ImGui::PushID(id);
   ImGui::AlignTextToFramePadding();
@@ -45,30 +45,30 @@ void colour_controls(App& app, bool allow_log) {
   const float font = ImGui::GetFontSize();
   flow(font * 12);
   ImGui::SetNextItemWidth(font * 6);
-  ImGui::Combo("##cmap", &app.cmap, kColormapNames, 3);
+  ImGui::Combo("##cmap", &app.look.cmap, kColormapNames, 3);
   tooltip(app, "The colours used for values: low values dark, high values bright.");
   ImGui::SameLine();
   ImGui::BeginDisabled(!allow_log);
-  int sc = app.log_scale && allow_log ? 1 : 0;
+  int sc = app.look.log_scale && allow_log ? 1 : 0;
   const char* scales[] = {"linear", "log"};
   ImGui::SetNextItemWidth(font * 5);
-  if (ImGui::Combo("##scale", &sc, scales, 2)) app.log_scale = sc == 1;
+  if (ImGui::Combo("##scale", &sc, scales, 2)) app.look.log_scale = sc == 1;
   ImGui::EndDisabled();
   tooltip(app, "Log scale spreads out small weights so that faint attention becomes visible.");
 }
 
 void panel_attention(App& app) {
   view_caption(app, "attention");
-  const ds::Trace& t = app.trace;
+  const ds::Trace& t = app.history.trace;
   if (!has_step(app, "No step yet: press Step (Right arrow) to run the prompt through the model.")) return;
   const float font = ImGui::GetFontSize();
-  layer_head_controls(app, app.layer, app.head, "attn");
-  const int window = t.config.sliding(app.layer) ? t.config.sliding_window : 0;
+  layer_head_controls(app, app.sel.layer, app.sel.head, "attn");
+  const int window = t.config.sliding(app.sel.layer) ? t.config.sliding_window : 0;
   if (window > 0) {  // Gemma 3's local layers: the mask has a second edge
     flow(font * 11);
     ImGui::AlignTextToFramePadding();
-    ImGui::TextColored(app.light ? ImVec4(0.1f, 0.3f, 0.7f, 1) : ImVec4(0.45f, 0.8f, 1.0f, 1), "sliding window of %d",
-                       window);
+    ImGui::TextColored(app.look.light ? ImVec4(0.1f, 0.3f, 0.7f, 1) : ImVec4(0.45f, 0.8f, 1.0f, 1),
+                       "sliding window of %d", window);
     char tip[256];
     std::snprintf(tip, sizeof tip,
                   "This layer lets a token read only the last %d tokens, itself included (keys p-%d..p); older keys "
@@ -77,27 +77,28 @@ void panel_attention(App& app) {
     tooltip(app, tip);
   }
   flow(font * 6);
-  int what = app.show_scores ? 1 : 0;
+  int what = app.look.show_scores ? 1 : 0;
   ImGui::RadioButton("weights", &what, 0);
   tooltip(app, "After softmax: how much each token reads each earlier token (each row adds up to 1).");
   ImGui::SameLine();
   ImGui::RadioButton("scores", &what, 1);
   tooltip(app, "Before softmax: the raw query-key match scores, scaled by 1/sqrt(head size).");
-  app.show_scores = what == 1;
+  app.look.show_scores = what == 1;
   flow(font * 6);
-  ImGui::Checkbox("mask only", &app.mask_only);
+  ImGui::Checkbox("mask only", &app.look.mask_only);
   tooltip(app, window > 0 ? "Show just the mask: where each token is allowed to look (never ahead, and in this layer "
                             "never more than the sliding window back)."
                           : "Show just the mask: where each token is allowed to look (it never looks ahead).");
-  colour_controls(app, !app.show_scores);
-  if (!app.presenter) {  // presenter mode: the map gets the room
+  colour_controls(app, !app.look.show_scores);
+  if (!app.look.presenter) {  // presenter mode: the map gets the room
     flow(font * 5);
-    if (ImGui::Button("Save PNG")) app.heatmap_png_request = "attention.png";
+    if (ImGui::Button("Save PNG")) app.requests.heatmap_png = "attention.png";
     tooltip(app, "Save this heatmap (cells only) as attention.png in the current folder.");
   }
   heatmap_toolbar(app, "attention", true);
 
-  const App::GrowingMatrix& g = app.attention_view("attention", app.layer, app.head, false, app.show_scores);
+  const Maps::GrowingMatrix& g =
+      app.attention_view("attention", app.sel.layer, app.sel.head, false, app.look.show_scores);
   const Matrix& m = g.m;
   if (!m.ok()) {
     ImGui::TextDisabled("%s", m.error.c_str());
@@ -111,15 +112,15 @@ void panel_attention(App& app) {
   a.col_labels = &labels;
   a.row_title = "query: the token reading";
   a.col_title = "key: the token being read";
-  a.style.cmap = app.cmap;
-  a.style.log = app.log_scale && !app.show_scores;
-  a.style.mask_only = app.mask_only;
-  a.style.vmin = app.show_scores ? m.vmin : (a.style.log ? 1e-3f : 0.0f);
-  a.style.vmax = app.show_scores ? m.vmax : 1.0f;
-  const ds::TraceStep& st = t.steps[app.cursor];
+  a.style.cmap = app.look.cmap;
+  a.style.log = app.look.log_scale && !app.look.show_scores;
+  a.style.mask_only = app.look.mask_only;
+  a.style.vmin = app.look.show_scores ? m.vmin : (a.style.log ? 1e-3f : 0.0f);
+  a.style.vmax = app.look.show_scores ? m.vmax : 1.0f;
+  const ds::TraceStep& st = t.steps[app.sel.cursor];
   for (size_t i = 0; i < st.input.size(); ++i) a.current_rows.push_back(st.pos0 + int(i));
   a.selected_row = app.selected_position();
-  a.value_name = app.show_scores ? "score" : "weight";
+  a.value_name = app.look.show_scores ? "score" : "weight";
   a.causal = true;
   a.window = window;
   a.toolbar = false;  // in the row of controls above
@@ -139,19 +140,20 @@ void panel_attention(App& app) {
                            hit.row - window + 1, hit.row);
       else
         ImGui::TextColored(ImVec4(0.5f, 0.7f, 1, 1), "masked");
-      ImGui::TextUnformatted(app.show_scores ? "score: -infinity, so its weight is exactly 0" : "weight: exactly 0");
+      ImGui::TextUnformatted(app.look.show_scores ? "score: -infinity, so its weight is exactly 0"
+                                                  : "weight: exactly 0");
     } else {
-      ImGui::Text("%s: %.6f", app.show_scores ? "score" : "weight", m.at(hit.row, hit.col));
+      ImGui::Text("%s: %.6f", app.look.show_scores ? "score" : "weight", m.at(hit.row, hit.col));
     }
     ImGui::TextDisabled("click: select this query row");
     ImGui::EndTooltip();
   }
-  if (hit.clicked) app.sel_pos = hit.row;
+  if (hit.clicked) app.sel.pos = hit.row;
   ImGui::SameLine();
   legend_vertical(a.style,
-                  app.mask_only     ? "mask"
-                  : app.show_scores ? "score"
-                                    : "weight",
+                  app.look.mask_only     ? "mask"
+                  : app.look.show_scores ? "score"
+                                         : "weight",
                   true, std::min(avail.y * 0.5f, font * 12));
 }
 

@@ -102,42 +102,37 @@ std::vector<int> shown_candidates(const ds::BeamHyp& hyp, int per_hyp) {
 void replay(App& app, BeamsState& st, int t, int h, int j) {
   const ds::BeamResult& r = st.ans->result;
   const ds::BeamCandidate* c = cand_of(r, t, h, j);
-  if (!c || !app.model) return;
+  if (!c || !app.engine.model) return;
   st.sel_step = t, st.sel_hyp = h, st.sel_cand = j;
   std::vector<int> forced = r.steps[size_t(t)].hyps[size_t(h)].tokens;
   forced.push_back(c->token);
-  app.worker.cancel();
-  app.playing = false;
-  app.replay = false;
+  app.engine.worker.cancel();
+  app.play.playing = false;
+  app.history.replay = false;
   app.send_heads();
-  Command s;
-  s.kind = Command::Start;
+  cmd::Start s;
   s.prompt = st.ans->prompt;
   s.source = st.ans->source;
-  s.threads = app.engine_threads;
+  s.threads = app.engine.threads;
   s.forced = forced;
-  app.worker.post(s);
-  Command k;
-  k.kind = Command::Step;
-  k.count = int(forced.size());
-  app.worker.post(k);
-  app.steps_wanted = k.count;
+  app.engine.worker.post(std::move(s));
+  app.engine.worker.post(cmd::Step{int(forced.size())});
+  app.engine.steps_wanted = int(forced.size());
 }
 
 void run_search(App& app, BeamsState& st) {
-  if (!app.model) return;
-  Command c;
-  c.kind = Command::Beam;
-  c.prompt = app.prompt;
-  c.source = app.source;
+  if (!app.engine.model) return;
+  cmd::Beam c;
+  c.prompt = app.inputs.prompt;
+  c.source = app.inputs.source;
   c.width = st.width;
   c.length_penalty = st.length_penalty;
-  c.count = std::min(st.positions, app.model->cfg.max_seq);
-  c.threads = app.engine_threads;
-  app.worker.post(c);
+  c.positions = std::min(st.positions, app.engine.model->cfg.max_seq);
+  c.threads = app.engine.threads;
+  app.engine.worker.post(std::move(c));
   st.waiting = true;
   st.asked = true;
-  st.model = app.model.get();
+  st.model = app.engine.model.get();
 }
 
 // How each fate is drawn: the box's fill (dark with white text in the dark theme,
@@ -250,7 +245,7 @@ void draw_node(ImDrawList* dl, const App& app, const BeamsState& st, const Node&
   const BeamAnswer& a = *st.ans;
   const float font = ImGui::GetFontSize();
   std::string label, value;
-  ImU32 fill = fate_colour(ds::BeamFate::Kept, app.light);
+  ImU32 fill = fate_colour(ds::BeamFate::Kept, app.look.light);
   bool pruned = false;
   if (n.t < 0) {
     label = text_of(a, a.result.prompt.back());  // the column says "prompt"
@@ -260,7 +255,7 @@ void draw_node(ImDrawList* dl, const App& app, const BeamsState& st, const Node&
     char b[32];
     std::snprintf(b, sizeof b, "%.2f", st.show_sum ? c.sum : c.logprob);
     value = b;
-    fill = fate_colour(c.fate, app.light);
+    fill = fate_colour(c.fate, app.look.light);
     pruned = c.fate == ds::BeamFate::Pruned || c.fate == ds::BeamFate::Skipped;
   }
   dl->AddRectFilled(n.a, n.b, fill, font * 0.25f);
@@ -268,10 +263,10 @@ void draw_node(ImDrawList* dl, const App& app, const BeamsState& st, const Node&
   if (winner) dl->AddRect(n.a, n.b, IM_COL32(245, 190, 30, 255), font * 0.25f, 0, font * 0.18f);
   if (selected || hovered)
     dl->AddRect(ImVec2(n.a.x - 3, n.a.y - 3), ImVec2(n.b.x + 3, n.b.y + 3),
-                app.light ? IM_COL32(20, 20, 20, 255) : IM_COL32(255, 255, 255, 255), font * 0.3f, 0,
+                app.look.light ? IM_COL32(20, 20, 20, 255) : IM_COL32(255, 255, 255, 255), font * 0.3f, 0,
                 selected ? 3.0f : 1.5f);
-  const ImU32 ink = pruned ? (app.light ? IM_COL32(105, 105, 105, 255) : IM_COL32(160, 160, 160, 255))
-                           : (app.light ? IM_COL32(0, 0, 0, 255) : IM_COL32(255, 255, 255, 255));
+  const ImU32 ink = pruned ? (app.look.light ? IM_COL32(105, 105, 105, 255) : IM_COL32(160, 160, 160, 255))
+                           : (app.look.light ? IM_COL32(0, 0, 0, 255) : IM_COL32(255, 255, 255, 255));
   const float pad = font * 0.3f, mid = n.a.y + (n.b.y - n.a.y - font) * 0.5f;
   dl->PushClipRect(n.a, n.b, true);
   dl->AddText(ImVec2(n.a.x + pad, mid), ink, label.c_str());
@@ -318,7 +313,7 @@ void draw_tree(App& app, BeamsState& st) {
       const bool win = on_winner(r, n.t, n.h, n.j);
       if (win != (pass == 1)) continue;
       const ds::BeamCandidate& c = *cand_of(r, n.t, n.h, n.j);
-      ImU32 col = win ? IM_COL32(245, 190, 30, 255) : edge_colour(c.fate, app.light);
+      ImU32 col = win ? IM_COL32(245, 190, 30, 255) : edge_colour(c.fate, app.look.light);
       const float th = win ? font * 0.22f : (c.fate == ds::BeamFate::Pruned ? 1.0f : 2.0f);
       const ImVec2 p0(p->b.x, (p->a.y + p->b.y) * 0.5f), p1(n.a.x, (n.a.y + n.b.y) * 0.5f);
       dl->AddBezierCubic(p0, ImVec2(p0.x + font * 1.2f, p0.y), ImVec2(p1.x - font * 1.2f, p1.y), p1, col, th);
@@ -358,14 +353,14 @@ void controls(App& app, BeamsState& st) {
           "texts, below 0 shorter ones; 0 compares plain sums.");
   flow(labelled(font * 7, "positions"));
   ImGui::SetNextItemWidth(font * 7);
-  const int ctx = app.model ? app.model->cfg.max_seq : 1;
+  const int ctx = app.engine.model ? app.engine.model->cfg.max_seq : 1;
   st.positions = std::clamp(st.positions, 2, std::max(2, ctx));
   ImGui::SliderInt("positions", &st.positions, 2, std::max(2, ctx));
   tooltip(app,
           "How many positions the search may fill, prompt included (at most the model's context). Each step runs "
           "the model once per hypothesis, so long searches of large models take a while.");
   flow(ImGui::CalcTextSize("Run beam search").x + font);
-  ImGui::BeginDisabled(!app.model || app.worker.busy());
+  ImGui::BeginDisabled(!app.engine.model || app.engine.worker.busy());
   if (ImGui::Button("Run beam search")) run_search(app, st);
   ImGui::EndDisabled();
   tooltip(app, "Search from the prompt (and source) in the boxes above, with this width and length penalty.");
@@ -436,10 +431,10 @@ void legend_row(const App& app) {
     ImGui::SameLine();
     ImGui::TextUnformatted(what);
   };
-  swatch(fate_colour(ds::BeamFate::Kept, app.light), "kept", false);
-  swatch(fate_colour(ds::BeamFate::Finished, app.light), "finished (end token)", false);
-  swatch(fate_colour(ds::BeamFate::Pruned, app.light), "pruned", false);
-  swatch(fate_colour(ds::BeamFate::Skipped, app.light), "end token skipped", false);
+  swatch(fate_colour(ds::BeamFate::Kept, app.look.light), "kept", false);
+  swatch(fate_colour(ds::BeamFate::Finished, app.look.light), "finished (end token)", false);
+  swatch(fate_colour(ds::BeamFate::Pruned, app.look.light), "pruned", false);
+  swatch(fate_colour(ds::BeamFate::Skipped, app.look.light), "end token skipped", false);
   swatch(IM_COL32(245, 190, 30, 255), "the winner's path", true);
 }
 
@@ -447,15 +442,19 @@ void legend_row(const App& app) {
 
 bool beams_waiting(App& app) { return app.state<BeamsState>().waiting; }
 
-void beams_answer(App& app, std::shared_ptr<const BeamAnswer> ans) {
+bool beams_answer(App& app, Event& e) {
+  auto* a = std::get_if<ev::Beam>(&e);
+  if (!a) return false;
   BeamsState& st = app.state<BeamsState>();
   st.waiting = false;
-  st.ans = std::move(ans);
+  if (!a->answer) return true;
+  st.ans = std::move(a->answer);
   st.reveal = int(st.ans->result.steps.size());
   st.scroll_to = 0;
   int t, h, j;
   winner_node(st.ans->result, t, h, j);
   if (t >= 0 && j >= 0) replay(app, st, t, h, j);
+  return true;
 }
 
 void beams_failed(App& app) { app.state<BeamsState>().waiting = false; }
@@ -467,9 +466,9 @@ void beams_set(App& app, int width, float length_penalty) {
 }
 
 bool beams_step(App& app, int dir) {
-  if (app.view < 0 || std::string(all_views()[size_t(app.view)].id) != "beams") return false;
+  if (app.sel.view < 0 || std::string(all_views()[size_t(app.sel.view)].id) != "beams") return false;
   BeamsState& st = app.state<BeamsState>();
-  if (!st.ans || st.model != app.model.get()) return false;
+  if (!st.ans || st.model != app.engine.model.get()) return false;
   const ds::BeamResult& r = st.ans->result;
   const int n = int(r.steps.size());
   const int next = std::clamp(st.reveal + dir, 1, n);
@@ -490,7 +489,7 @@ bool beams_step(App& app, int dir) {
 
 bool beams_playing(App& app, bool& playing) {
   BeamsState& st = app.state<BeamsState>();
-  if (!st.ans || st.model != app.model.get()) return false;
+  if (!st.ans || st.model != app.engine.model.get()) return false;
   const int before = st.reveal;
   if (!beams_step(app, +1)) return false;
   if (st.reveal == before) playing = false;  // the whole tree is shown
@@ -498,39 +497,39 @@ bool beams_playing(App& app, bool& playing) {
 }
 
 void beams_search_now(App& app) {
-  if (app.view < 0 || std::string(all_views()[size_t(app.view)].id) != "beams" || !app.model) return;
+  if (app.sel.view < 0 || std::string(all_views()[size_t(app.sel.view)].id) != "beams" || !app.engine.model) return;
   BeamsState& st = app.state<BeamsState>();
-  st.model = app.model.get();
+  st.model = app.engine.model.get();
   run_search(app, st);
 }
 
 void panel_beams(App& app) {
   view_caption(app, "beams");
   BeamsState& st = app.state<BeamsState>();
-  if (!app.model) {
+  if (!app.engine.model) {
     ImGui::TextDisabled("Load a model first: beam search runs the model itself, not a saved trace.");
     return;
   }
-  if (st.model != app.model.get()) {
+  if (st.model != app.engine.model.get()) {
     st.ans.reset();
     st.asked = false;
     st.sel_step = st.sel_hyp = st.sel_cand = -1;
   }
-  if (!app.scripted && !st.asked && !st.waiting && app.started && !app.worker.busy()) run_search(app, st);
+  if (!app.scripted && !st.asked && !st.waiting && app.engine.started && !app.engine.worker.busy()) run_search(app, st);
   controls(app, st);
   if (st.waiting || !st.ans) {
     if (!st.waiting) {
       ImGui::TextDisabled("Press Run beam search.");
       return;
     }
-    const std::string what = app.worker.activity();
+    const std::string what = app.engine.worker.activity();
     ImGui::Text("Searching... %s", what.c_str());
     ImGui::SameLine();
-    if (ImGui::SmallButton("Stop")) app.worker.cancel();
+    if (ImGui::SmallButton("Stop")) app.engine.worker.cancel();
     tooltip(app, "End the search at this step: the hypotheses kept so far are scored and shown.");
     return;
   }
-  if (st.ans->prompt != app.prompt || st.ans->source != app.source)
+  if (st.ans->prompt != app.inputs.prompt || st.ans->source != app.inputs.source)
     ImGui::TextColored(ImVec4(0.9f, 0.6f, 0.2f, 1), "The boxes changed since this search: press Run beam search.");
   summary(app, st);
   legend_row(app);

@@ -2,7 +2,7 @@
 // post-norm, the cross-attention sub-layer, the feed-forward kind), every stage a box
 // that opens on the selected token's real numbers, its equation, one sentence, and the
 // lines of core/model/reference.cpp that compute it. The numbers come from the worker
-// (Command::Inspect, block_data.h), which runs the prefix again with the block's inner
+// (cmd::Inspect, block_data.h), which runs the prefix again with the block's inner
 // hook points subscribed.
 #include <algorithm>
 #include <cmath>
@@ -30,11 +30,14 @@ struct BlockState {
   bool code = true;                   // show the reference code
 };
 
-void block_answer(App& app, std::shared_ptr<const BlockSnapshot> s) {
+bool block_answer(App& app, Event& e) {
+  auto* a = std::get_if<ev::Inspect>(&e);
+  if (!a) return false;
   SnapshotState& st = app.state<SnapshotState>();
-  if (!s || s->key != st.key) return;
-  st.snap = std::move(s);
+  if (!a->answer || a->answer->key != st.key) return true;
+  st.snap = std::move(a->answer);
   st.pending = false;
+  return true;
 }
 
 bool block_waiting(App& app) { return app.state<SnapshotState>().pending; }
@@ -50,27 +53,26 @@ void block_open_stage(App& app, const std::string& id) { app.state<BlockState>()
 
 const BlockSnapshot* block_snapshot(App& app, int layer, int head) {
   SnapshotState& st = app.state<SnapshotState>();
-  const ds::Trace& t = app.trace;
-  if (app.cursor < 0 || app.cursor >= int(t.steps.size())) return nullptr;
-  const int n = t.positions(app.cursor);
+  const ds::Trace& t = app.history.trace;
+  if (app.sel.cursor < 0 || app.sel.cursor >= int(t.steps.size())) return nullptr;
+  const int n = t.positions(app.sel.cursor);
   const int pos = app.selected_position();
-  uint64_t key = app.trace_epoch * 0x9E3779B97F4A7C15ull;
-  for (uint64_t v : {uint64_t(n), uint64_t(layer), uint64_t(pos + 1), uint64_t(head + 1), app.version})
+  uint64_t key = app.history.epoch * 0x9E3779B97F4A7C15ull;
+  for (uint64_t v : {uint64_t(n), uint64_t(layer), uint64_t(pos + 1), uint64_t(head + 1), app.history.version})
     key = (key ^ v) * 0x100000001B3ull;
-  if (!app.model) return st.snap.get();
+  if (!app.engine.model) return st.snap.get();
   if (st.key != key) {
     st.key = key;
-    Command c;
-    c.kind = Command::Inspect;
+    cmd::Inspect c;
     std::vector<int> all = t.tokens();
     c.tokens.assign(all.begin(), all.begin() + std::min<int64_t>(n, int64_t(all.size())));
     c.src = t.source;
     c.layer = layer;
     c.head = std::max(0, head);
     c.pos = pos;
-    c.version = key;
-    c.threads = app.engine_threads;
-    app.worker.post_latest(std::move(c));
+    c.key = key;
+    c.threads = app.engine.threads;
+    app.engine.worker.post_latest(std::move(c));
     st.pending = true;
   }
   return st.snap.get();
@@ -79,7 +81,7 @@ const BlockSnapshot* block_snapshot(App& app, int layer, int head) {
 namespace {
 
 // The colour of what is selected or stressed: gold on dark, a deep amber on light.
-ImVec4 accent(const App& app) { return app.light ? ImVec4(0.62f, 0.33f, 0.0f, 1) : ImVec4(1.0f, 0.78f, 0.25f, 1); }
+ImVec4 accent(const App& app) { return app.look.light ? ImVec4(0.62f, 0.33f, 0.0f, 1) : ImVec4(1.0f, 0.78f, 0.25f, 1); }
 
 float max_abs(const std::vector<float>& v) {
   float m = 0;
@@ -115,7 +117,8 @@ void strip(App& app, const char* label, const std::vector<float>& v, float scale
   ImDrawList* dl = ImGui::GetWindowDrawList();
   for (size_t i = 0; i < v.size(); ++i) {
     const float x = p.x + float(int(i) % per_row) * cell, y = p.y + float(int(i) / per_row) * (h + 2);
-    dl->AddRectFilled(ImVec2(x, y), ImVec2(x + cell - (cell > 5 ? 1 : 0), y + h), diverging(v[i] / scale, app.light));
+    dl->AddRectFilled(ImVec2(x, y), ImVec2(x + cell - (cell > 5 ? 1 : 0), y + h),
+                      diverging(v[i] / scale, app.look.light));
   }
   ImGui::PushID(label);
   ImGui::InvisibleButton("##strip", ImVec2(std::max(1.0f, float(per_row) * cell), float(rows) * (h + 2)));
@@ -237,7 +240,7 @@ void stage_box(App& app, BlockState& bs, const Stage& st, const Flow& fl, ImVec2
   const bool sel = bs.stage == st.id;
   const float r = ImGui::GetFontSize() * 0.3f;
   const bool norm = st.kind == StageKind::Norm || st.kind == StageKind::SubNorm || st.kind == StageKind::FinalNorm;
-  dl->AddRectFilled(a, b, group_colour(st.group, norm, app.light), r);
+  dl->AddRectFilled(a, b, group_colour(st.group, norm, app.look.light), r);
   const ImU32 border = sel       ? IM_COL32(255, 200, 40, 255)
                        : hovered ? ImGui::GetColorU32(ImGuiCol_Text)
                                  : ImGui::GetColorU32(ImGuiCol_Border);
@@ -268,10 +271,10 @@ void stage_box(App& app, BlockState& bs, const Stage& st, const Flow& fl, ImVec2
     for (int i = 0; i < n; ++i) {
       const size_t j = size_t(i) * fl.out.size() / size_t(n);
       dl->AddRectFilled(ImVec2(x0 + float(i) * w, y0), ImVec2(x0 + float(i + 1) * w, y1),
-                        diverging(fl.out[j] / sc, app.light));
+                        diverging(fl.out[j] / sc, app.look.light));
     }
   }
-  if (hovered && app.tooltips) ImGui::SetTooltip("%s\n%s\n(click to open)", st.title.c_str(), st.equation.c_str());
+  if (hovered && app.look.tooltips) ImGui::SetTooltip("%s\n%s\n(click to open)", st.title.c_str(), st.equation.c_str());
 }
 
 void arrow(ImDrawList* dl, ImVec2 a, ImVec2 b, ImU32 col) {
@@ -360,12 +363,12 @@ void diagram(App& app, BlockState& bs, const std::vector<Stage>& stages, const s
       const bool hov = ImGui::IsItemHovered();
       ImGui::PopID();
       const bool sel = bs.stage == st.id;
-      dl->AddCircleFilled(ImVec2(cx, cy), rad, group_colour(-1, 0, app.light));
+      dl->AddCircleFilled(ImVec2(cx, cy), rad, group_colour(-1, 0, app.look.light));
       dl->AddCircle(ImVec2(cx, cy), rad, sel ? IM_COL32(255, 200, 40, 255) : ImGui::GetColorU32(ImGuiCol_Text), 0,
                     sel ? 3.0f : 1.5f);
       dl->AddLine(ImVec2(cx - rad * 0.5f, cy), ImVec2(cx + rad * 0.5f, cy), ImGui::GetColorU32(ImGuiCol_Text), 2);
       dl->AddLine(ImVec2(cx, cy - rad * 0.5f), ImVec2(cx, cy + rad * 0.5f), ImGui::GetColorU32(ImGuiCol_Text), 2);
-      if (hov && app.tooltips) ImGui::SetTooltip("%s\n%s\n(click to open)", st.title.c_str(), st.equation.c_str());
+      if (hov && app.look.tooltips) ImGui::SetTooltip("%s\n%s\n(click to open)", st.title.c_str(), st.equation.c_str());
       const char* cap = post ? "Add" : "Add (the residual)";
       dl->AddText(ImVec2(cx - rad - ImGui::CalcTextSize(cap).x - font * 0.4f, cy - font * 0.5f), line, cap);
       prev_bottom = cy + rad;
@@ -411,7 +414,7 @@ void matrix_cells(App& app, const char* label, const std::vector<float>& m, int 
                 lab.c_str());
     for (int c = 0; c < cols; ++c)
       dl->AddRectFilled(ImVec2(p.x + lw + float(c) * cw, y), ImVec2(p.x + lw + float(c + 1) * cw - 1, y + ch),
-                        diverging(m[size_t(r) * stride + offset + c] / sc, app.light));
+                        diverging(m[size_t(r) * stride + offset + c] / sc, app.look.light));
     if (r == highlight)
       dl->AddRect(ImVec2(p.x + lw - 2, y - 1), ImVec2(p.x + lw + float(cols) * cw + 1, y + ch + 1),
                   IM_COL32(255, 200, 40, 255), 0, 0, 2);
@@ -540,7 +543,7 @@ void key_table(App& app, BlockState& bs, const BlockSnapshot& s, const Stage& st
       ImGui::TableNextColumn();
       char b[32];
       std::snprintf(b, sizeof b, "%.3f", w);
-      bar(w, font * 8.5f, cmap_u32(app.cmap, 0.3f + 0.7f * w), b);
+      bar(w, font * 8.5f, cmap_u32(app.look.cmap, 0.3f + 0.7f * w), b);
       ImGui::TableNextColumn();
       ImGui::TextDisabled(masked ? "none" : "%.2f \u00d7 v%d", w, j);
     }
@@ -583,7 +586,8 @@ void ffn_numbers(App& app, const BlockSnapshot& s) {
     ImGui::TableNextColumn();
     char b[32];
     std::snprintf(b, sizeof b, "%.3f", (*post)[size_t(n)]);
-    bar(std::fabs((*post)[size_t(n)]) / (m > 0 ? m : 1), font * 11, diverging((*post)[size_t(n)] / m, app.light), b);
+    bar(std::fabs((*post)[size_t(n)]) / (m > 0 ? m : 1), font * 11, diverging((*post)[size_t(n)] / m, app.look.light),
+        b);
   }
   ImGui::EndTable();
 }
@@ -609,7 +613,7 @@ void logits_numbers(App& app, const BlockSnapshot& s) {
     ImGui::TableNextColumn();
     char b[32];
     std::snprintf(b, sizeof b, "%.3f", s.top_probs[i]);
-    bar(s.top_probs[i], font * 11, cmap_u32(app.cmap, 0.3f + 0.7f * s.top_probs[i]), b);
+    bar(s.top_probs[i], font * 11, cmap_u32(app.look.cmap, 0.3f + 0.7f * s.top_probs[i]), b);
   }
   ImGui::EndTable();
 }
@@ -635,7 +639,7 @@ void mask_matrix(App& app, const BlockSnapshot& s) {
       if (!std::isfinite(v))
         hatch_rect(dl, a, b);
       else
-        dl->AddRectFilled(a, b, cmap_u32(app.cmap, hi > lo ? (v - lo) / (hi - lo) : 0.5f));
+        dl->AddRectFilled(a, b, cmap_u32(app.look.cmap, hi > lo ? (v - lo) / (hi - lo) : 0.5f));
     }
   dl->AddRect(ImVec2(p.x - 1, p.y + float(s.pos) * cell - 1),
               ImVec2(p.x + float(n) * cell + 1, p.y + float(s.pos + 1) * cell + 1), IM_COL32(255, 200, 40, 255), 0, 0,
@@ -748,7 +752,7 @@ void block_code(App& app, BlockState& bs, const Stage& st) {
   ImGui::TextDisabled("core/model/reference.cpp");
   if (!bs.code) return;
   ImGui::BeginChild("code", ImVec2(0, 0), true, ImGuiWindowFlags_HorizontalScrollbar);
-  if (app.mono_font) ImGui::PushFont(app.mono_font);
+  if (app.look.mono_font) ImGui::PushFont(app.look.mono_font);
   for (const std::string& fn : st.functions) {
     int first = 0;
     std::string text;
@@ -769,7 +773,7 @@ void block_code(App& app, BlockState& bs, const Stage& st) {
     }
     ImGui::Spacing();
   }
-  if (app.mono_font) ImGui::PopFont();
+  if (app.look.mono_font) ImGui::PopFont();
   ImGui::EndChild();
 }
 
@@ -779,10 +783,10 @@ void panel_block(App& app) {
   BlockState& bs = app.state<BlockState>();
   view_caption(app, "block");
   if (!has_step(app)) return;
-  const ds::Config& cfg = app.trace.config;
+  const ds::Config& cfg = app.history.trace.config;
   const float font = ImGui::GetFontSize();
-  layer_head_controls(app, app.layer, app.head, "block");
-  const int head = std::max(0, app.head);
+  layer_head_controls(app, app.sel.layer, app.sel.head, "block");
+  const int head = std::max(0, app.sel.head);
   const int pos = app.selected_position();
   auto toks = app.tokens();
   flow(font * 24);
@@ -790,8 +794,8 @@ void panel_block(App& app) {
   ImGui::Text("Token: position %d \"%s\"", pos,
               pos >= 0 && pos < int(toks.size()) ? visible(toks[size_t(pos)].text).c_str() : "?");
   tooltip(app, "Click a token in the strip above (or a row of the Attention view) to follow another token.");
-  const BlockSnapshot* s = block_snapshot(app, app.layer, head);
-  if (!app.model) {
+  const BlockSnapshot* s = block_snapshot(app, app.sel.layer, head);
+  if (!app.engine.model) {
     ImGui::TextDisabled(
         "The Block view runs the model again to show every number inside the block: load the model "
         "this trace came from.");
@@ -829,7 +833,7 @@ void panel_block(App& app) {
   ImGui::PushStyleColor(ImGuiCol_Text, accent(app));
   ImGui::TextWrapped("%s", st.title.c_str());
   ImGui::PopStyleColor();
-  ImGui::PushStyleColor(ImGuiCol_Text, app.light ? ImVec4(0.1f, 0.3f, 0.7f, 1) : ImVec4(0.55f, 0.85f, 1.0f, 1));
+  ImGui::PushStyleColor(ImGuiCol_Text, app.look.light ? ImVec4(0.1f, 0.3f, 0.7f, 1) : ImVec4(0.55f, 0.85f, 1.0f, 1));
   ImGui::TextWrapped("%s", st.equation.c_str());
   ImGui::PopStyleColor();
   ImGui::TextWrapped("%s", st.explain.c_str());

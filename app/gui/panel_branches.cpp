@@ -40,42 +40,42 @@ void token_flow(const std::vector<TokenInfo>& toks, int fork_pos, int diff_pos, 
 void panel_branches(App& app) {
   view_caption(app, "branches");
   const float font = ImGui::GetFontSize();
-  ImGui::BeginDisabled(app.replay || !app.model || app.cursor < 0 || app.worker.busy());
+  ImGui::BeginDisabled(app.history.replay || !app.engine.model || app.sel.cursor < 0 || app.engine.worker.busy());
   char fb[64];
-  std::snprintf(fb, sizeof fb, "Fork at step %d", app.cursor + 1);
+  std::snprintf(fb, sizeof fb, "Fork at step %d", app.sel.cursor + 1);
   if (ImGui::Button(fb)) app.fork_here();
   ImGui::EndDisabled();
   tooltip(app,
           "Keep what was generated so far as a branch, then draw this step again: change the seed, the "
           "temperature or switch a head off first, and press Step or Run to end.");
-  if (app.branches.empty()) {
+  if (app.history.branches.empty()) {
     ImGui::SameLine();
     ImGui::TextDisabled("no branch yet: move to a step, fork, change a setting, and generate again");
     return;
   }
   ImGui::SameLine(0, font);
   ImGui::SetNextItemWidth(font * 22);
-  app.branch_shown = std::clamp(app.branch_shown, 0, int(app.branches.size()) - 1);
-  const Branch& b = app.branches[app.branch_shown];
+  app.history.branch_shown = std::clamp(app.history.branch_shown, 0, int(app.history.branches.size()) - 1);
+  const Branch& b = app.history.branches[app.history.branch_shown];
   char cur[200];
-  std::snprintf(cur, sizeof cur, "branch %d: fork at step %d", app.branch_shown + 1, b.fork_step + 1);
+  std::snprintf(cur, sizeof cur, "branch %d: fork at step %d", app.history.branch_shown + 1, b.fork_step + 1);
   if (ImGui::BeginCombo("##branch", cur)) {
-    for (int i = 0; i < int(app.branches.size()); ++i) {
+    for (int i = 0; i < int(app.history.branches.size()); ++i) {
       char s[200];
-      std::snprintf(s, sizeof s, "branch %d: fork at step %d (%s)", i + 1, app.branches[i].fork_step + 1,
-                    app.branches[i].label.c_str());
-      if (ImGui::Selectable(s, i == app.branch_shown)) app.branch_shown = i;
+      std::snprintf(s, sizeof s, "branch %d: fork at step %d (%s)", i + 1, app.history.branches[i].fork_step + 1,
+                    app.history.branches[i].label.c_str());
+      if (ImGui::Selectable(s, i == app.history.branch_shown)) app.history.branch_shown = i;
     }
     ImGui::EndCombo();
   }
   ImGui::SameLine();
   if (ImGui::Button("Forget this branch")) {
-    app.forget_branch(app.branch_shown);
+    app.forget_branch(app.history.branch_shown);
     return;
   }
 
   auto ta = tokens_as_of(b.trace, int(b.trace.steps.size()) - 1);
-  auto tb = tokens_as_of(app.trace, int(app.trace.steps.size()) - 1);
+  auto tb = tokens_as_of(app.history.trace, int(app.history.trace.steps.size()) - 1);
   const int fork_pos = b.fork_step < int(b.trace.steps.size()) ? b.trace.positions(b.fork_step) : 0;
   int diff = -1;
   for (size_t i = 0; i < std::max(ta.size(), tb.size()); ++i) {
@@ -100,15 +100,15 @@ void panel_branches(App& app) {
     ImGui::TableSetupColumn("b", ImGuiTableColumnFlags_WidthFixed, colw);
     ImGui::TableNextRow();
     ImGui::TableNextColumn();
-    ImGui::Text("Branch %d (kept)", app.branch_shown + 1);
+    ImGui::Text("Branch %d (kept)", app.history.branch_shown + 1);
     ImGui::TextDisabled("%s", b.label.c_str());
     token_flow(ta, fork_pos, diff, colw - font);
     ImGui::TableNextColumn();
     ImGui::TextUnformatted("Now (live)");
     char lab[160];
-    std::snprintf(lab, sizeof lab, "T %.2f, top-k %d, top-p %.2f, seed %llu%s", app.sampler.temperature,
-                  app.sampler.top_k, app.sampler.top_p, (unsigned long long)app.sampler.seed,
-                  app.heads_off.empty() ? "" : ", heads switched off");
+    std::snprintf(lab, sizeof lab, "T %.2f, top-k %d, top-p %.2f, seed %llu%s", app.whatif.sampler.temperature,
+                  app.whatif.sampler.top_k, app.whatif.sampler.top_p, (unsigned long long)app.whatif.sampler.seed,
+                  app.whatif.heads_off.empty() ? "" : ", heads switched off");
     ImGui::TextDisabled("%s", lab);
     token_flow(tb, fork_pos, diff, colw - font);
     ImGui::EndTable();

@@ -44,23 +44,23 @@ void cross_controls(App& app, CrossState& st) {
   ImGui::Checkbox("encoder self-attention", &st.encoder);
   tooltip(app, "Show how the encoder's source tokens read each other instead (they may look both ways).");
   colour_controls(app, true);
-  if (app.presenter) return;  // presenter mode: the map gets the room
+  if (app.look.presenter) return;  // presenter mode: the map gets the room
   flow(font * 5);
-  if (ImGui::Button("Save PNG")) app.heatmap_png_request = "cross.png";
+  if (ImGui::Button("Save PNG")) app.requests.heatmap_png = "cross.png";
   heatmap_toolbar(app, st.encoder ? "encoder" : "cross", !st.encoder);
 }
 
 // The matrix shown and its lineage. The encoder's matrix stays the same for a whole
 // run; cross-attention gains a row with every step.
 std::pair<const Matrix*, uint64_t> cross_matrix(App& app, const CrossState& st, int layer) {
-  const ds::Trace& t = app.trace;
+  const ds::Trace& t = app.history.trace;
   if (st.encoder) {
     char key[96];
-    std::snprintf(key, sizeof key, "%llu/%d/%d", (unsigned long long)app.trace_epoch, layer, st.head);
-    const App::CachedMatrix& c = app.cached("encoder", key, [&] { return encoder_matrix(t, layer, st.head); });
+    std::snprintf(key, sizeof key, "%llu/%d/%d", (unsigned long long)app.history.epoch, layer, st.head);
+    const Maps::CachedMatrix& c = app.maps.cached("encoder", key, [&] { return encoder_matrix(t, layer, st.head); });
     return {&c.m, c.lineage};
   }
-  const App::GrowingMatrix& g = app.attention_view("cross", layer, st.head, true, false);
+  const Maps::GrowingMatrix& g = app.attention_view("cross", layer, st.head, true, false);
   return {&g.m, g.lineage};
 }
 
@@ -69,7 +69,7 @@ std::pair<const Matrix*, uint64_t> cross_matrix(App& app, const CrossState& st, 
 void panel_cross(App& app) {
   view_caption(app, "cross");
   CrossState& st = app.state<CrossState>();
-  const ds::Trace& t = app.trace;
+  const ds::Trace& t = app.history.trace;
   if (!t.config.encoder_decoder) {
     ImGui::TextDisabled("This model is decoder-only: it has no source and no cross-attention.");
     ImGui::TextDisabled("Pick \"random encoder-decoder\" in the Model box to see one.");
@@ -96,13 +96,13 @@ void panel_cross(App& app) {
   a.col_labels = &src;
   a.row_title = st.encoder ? "source token reading" : "output token reading";
   a.col_title = "source token being read";
-  a.style.cmap = app.cmap;
-  a.style.log = app.log_scale;
+  a.style.cmap = app.look.cmap;
+  a.style.log = app.look.log_scale;
   a.style.vmin = a.style.log ? 1e-3f : 0.0f;
   a.style.vmax = 1.0f;
   const int sel = app.selected_position();
   if (!st.encoder) {
-    const ds::TraceStep& st = t.steps[app.cursor];
+    const ds::TraceStep& st = t.steps[app.sel.cursor];
     for (size_t i = 0; i < st.input.size(); ++i) a.current_rows.push_back(st.pos0 + int(i));
     a.selected_row = sel;
   }
@@ -122,7 +122,7 @@ void panel_cross(App& app) {
       ImGui::Text("weight: %.6f", m.at(hit.row, hit.col));
     ImGui::EndTooltip();
   }
-  if (hit.clicked && !st.encoder) app.sel_pos = hit.row;
+  if (hit.clicked && !st.encoder) app.sel.pos = hit.row;
   ImGui::SameLine();
   legend_vertical(a.style, "weight", false, std::min(avail.y * 0.4f, font * 10));
 
@@ -149,7 +149,7 @@ void panel_cross(App& app) {
     }
     ImVec2 p = ImGui::GetCursorScreenPos();
     float tnorm = v / mx;
-    auto c = colormap(app.cmap, tnorm);
+    auto c = colormap(app.look.cmap, tnorm);
     dl->AddRectFilled(p, ImVec2(p.x + sz.x, p.y + sz.y), ImGui::ColorConvertFloat4ToU32(ImVec4(c[0], c[1], c[2], 1)));
     float lum = 0.3f * c[0] + 0.59f * c[1] + 0.11f * c[2];
     dl->AddText(ImVec2(p.x + style.FramePadding.x, p.y + style.FramePadding.y),

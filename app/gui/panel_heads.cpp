@@ -1,6 +1,7 @@
 // Every head of every layer as a small heatmap; click to open one, right-click to
 // switch it off (an intervention) and re-run the step to see what changes.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 
@@ -21,7 +22,7 @@ enum GridKind { kHeadsSelf = 0, kHeadsCross = 1, kHeadsEncoder = 2 };
 // The heads switched off in a grid: decoder self-attention or cross-attention (the
 // encoder runs once, before the steps: its heads cannot be switched off for a step).
 const std::vector<std::pair<int, int>>* off_list(const App& app, int kind) {
-  return kind == kHeadsSelf ? &app.heads_off : kind == kHeadsCross ? &app.cross_heads_off : nullptr;
+  return kind == kHeadsSelf ? &app.whatif.heads_off : kind == kHeadsCross ? &app.whatif.cross_heads_off : nullptr;
 }
 
 bool is_off(const App& app, int kind, int l, int h) {
@@ -38,6 +39,30 @@ void toggle_head_of(App& app, int kind, int l, int h) {
     app.say("the encoder reads the source once, before the steps: its heads cannot be switched off for a step");
 }
 const char* const kGridNames[] = {"heads", "heads-cross", "heads-encoder"};
+
+// The All heads grids (decoder self-attention, cross-attention, encoder self-attention):
+// every head keeps a thumbnail (its matrix max-pooled to at most the tile's pixels,
+// grown a step at a time) and a texture of it; the textures are sent a few at a time
+// under a per-frame budget, the stale ones shown meanwhile.
+struct HeadTile {
+  HeatTexture tex;
+  Thumb thumb;
+  uint64_t sent = 0;      // the thumb's serial that tex holds
+  float lo = 0, hi = -1;  // the range of what tex holds (Matrix::lo, hi)
+  bool ok = false;        // tex holds something to draw
+};
+struct HeadsGrid {
+  std::string what;                              // trace epoch, kind, thumbnail side
+  int step = -1;                                 // the step the thumbs are built to
+  bool rebuilding = false;                       // thumbs started over: textures keep the old ones until done
+  size_t next = 0;                               // the tile the next upload round starts at
+  uint64_t serial = 0;                           // bumped whenever a texture changes
+  std::string drawn;                             // what the grid's render target shows
+  std::vector<std::unique_ptr<HeadTile>> tiles;  // layer-major
+};
+struct HeadsGrids {
+  std::array<HeadsGrid, 3> grid;  // kHeadsSelf, kHeadsCross, kHeadsEncoder
+};
 const char* const kGridTitles[] = {"Decoder self-attention", "Cross-attention (output tokens reading the source)",
                                    "Encoder self-attention (source tokens reading each other)"};
 
@@ -48,8 +73,8 @@ constexpr size_t kUploadBudget = size_t(1) << 20;
 
 // Pools the rows of step s (every step's rows: the encoder's whole matrix) of every
 // head into its thumbnail.
-void pool_step(App& app, App::HeadsGrid& g, int kind, int H, int s) {
-  const ds::Trace& t = app.trace;
+void pool_step(App& app, HeadsGrid& g, int kind, int H, int s) {
+  const ds::Trace& t = app.history.trace;
   for (size_t i = 0; i < g.tiles.size(); ++i) {
     const int l = int(i) / H, h = int(i) % H;
     Thumb& th = g.tiles[i]->thumb;
@@ -57,7 +82,7 @@ void pool_step(App& app, App::HeadsGrid& g, int kind, int H, int s) {
       Matrix m = encoder_matrix(t, l, h);
       if (m.ok()) th.add_rows(m, 0);
     } else {
-      Matrix rows = attention_step_rows(t, l, h, s, kind == kHeadsCross, app.show_scores);
+      Matrix rows = attention_step_rows(t, l, h, s, kind == kHeadsCross, app.look.show_scores);
       if (rows.error.empty()) th.add_rows(rows, t.steps[s].pos0);
     }
   }
@@ -66,12 +91,12 @@ void pool_step(App& app, App::HeadsGrid& g, int kind, int H, int s) {
 // Sends the thumbnails that changed, from where the last round stopped, within the
 // upload budget; the others keep their stale texture until a later frame. Returns
 // whether a texture changed.
-bool upload_tiles(App& app, App::HeadsGrid& g) {
+bool upload_tiles(App& app, HeadsGrid& g) {
   const size_t n = g.tiles.size();
   size_t left = kUploadBudget, i = 0;
   bool changed = false;
   for (; i < n; ++i) {
-    App::HeadTile& tile = *g.tiles[(g.next + i) % n];
+    HeadTile& tile = *g.tiles[(g.next + i) % n];
     if (tile.sent == tile.thumb.serial()) continue;
     const Matrix& p = tile.thumb.pooled();
     const size_t bytes = size_t(p.rows) * p.cols * (sizeof(float) + 1);
@@ -79,7 +104,7 @@ bool upload_tiles(App& app, App::HeadsGrid& g) {
     left -= std::min(left, bytes);
     tile.sent = tile.thumb.serial();
     if (!p.ok()) continue;
-    tile.tex.set(p.rows, p.cols, p.v.data(), p.mask.data(), app.uploads);
+    tile.tex.set(p.rows, p.cols, p.v.data(), p.mask.data(), app.maps.uploads);
     tile.lo = p.lo;
     tile.hi = p.hi;
     tile.ok = true;
@@ -95,15 +120,15 @@ bool upload_tiles(App& app, App::HeadsGrid& g) {
 // changed or the cursor went back (the old textures stay on screen meanwhile).
 // Returns whether a texture changed.
 bool update_grid(App& app, int kind, int L, int H, int side) {
-  App::HeadsGrid& g = app.grids[size_t(kind)];
+  HeadsGrid& g = app.state<HeadsGrids>().grid[size_t(kind)];
   char what[80];
-  std::snprintf(what, sizeof what, "%llu/%d/%d/%d", (unsigned long long)app.trace_epoch, kind, int(app.show_scores),
-                side);
-  const int target = kind == kHeadsEncoder ? 0 : app.cursor;
+  std::snprintf(what, sizeof what, "%llu/%d/%d/%d", (unsigned long long)app.history.epoch, kind,
+                int(app.look.show_scores), side);
+  const int target = kind == kHeadsEncoder ? 0 : app.sel.cursor;
   if (g.what != what || int(g.tiles.size()) != L * H || target < g.step) {
     if (int(g.tiles.size()) != L * H) {
       g.tiles.clear();
-      for (int i = 0; i < L * H; ++i) g.tiles.push_back(std::make_unique<App::HeadTile>());
+      for (int i = 0; i < L * H; ++i) g.tiles.push_back(std::make_unique<HeadTile>());
     }
     for (auto& tile : g.tiles) tile->thumb.reset(side);
     g.what = what;
@@ -134,24 +159,24 @@ struct GridLayout {
 // The weights/scores switch, the colour map and the re-run buttons.
 void heads_controls(App& app) {
   const float font = ImGui::GetFontSize();
-  int what = app.show_scores ? 1 : 0;
+  int what = app.look.show_scores ? 1 : 0;
   ImGui::RadioButton("weights", &what, 0);
   tooltip(app, "After softmax: how much each token reads each earlier token.");
   ImGui::SameLine();
   ImGui::RadioButton("scores", &what, 1);
   tooltip(app, "Before softmax: raw match scores, each map scaled to its own range.");
-  app.show_scores = what == 1;
+  app.look.show_scores = what == 1;
   flow(font * 6);
   ImGui::SetNextItemWidth(font * 6);
-  ImGui::Combo("##cmap", &app.cmap, kColormapNames, 3);
+  ImGui::Combo("##cmap", &app.look.cmap, kColormapNames, 3);
   flow(font * 14);
-  const bool can_rerun = !app.replay && app.model && !app.worker.busy();
+  const bool can_rerun = !app.history.replay && app.engine.model && !app.engine.worker.busy();
   ImGui::BeginDisabled(!can_rerun);
   char rerun[96];
-  const size_t n_off = app.heads_off.size() + app.cross_heads_off.size();
-  std::snprintf(rerun, sizeof rerun, "Re-run step %d with %d head%s off", app.cursor + 1, int(n_off),
+  const size_t n_off = app.whatif.heads_off.size() + app.whatif.cross_heads_off.size();
+  std::snprintf(rerun, sizeof rerun, "Re-run step %d with %d head%s off", app.sel.cursor + 1, int(n_off),
                 n_off == 1 ? "" : "s");
-  if (ImGui::Button(rerun)) app.rerun_with_heads(app.cursor);
+  if (ImGui::Button(rerun)) app.rerun_with_heads(app.sel.cursor);
   tooltip(app,
           "Compute this step again with the switched-off heads silenced (their output set to zero), and compare "
           "the next-token probabilities. Later steps are dropped and use the same heads.");
@@ -171,31 +196,31 @@ RenderTarget& render_grid(App& app, int kind, const GridLayout& g) {
   // slightly resized window keeps them).
   int side = 8;
   while (side * 2 <= int(g.tile)) side *= 2;
-  App::HeadsGrid& grid = app.grids[size_t(kind)];
+  HeadsGrid& grid = app.state<HeadsGrids>().grid[size_t(kind)];
   update_grid(app, kind, L, H, side);
   char key[160];
-  std::snprintf(key, sizeof key, "%llu/%d/%d/%d/%d/%d", (unsigned long long)grid.serial, int(app.show_scores), app.cmap,
-                gw, gh, int(app.light));
-  RenderTarget& rt = app.target(kGridNames[kind]);
+  std::snprintf(key, sizeof key, "%llu/%d/%d/%d/%d/%d", (unsigned long long)grid.serial, int(app.look.show_scores),
+                app.look.cmap, gw, gh, int(app.look.light));
+  RenderTarget& rt = app.maps.target(kGridNames[kind]);
   if (grid.drawn != key || rt.width() != gw || rt.height() != gh) {
     grid.drawn = key;
     rt.ensure(gw, gh);
     rt.bind();
     ImVec4 bg = ImGui::GetStyleColorVec4(ImGuiCol_WindowBg);
-    app.heat.clear(bg.x, bg.y, bg.z);
+    app.maps.heat.clear(bg.x, bg.y, bg.z);
     for (int l = 0; l < L; ++l)
       for (int h = 0; h < H; ++h) {
-        const App::HeadTile& tile = *grid.tiles[size_t(l) * H + h];
+        const HeadTile& tile = *grid.tiles[size_t(l) * H + h];
         if (!tile.ok) continue;
         HeatStyle st;
-        st.cmap = app.cmap;
-        const bool scores = app.show_scores && kind != kHeadsEncoder;
+        st.cmap = app.look.cmap;
+        const bool scores = app.look.show_scores && kind != kHeadsEncoder;
         float vmin, vmax;
         display_range(tile.lo, tile.hi, scores, vmin, vmax);
         st.vmin = scores ? vmin : 0.0f;
         st.vmax = scores ? vmax : 1.0f;
         const int x = int(h * (tw + gap)), y = gh - int(l * (th + gap)) - int(th);
-        app.heat.draw(tile.tex, st, x, y, int(tw), int(th));
+        app.maps.heat.draw(tile.tex, st, x, y, int(tw), int(th));
       }
     RenderTarget::unbind(app.fb_w, app.fb_h);
   }
@@ -205,14 +230,14 @@ RenderTarget& render_grid(App& app, int kind, const GridLayout& g) {
 // Opens head (l, h) of a grid in the view that shows it whole.
 void open_head(App& app, int kind, int l, int h) {
   if (kind == kHeadsSelf) {
-    app.layer = l;
-    app.head = h;
-    app.view = view_index("attention");
+    app.sel.layer = l;
+    app.sel.head = h;
+    app.sel.view = view_index("attention");
   } else {
     cross_show(app, l, h, kind == kHeadsEncoder);
-    app.view = view_index("cross");
+    app.sel.view = view_index("cross");
   }
-  app.view_request = true;
+  app.sel.view_request = true;
 }
 
 // Switched-off heads, the open head and the hovered head over the grid at org; a click
@@ -232,7 +257,7 @@ void grid_overlays(App& app, int kind, const GridLayout& g, ImVec2 org, bool hov
         if (tile > ts.x)
           dl->AddText(ImVec2(a.x + (tw - ts.x) * 0.5f, a.y + (th - ts.y) * 0.5f), IM_COL32(255, 255, 255, 255), "OFF");
       }
-      if (kind == kHeadsSelf && l == app.layer && h == app.head)
+      if (kind == kHeadsSelf && l == app.sel.layer && h == app.sel.head)
         dl->AddRect(ImVec2(a.x - 2, a.y - 2), ImVec2(b.x + 2, b.y + 2), IM_COL32(255, 170, 40, 255), 0, 0, 2);
     }
   if (!hovered) return;
@@ -289,8 +314,8 @@ void draw_grid(App& app, int kind, const GridLayout& g) {
   pl.cell_h = th + gap;
   pl.rows = L;
   pl.cols = H;
-  app.placements.push_back(pl);
-  if (kind == kHeadsSelf) app.last_heatmap = kGridNames[kind];
+  app.maps.placements.push_back(pl);
+  if (kind == kHeadsSelf) app.maps.last_heatmap = kGridNames[kind];
   ImGui::SetCursorScreenPos(p0);
   ImGui::Dummy(ImVec2(g.lab_w + g.gw, g.lab_h + g.gh));
 }
@@ -299,7 +324,7 @@ void draw_grid(App& app, int kind, const GridLayout& g) {
 
 void panel_heads(App& app) {
   view_caption(app, "heads");
-  const ds::Trace& t = app.trace;
+  const ds::Trace& t = app.history.trace;
   if (!has_step(app, "No step yet: press Step (Right arrow) to run the prompt through the model.")) return;
   const ds::Config& cfg = t.config;
   const float font = ImGui::GetFontSize();
@@ -320,7 +345,7 @@ void panel_heads(App& app) {
 
   // Layout: the grids on the left, the comparison on the right.
   ImVec2 avail = ImGui::GetContentRegionAvail();
-  const bool compare = app.before && app.before_step == app.cursor && t.steps[app.cursor].sample;
+  const bool compare = app.whatif.before && app.whatif.before_step == app.sel.cursor && t.steps[app.sel.cursor].sample;
   const float side = compare ? std::min(avail.x * 0.38f, font * 24) : 0.0f;
   const float lab_w = font * 3.2f, lab_h = font * 1.4f;
   const float gap = std::max(2.0f, std::floor(font * 0.25f));
@@ -341,10 +366,10 @@ void panel_heads(App& app) {
     ImGui::SameLine(0, font);
     ImGui::BeginGroup();
     ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + side);
-    ImGui::TextWrapped("Step %d: how the model's next-token probabilities moved", app.cursor + 1);
+    ImGui::TextWrapped("Step %d: how the model's next-token probabilities moved", app.sel.cursor + 1);
     ImGui::PopTextWrapPos();
-    compare_draws(app, *app.before, *t.steps[app.cursor].sample, app.before_label.c_str(),
-                  app.heads_off.empty() && app.cross_heads_off.empty() ? "now" : "heads off");
+    compare_draws(app, *app.whatif.before, *t.steps[app.sel.cursor].sample, app.whatif.before_label.c_str(),
+                  app.whatif.heads_off.empty() && app.whatif.cross_heads_off.empty() ? "now" : "heads off");
     ImGui::EndGroup();
   }
 }

@@ -27,45 +27,48 @@ struct KvState {
   int timed_positions = 0;            // how far the last request timed
 };
 
-void kv_measure_answer(App& app, std::shared_ptr<const MeasureAnswer> m) {
+// The timing failed (the error is on the status line).
+void kv_failed(App& app) { app.state<KvState>().asked = 0; }
+
+bool kv_measure_answer(App& app, Event& e) {
+  auto* a = std::get_if<ev::Measure>(&e);
+  if (!a) return false;
   KvState& st = app.state<KvState>();
-  if (!m) {  // the timing failed (the error is on the status line)
-    st.asked = 0;
-    return;
-  }
-  if (m->version != st.asked) return;
+  const std::shared_ptr<const MeasureAnswer>& m = a->answer;
+  if (!m || m->version != st.asked) return true;
   st.asked = 0;
   st.measured[1] = m->with;
   st.measured[0] = m->without;
-  for (int k = 0; k < 2; ++k) st.measured_epoch[k] = app.trace_epoch, st.measured_steps[k] = app.trace.steps.size();
+  for (int k = 0; k < 2; ++k)
+    st.measured_epoch[k] = app.history.epoch, st.measured_steps[k] = app.history.trace.steps.size();
+  return true;
 }
 
 bool kv_waiting(App& app) { return app.state<KvState>().asked != 0; }
 
 void kv_time_now(App& app) {
   KvState& st = app.state<KvState>();
-  if (!app.model || app.cursor < 0 || app.trace.steps.empty()) return;
-  Command c;
-  c.kind = Command::Measure;
-  const std::vector<int> all = app.trace.tokens();
-  int positions = std::min(app.trace.positions(app.cursor), int(all.size()));
-  c.count = std::min(int(app.trace.steps[0].input.size()), positions);
+  if (!app.engine.model || app.sel.cursor < 0 || app.history.trace.steps.empty()) return;
+  cmd::Measure c;
+  const std::vector<int> all = app.history.trace.tokens();
+  int positions = std::min(app.history.trace.positions(app.sel.cursor), int(all.size()));
+  c.prompt_len = std::min(int(app.history.trace.steps[0].input.size()), positions);
   // Without the cache the work grows with the square of the length: time no more
   // positions than about 6e10 multiply-adds (some ten seconds here) allow.
   ds::CostOptions co;
-  co.src_len = int(app.trace.source.size());
+  co.src_len = int(app.history.trace.source.size());
   try {
-    while (positions > c.count + 1 &&
-           ds::generation_cost(app.trace.config, c.count, positions, false, co).macs() > 6e10)
-      positions = c.count + (positions - c.count) * 3 / 4;
+    while (positions > c.prompt_len + 1 &&
+           ds::generation_cost(app.history.trace.config, c.prompt_len, positions, false, co).macs() > 6e10)
+      positions = c.prompt_len + (positions - c.prompt_len) * 3 / 4;
   } catch (const std::exception&) {
   }
   st.timed_positions = positions;
   c.tokens.assign(all.begin(), all.begin() + positions);
-  c.src = app.trace.source;
-  c.threads = app.engine_threads;
-  c.version = st.asked = app.version * 2654435761ull + 1;
-  app.worker.post(std::move(c));
+  c.src = app.history.trace.source;
+  c.threads = app.engine.threads;
+  c.version = st.asked = app.history.version * 2654435761ull + 1;
+  app.engine.worker.post(std::move(c));
 }
 
 namespace {
@@ -104,7 +107,7 @@ void cache_cells(App& app, const char* title, const std::vector<float>& m, int r
                 lab);
     for (int c = 0; c < cols; ++c)
       dl->AddRectFilled(ImVec2(p.x + lw + float(c) * cw, y), ImVec2(p.x + lw + float(c + 1) * cw - (cw > 4), y + ch),
-                        diverging(m[size_t(r) * stride + offset + c] / sc, app.light));
+                        diverging(m[size_t(r) * stride + offset + c] / sc, app.look.light));
     const bool fresh = r >= new0 && r < new1;
     if (fresh)
       dl->AddRect(ImVec2(p.x + lw - 2, y - 1), ImVec2(p.x + lw + float(cols) * cw + 1, y + ch + 1),
@@ -177,20 +180,20 @@ void legend_line(ImU32 c, const char* text) {
 
 // The work of the steps so far: this step, the total, and the curves.
 void cost_panel(App& app, KvState& st, int positions, int new0) {
-  const ds::Config& cfg = app.trace.config;
+  const ds::Config& cfg = app.history.trace.config;
   ds::CostOptions co;
-  co.src_len = int(app.trace.source.size());
+  co.src_len = int(app.history.trace.source.size());
   // Bytes a weight: 2 for 16-bit weights; a GGUF file's quantized blocks, their mean over
   // every parameter as stored (Q4_K_M: about 0.6).
-  if (app.model && ds::is_quantized(app.model->precision) && app.model->params > 0)
-    co.bytes_per_weight = double(app.model->weight_bytes) / double(app.model->params);
-  else if (app.model && app.model->precision != ds::Precision::F32)
+  if (app.engine.model && ds::is_quantized(app.engine.model->precision) && app.engine.model->params > 0)
+    co.bytes_per_weight = double(app.engine.model->weight_bytes) / double(app.engine.model->params);
+  else if (app.engine.model && app.engine.model->precision != ds::Precision::F32)
     co.bytes_per_weight = 2;
   const ds::StepCost now_c = ds::cached_step_cost(cfg, positions - 1, co);
   const ds::StepCost now_f = ds::uncached_step_cost(cfg, positions - 1, co);
   double cum_c = 0, cum_f = 0;
   std::vector<std::pair<int, double>> with, without;
-  const int x0 = app.trace.steps.empty() ? 0 : int(app.trace.steps[0].input.size()) - 1;
+  const int x0 = app.history.trace.steps.empty() ? 0 : int(app.history.trace.steps[0].input.size()) - 1;
   for (int p = x0; p < std::max(positions, x0 + 1); ++p) {
     const double c = ds::cached_step_cost(cfg, p, co).macs(), f = ds::uncached_step_cost(cfg, p, co).macs();
     cum_c += c;
@@ -235,19 +238,19 @@ void cost_panel(App& app, KvState& st, int positions, int new0) {
   // Measured: the trace's own steps, and the last run of the other kind.
   ImGui::Spacing();
   ImGui::TextUnformatted("Measured time of each step after the prompt (ms):");
-  const bool cached = app.trace.steps.empty() || app.trace.steps.back().kv_cache;
+  const bool cached = app.history.trace.steps.empty() || app.history.trace.steps.back().kv_cache;
   auto& mine = st.measured[cached ? 1 : 0];
   const int k = cached ? 1 : 0;
-  if (st.measured_epoch[k] != app.trace_epoch || st.measured_steps[k] != app.trace.steps.size()) {
-    st.measured_steps[k] = app.trace.steps.size();
+  if (st.measured_epoch[k] != app.history.epoch || st.measured_steps[k] != app.history.trace.steps.size()) {
+    st.measured_steps[k] = app.history.trace.steps.size();
     mine.clear();
-    for (size_t i = 1; i < app.trace.steps.size(); ++i) {  // step 0 (the whole prompt) left out
-      const ds::TraceStep& s = app.trace.steps[i];
+    for (size_t i = 1; i < app.history.trace.steps.size(); ++i) {  // step 0 (the whole prompt) left out
+      const ds::TraceStep& s = app.history.trace.steps[i];
       if (s.forward_ms > 0) mine.push_back({s.pos0 + int(s.input.size()) - 1, s.forward_ms});
     }
-    st.measured_epoch[cached ? 1 : 0] = app.trace_epoch;
+    st.measured_epoch[cached ? 1 : 0] = app.history.epoch;
   }
-  ImGui::BeginDisabled(!app.model || st.asked != 0 || app.worker.busy());
+  ImGui::BeginDisabled(!app.engine.model || st.asked != 0 || app.engine.worker.busy());
   if (ImGui::Button(st.asked ? "Timing..." : "Time both ways now")) kv_time_now(app);
   ImGui::EndDisabled();
   tooltip(app,
@@ -294,11 +297,11 @@ void step_text(const BlockSnapshot* s, bool kv_cache, int positions, int new0) {
 void panel_kv(App& app) {
   KvState& st = app.state<KvState>();
   view_caption(app, "kv");
-  const ds::Config& cfg = app.trace.config;
+  const ds::Config& cfg = app.history.trace.config;
   const float font = ImGui::GetFontSize();
-  bool without = !app.kv_cache;
+  bool without = !app.engine.kv_cache;
   if (ImGui::Checkbox("Generate without the KV cache", &without)) {
-    app.kv_cache = !without;
+    app.engine.kv_cache = !without;
     app.say(without ? "the next Start recomputes the whole prefix at every step" : "the next Start uses the KV cache");
   }
   tooltip(app,
@@ -311,7 +314,7 @@ void panel_kv(App& app) {
   ImGui::TextUnformatted("Layer");
   ImGui::SameLine();
   ImGui::SetNextItemWidth(font * 7);
-  ImGui::SliderInt("##kvlayer", &app.layer, 0, std::max(0, cfg.n_layers - 1));
+  ImGui::SliderInt("##kvlayer", &app.sel.layer, 0, std::max(0, cfg.n_layers - 1));
   ImGui::SameLine();
   ImGui::TextUnformatted("Key/value head");
   ImGui::SameLine();
@@ -321,15 +324,15 @@ void panel_kv(App& app) {
           "Each head keeps its own keys and values (models with grouped-query attention share one between "
           "several query heads).");
   st.kv_head = head = std::clamp(head, 0, std::max(0, cfg.n_kv_heads - 1));
-  app.layer = std::clamp(app.layer, 0, std::max(0, cfg.n_layers - 1));
-  const ds::TraceStep& step = app.trace.steps[size_t(app.cursor)];
-  const int positions = app.trace.positions(app.cursor), new0 = step.pos0;
+  app.sel.layer = std::clamp(app.sel.layer, 0, std::max(0, cfg.n_layers - 1));
+  const ds::TraceStep& step = app.history.trace.steps[size_t(app.sel.cursor)];
+  const int positions = app.history.trace.positions(app.sel.cursor), new0 = step.pos0;
   const int q_head = head * std::max(1, cfg.n_heads / std::max(1, cfg.n_kv_heads));
-  const BlockSnapshot* s = block_snapshot(app, app.layer, q_head);
+  const BlockSnapshot* s = block_snapshot(app, app.sel.layer, q_head);
   const ImVec2 avail = ImGui::GetContentRegionAvail();
   const float left = std::max(avail.x * 0.5f, font * 26);
   ImGui::BeginChild("caches", ImVec2(left, avail.y), false);
-  if (!app.model) {
+  if (!app.engine.model) {
     ImGui::TextDisabled("The cache is measured by running the model: load the model this trace came from.");
   } else if (!s) {
     ImGui::TextDisabled("running the model...");

@@ -47,11 +47,14 @@ struct LensState {
 
 bool lens_waiting(App& app) { return app.state<LensState>().pending; }
 
-void lens_answer(App& app, LensResult&& lens) {
+bool lens_answer(App& app, Event& e) {
+  auto* a = std::get_if<ev::Lens>(&e);
+  if (!a) return false;
   LensState& st = app.state<LensState>();
-  if (lens.version != st.key) return;  // an answer to an older request
-  st.lens = std::move(lens);
+  if (a->lens.version != st.key) return true;  // an answer to an older request
+  st.lens = std::move(a->lens);
   st.pending = false;
+  return true;
 }
 
 void lens_failed(App& app) { app.state<LensState>().pending = false; }
@@ -59,15 +62,15 @@ void lens_failed(App& app) { app.state<LensState>().pending = false; }
 void panel_lens(App& app) {
   LensState& st = app.state<LensState>();
   view_caption(app, "lens");
-  const ds::Trace& t = app.trace;
+  const ds::Trace& t = app.history.trace;
   if (!has_step(app)) return;
   const float font = ImGui::GetFontSize();
   const int pos = app.selected_position();
-  const bool live =
-      app.model && app.model->cfg.d_model == t.config.d_model && app.model->cfg.vocab_size == t.config.vocab_size;
+  const bool live = app.engine.model && app.engine.model->cfg.d_model == t.config.d_model &&
+                    app.engine.model->cfg.vocab_size == t.config.vocab_size;
   const LensResult* shown = nullptr;
   LensResult in_trace;
-  if (recorded(t, app.cursor, pos, in_trace)) {
+  if (recorded(t, app.sel.cursor, pos, in_trace)) {
     shown = &in_trace;
   } else if (!live) {
     ImGui::TextDisabled(
@@ -76,15 +79,14 @@ void panel_lens(App& app) {
     return;
   } else {
     // Ask the worker when the position or the trace changed.
-    const uint64_t key = (app.version * 1315423911ull) ^ (uint64_t(app.cursor) << 20) ^ uint64_t(pos + 1);
+    const uint64_t key = (app.history.version * 1315423911ull) ^ (uint64_t(app.sel.cursor) << 20) ^ uint64_t(pos + 1);
     if (st.key != key) {
       st.key = key;
-      dsgui::Command c;
-      c.kind = dsgui::Command::Lens;
-      c.step = app.cursor;
+      cmd::Lens c;
+      c.step = app.sel.cursor;
       c.pos = pos;
       c.version = key;
-      lens_inputs(t, app.cursor, pos, c.resid, c.labels);
+      lens_inputs(t, app.sel.cursor, pos, c.resid, c.labels);
       if (c.resid.empty()) {
         st.lens = LensResult{};
         st.lens.version = key;
@@ -93,7 +95,7 @@ void panel_lens(App& app) {
         // In place of an older request still waiting: while steps stream in, one
         // request a step would queue up behind them and keep the engine busy long
         // after the last step.
-        app.worker.post_latest(std::move(c));
+        app.engine.worker.post_latest(std::move(c));
         st.pending = true;
       }
     }
@@ -139,7 +141,7 @@ void panel_lens(App& app) {
       char b[32];
       float p = r.probs.empty() ? 0 : r.probs[0];
       std::snprintf(b, sizeof b, "%.3f", p);
-      bar(p, bw, cmap_u32(app.cmap, 0.35f + 0.65f * p), b);
+      bar(p, bw, cmap_u32(app.look.cmap, 0.35f + 0.65f * p), b);
       ImGui::TableNextColumn();
       std::string rest;
       for (size_t i = 1; i < r.texts.size(); ++i) {

@@ -2,7 +2,7 @@
 // top-k and top-p, the filters' casualties, the drawn token, and the random number that
 // picked it; for contrastive search each candidate's confidence, degeneration penalty
 // and score. Moving a setting previews it on the step shown: the worker reshapes the
-// step's whole logits row (Command::Shape) and nothing is drawn until Re-draw.
+// step's whole logits row (cmd::Shape) and nothing is drawn until Re-draw.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -368,7 +368,7 @@ std::string refusal(const ds::SamplerConfig& c) {
 // (the reason shows under the sliders).
 bool sampler_controls(App& app, float lw) {
   NextState& st = app.state<NextState>();
-  ds::SamplerConfig c = st.typing ? st.edit : app.sampler;
+  ds::SamplerConfig c = st.typing ? st.edit : app.whatif.sampler;
   bool changed = false, typing = false, committed = false;
   const auto track = [&] {
     typing |= ImGui::TempInputIsActive(ImGui::GetItemID());
@@ -427,7 +427,7 @@ bool sampler_controls(App& app, float lw) {
   if (!changed && !committed) return false;
   st.field_error = refusal(c);
   if (!st.field_error.empty()) return false;  // the settings before stay
-  app.sampler = c;
+  app.whatif.sampler = c;
   return true;
 }
 
@@ -435,7 +435,7 @@ bool sampler_controls(App& app, float lw) {
 // re-drawing it with them. Returns the step the view explains (the one sampled at the
 // selected position, else the cursor's).
 int sampling_settings(App& app) {
-  const ds::Trace& t = app.trace;
+  const ds::Trace& t = app.history.trace;
   const float font = ImGui::GetFontSize();
   NextState& st = app.state<NextState>();
   ImGui::BeginGroup();
@@ -444,13 +444,13 @@ int sampling_settings(App& app) {
   if (sampler_controls(app, lw)) app.send_sampler();
   const int pos = app.selected_position();
   int s = step_sampling_at(t, pos);
-  if (s < 0) s = app.cursor;
+  if (s < 0) s = app.sel.cursor;
   ImGui::Checkbox("Preview on this step", &st.preview);
   tooltip(app,
           "While the settings differ from those this step was drawn with, the table shows the step's distribution "
           "reshaped by them (computed over the whole vocabulary), without drawing a token.");
   ImGui::TextDisabled("they apply from the next step");
-  ImGui::BeginDisabled(app.replay || !app.model || s < 0 || app.worker.busy());
+  ImGui::BeginDisabled(app.history.replay || !app.engine.model || s < 0 || app.engine.worker.busy());
   if (ImGui::Button("Re-draw with these settings", ImVec2(lw, 0))) app.redraw_step(s);
   char tip[200];
   std::snprintf(tip, sizeof tip,
@@ -470,21 +470,21 @@ int sampling_settings(App& app) {
 // its latest answer for this step and trace (null until one arrives).
 const ShapeAnswer* preview_of(App& app, int s, const ds::SampleRecord& drawn) {
   NextState& st = app.state<NextState>();
-  if (!st.preview || app.replay || !app.model || same_shape(app.sampler, drawn.config)) return nullptr;
-  if (st.asked_step != s || st.asked_trace != app.version || !same_shape(st.asked_cfg, app.sampler)) {
-    Command c;
-    c.kind = Command::Shape;
+  if (!st.preview || app.history.replay || !app.engine.model || same_shape(app.whatif.sampler, drawn.config))
+    return nullptr;
+  if (st.asked_step != s || st.asked_trace != app.history.version || !same_shape(st.asked_cfg, app.whatif.sampler)) {
+    cmd::Shape c;
     c.step = s;
-    c.sampler = app.sampler;
+    c.config = app.whatif.sampler;
     c.version = ++st.asked;
     st.asked_step = s;
-    st.asked_trace = app.version;
-    st.asked_cfg = app.sampler;
+    st.asked_trace = app.history.version;
+    st.asked_cfg = app.whatif.sampler;
     st.waiting = true;
-    st.trace_of[c.version] = app.version;
-    app.worker.post_latest(std::move(c));
+    st.trace_of[c.version] = app.history.version;
+    app.engine.worker.post_latest(std::move(c));
   }
-  if (st.answer && st.answer->step == s && st.answer_trace == app.version) return st.answer.get();
+  if (st.answer && st.answer->step == s && st.answer_trace == app.history.version) return st.answer.get();
   return nullptr;
 }
 
@@ -542,18 +542,25 @@ float candidate_table(const ds::SampleRecord& r, float rw, int before) {
 
 bool next_waiting(App& app) { return app.state<NextState>().waiting; }
 
-void next_shape_answer(App& app, std::shared_ptr<const ShapeAnswer> ans) {
+bool next_shape_answer(App& app, Event& e) {
+  auto* a = std::get_if<ev::Shape>(&e);
+  if (!a) return false;
   NextState& st = app.state<NextState>();
-  if (!ans) return;
+  std::shared_ptr<const ShapeAnswer> ans = std::move(a->answer);
+  if (!ans) return true;
   if (ans->version == st.asked) st.waiting = false;
   auto it = st.trace_of.find(ans->version);
-  if (it == st.trace_of.end()) return;
+  if (it == st.trace_of.end()) return true;
   if (!st.answer || ans->version > st.answer->version) {
     st.answer = std::move(ans);
     st.answer_trace = it->second;
   }
   st.trace_of.erase(st.trace_of.begin(), std::next(it));  // older requests' answers will not be shown
+  return true;
 }
+
+// A command failed: the reshaped table it may have been is not coming.
+void next_failed(App& app) { app.state<NextState>().waiting = false; }
 
 // The line above the table: what the step drew, or what the preview shows.
 // Text wrapped at the right edge, in a colour (disabled text's when col.w is 0).
@@ -567,7 +574,7 @@ std::string kept_text(int n) { return "; " + std::to_string(n) + (n == 1 ? " tok
 
 // The lines above the table: what the step drew, and what the preview shows.
 void step_heading(App& app, int s, const ds::SampleRecord& r, const ShapeAnswer* pv, bool asked) {
-  const ds::Trace& t = app.trace;
+  const ds::Trace& t = app.history.trace;
   auto toks = app.tokens();
   int last = t.positions(s) - 1;
   std::string after = last >= 0 && last < int(toks.size()) ? visible(toks[last].text) : "?";
@@ -594,7 +601,7 @@ void step_heading(App& app, int s, const ds::SampleRecord& r, const ShapeAnswer*
 
 void panel_next(App& app) {
   view_caption(app, "next");
-  const ds::Trace& t = app.trace;
+  const ds::Trace& t = app.history.trace;
   const float font = ImGui::GetFontSize();
 
   // Beside the settings when the table fits there (about 52 characters), else below them.
@@ -607,8 +614,8 @@ void panel_next(App& app) {
   }
   const ds::SampleRecord& drawn = *t.steps[s].sample;
   const ShapeAnswer* pv = preview_of(app, s, drawn);
-  const bool asked =
-      app.state<NextState>().preview && !app.replay && app.model && !same_shape(app.sampler, drawn.config);
+  const bool asked = app.state<NextState>().preview && !app.history.replay && app.engine.model &&
+                     !same_shape(app.whatif.sampler, drawn.config);
   const bool showing = pv && pv->error.empty();
   const ds::SampleRecord& r = showing ? pv->rec : drawn;
   if (beside) ImGui::SameLine(0, font * 1.5f);
@@ -618,11 +625,11 @@ void panel_next(App& app) {
   const float pmax = candidate_table(r, rw, showing ? drawn.token : -1);
   ImGui::TextDisabled("bars: the longest is %.3f; grey rows were cut by a filter", pmax);
   draw_strip(app, r, rw - font);
-  if (app.before && app.before_step == s) {
+  if (app.whatif.before && app.whatif.before_step == s) {
     ImGui::Separator();
-    const ds::Candidate* bd = find_cand(*app.before, app.before->token);
-    ImGui::Text("Before: \"%s\" was drawn with u = %.4f (%s)", visible(bd ? bd->text : "?").c_str(), app.before->u,
-                settings_text(app.before->config, app.before->greedy).c_str());
+    const ds::Candidate* bd = find_cand(*app.whatif.before, app.whatif.before->token);
+    ImGui::Text("Before: \"%s\" was drawn with u = %.4f (%s)", visible(bd ? bd->text : "?").c_str(),
+                app.whatif.before->u, settings_text(app.whatif.before->config, app.whatif.before->greedy).c_str());
   }
   ImGui::EndGroup();
 }

@@ -32,7 +32,7 @@ std::vector<int> shown_kinds(const ds::Trace& t) {
 
 // Left: grouped bars per layer at the selected position.
 void norm_bars(App& app, int pos) {
-  const ds::Trace& t = app.trace;
+  const ds::Trace& t = app.history.trace;
   const float font = ImGui::GetFontSize();
   const int L = t.config.n_layers;
   const std::vector<int> shown = shown_kinds(t);
@@ -42,7 +42,7 @@ void norm_bars(App& app, int pos) {
   bool any = false;
   for (int l = 0; l < L; ++l)
     for (int k : shown)
-      if (resid_norm(t, app.cursor, l, k, pos, norms[l][k])) {
+      if (resid_norm(t, app.sel.cursor, l, k, pos, norms[l][k])) {
         mx = std::max(mx, norms[l][k]);
         any = true;
       }
@@ -110,7 +110,7 @@ void norm_bars(App& app, int pos) {
 // Right: the layer x position map of one point of each layer.
 void norm_map(App& app) {
   ResidualState& st = app.state<ResidualState>();
-  const ds::Trace& t = app.trace;
+  const ds::Trace& t = app.history.trace;
   const float font = ImGui::GetFontSize();
   ImGui::BeginGroup();
   const std::vector<int> shown = shown_kinds(t);
@@ -126,11 +126,11 @@ void norm_map(App& app) {
   tooltip(app, "Which point of each layer the map shows.");
   ImGui::SameLine();
   ImGui::SetNextItemWidth(font * 6);
-  ImGui::Combo("##cmap", &app.cmap, kColormapNames, 3);
+  ImGui::Combo("##cmap", &app.look.cmap, kColormapNames, 3);
   char key[96];
-  std::snprintf(key, sizeof key, "%llu/%d/%d", (unsigned long long)app.version, app.cursor, st.kind);
-  const App::CachedMatrix& cm =
-      app.cached("resid", key, [&] { return st.grow.as_of(t, app.trace_epoch, app.cursor, st.kind); });
+  std::snprintf(key, sizeof key, "%llu/%d/%d", (unsigned long long)app.history.version, app.sel.cursor, st.kind);
+  const Maps::CachedMatrix& cm =
+      app.maps.cached("resid", key, [&] { return st.grow.as_of(t, app.history.epoch, app.sel.cursor, st.kind); });
   const Matrix& m = cm.m;
   if (!m.ok()) {
     ImGui::TextDisabled("%s", m.error.c_str());
@@ -144,7 +144,7 @@ void norm_map(App& app) {
     a.col_labels = &cols;
     a.row_title = "layer";
     a.col_title = "position";
-    a.style.cmap = app.cmap;
+    a.style.cmap = app.look.cmap;
     // The map spans the norms it shows (post-norm models keep them nearly equal).
     float lo = m.vmax;
     for (float v : m.v) lo = std::min(lo, v);
@@ -162,7 +162,7 @@ void norm_map(App& app) {
     if (hit.hovered)
       ImGui::SetTooltip("layer %d, position %d \"%s\": norm %.4f", hit.row, hit.col, cols[hit.col].c_str(),
                         m.at(hit.row, hit.col));
-    if (hit.clicked) app.sel_pos = hit.col;
+    if (hit.clicked) app.sel.pos = hit.col;
     legend(a.style, "norm", false);
   }
   ImGui::EndGroup();

@@ -24,12 +24,15 @@ struct RolesState {
   bool exclude_bos = true;    // leave attention to position 0 out of the scores
 };
 
-void roles_answer(App& app, std::shared_ptr<const RolesAnswer> r) {
+bool roles_answer(App& app, Event& e) {
+  auto* a = std::get_if<ev::Roles>(&e);
+  if (!a) return false;
   RolesState& st = app.state<RolesState>();
   st.pending = false;
-  if (!r || r->key != st.asked_for) return;
-  st.roles = std::move(r);
+  if (!a->answer || a->answer->key != st.asked_for) return true;
+  st.roles = std::move(a->answer);
   st.layer = st.head = -1;
+  return true;
 }
 
 bool roles_waiting(App& app) { return app.state<RolesState>().pending; }
@@ -78,7 +81,7 @@ void grid(App& app, RolesState& st, const ds::HeadRoles& r, float width) {
     for (int h = 0; h < r.n_heads; ++h) {
       const float s = score_of(r, st.kind, l, h);
       const ImVec2 a(p.x + lw + float(h) * cell, p.y + float(l) * cell), c(a.x + cell - 2, a.y + cell - 2);
-      dl->AddRectFilled(a, c, cmap_u32(app.cmap, std::clamp(s, 0.0f, 1.0f)));
+      dl->AddRectFilled(a, c, cmap_u32(app.look.cmap, std::clamp(s, 0.0f, 1.0f)));
       std::snprintf(b, sizeof b, "%.2f", s);
       const float fs = std::min(font, cell * 0.42f);
       dl->AddText(ImGui::GetFont(), fs,
@@ -110,9 +113,9 @@ void probe_pattern(App& app, RolesState& st, const RolesAnswer& ra, ImVec2 size)
   const int T = int(P.rows());
   if (T == 0 || P.cols() != T) return;
   // The layer's mask: causal, and on a sliding-window layer the window's edge too.
-  const ds::Config& cfg = app.model ? app.model->cfg : app.trace.config;
+  const ds::Config& cfg = app.engine.model ? app.engine.model->cfg : app.history.trace.config;
   const int window = cfg.sliding(st.layer) ? cfg.sliding_window : 0;
-  auto& e = app.cached("roles", ra.spec + "/" + std::to_string(idx), [&] {
+  auto& e = app.maps.cached("roles", ra.spec + "/" + std::to_string(idx), [&] {
     Matrix m;
     m.rows = m.cols = T;
     m.v.resize(size_t(T) * T);
@@ -132,15 +135,15 @@ void probe_pattern(App& app, RolesState& st, const RolesAnswer& ra, ImVec2 size)
   a.col_labels = &ra.labels;
   a.row_title = "query: the token reading";
   a.col_title = "key: the token being read";
-  a.style.cmap = app.cmap;
+  a.style.cmap = app.look.cmap;
   a.style.vmin = 0, a.style.vmax = 1;
   a.causal = true;
   a.window = window;
   a.size = size;
   a.min_cell = 3;  // the 101-token probe: cells stay visible (the pane scrolls, or zoom)
   const HeatmapHit hit = heatmap_widget(app, "roles", a);
-  if (st.outline && !app.placements.empty() && app.placements.back().name == "roles") {
-    const HeatmapPlacement& pl = app.placements.back();
+  if (st.outline && !app.maps.placements.empty() && app.maps.placements.back().name == "roles") {
+    const HeatmapPlacement& pl = app.maps.placements.back();
     const ds::MatRM D = st.kind == 0   ? ds::previous_token_detection(r.probe)
                         : st.kind == 1 ? ds::duplicate_token_detection(r.probe)
                                        : ds::induction_detection(r.probe);
@@ -167,20 +170,19 @@ void panel_roles(App& app) {
   RolesState& st = app.state<RolesState>();
   view_caption(app, "roles");
   const float font = ImGui::GetFontSize();
-  if (!app.model) {
+  if (!app.engine.model) {
     ImGui::TextDisabled("The head detector runs the model on a probe sequence: load a model.");
     return;
   }
-  const std::string want = app.model->spec + (st.exclude_bos ? " (BOS left out)" : "");
+  const std::string want = app.engine.model->spec + (st.exclude_bos ? " (BOS left out)" : "");
   if (st.asked_for != want) {
     st.asked_for = want;
     st.roles.reset();
-    Command c;
-    c.kind = Command::Roles;
-    c.spec = want;
+    cmd::Roles c;
+    c.key = want;
     c.exclude_bos = st.exclude_bos;
-    c.threads = app.engine_threads;
-    app.worker.post_latest(std::move(c));
+    c.threads = app.engine.threads;
+    app.engine.worker.post_latest(std::move(c));
     st.pending = true;
   }
   for (int k = 0; k < 3; ++k) {

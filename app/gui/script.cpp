@@ -12,42 +12,37 @@ namespace dsgui {
 ScriptedRun::ScriptedRun(const Options& o, App& app, double t_start, FrameBench* bench)
     : o_(o), app_(app), bench_(bench), t_start_(t_start) {}
 
-void ScriptedRun::step(int n) {
-  Command c;
-  c.kind = Command::Step;
-  c.count = n;
-  app_.worker.post(c);
-}
+void ScriptedRun::step(int n) { app_.engine.worker.post(cmd::Step{n}); }
 
 void ScriptedRun::settle_settings() {
-  const ds::Config& c = app_.trace.config;
-  app_.layer = std::clamp(o_.layer, 0, std::max(0, c.n_layers - 1));
-  app_.head = std::clamp(o_.head, -1, c.n_heads - 1);
-  cross_select(app_, app_.layer, app_.head);
-  if (o_.select >= 0) app_.sel_pos = o_.select;
-  app_.view = view_index(o_.view);
-  app_.view_request = true;
+  const ds::Config& c = app_.history.trace.config;
+  app_.sel.layer = std::clamp(o_.layer, 0, std::max(0, c.n_layers - 1));
+  app_.sel.head = std::clamp(o_.head, -1, c.n_heads - 1);
+  cross_select(app_, app_.sel.layer, app_.sel.head);
+  if (o_.select >= 0) app_.sel.pos = o_.select;
+  app_.sel.view = view_index(o_.view);
+  app_.sel.view_request = true;
 }
 
 // The steps asked for are in: re-run with heads off, fork, scrub back, or settle.
 void ScriptedRun::after_steps(int have) {
-  app_.cursor = have - 1;
+  app_.sel.cursor = have - 1;
   if ((!o_.heads_off.empty() || !o_.cross_heads_off.empty()) && have > 0) {
     // Re-run the last step with these heads switched off, to compare.
-    app_.heads_off = o_.heads_off;
-    app_.cross_heads_off = o_.cross_heads_off;
+    app_.whatif.heads_off = o_.heads_off;
+    app_.whatif.cross_heads_off = o_.cross_heads_off;
     app_.rerun_with_heads(have - 1);
     phase_ = kRegen;
   } else if (o_.fork_at > 0 && have > 0) {
     const int keep = std::clamp(o_.fork_at - 1, 0, have - 1);
-    app_.cursor = keep;
+    app_.sel.cursor = keep;
     app_.fork_here();  // keeps steps < keep in the engine
-    if (o_.fork_seed >= 0) app_.sampler.seed = uint64_t(o_.fork_seed);
+    if (o_.fork_seed >= 0) app_.whatif.sampler.seed = uint64_t(o_.fork_seed);
     app_.send_sampler();
     step(have - keep);
     phase_ = kRegen;
   } else if (o_.step_back > 0 && have > 0) {
-    app_.cursor = std::max(0, have - 1 - o_.step_back);
+    app_.sel.cursor = std::max(0, have - 1 - o_.step_back);
     phase_ = kScrub;
   } else {
     phase_ = kSettle;
@@ -60,7 +55,7 @@ void ScriptedRun::after_steps(int have) {
 // slider would, then lets the views settle on the last step.
 void ScriptedRun::bench_scrub() {
   constexpr int kDrag = 40, kSettleFrames = 30;  // frames each way; frames after
-  const int last = int(app_.trace.steps.size()) - 1, f = phase_frames_++;
+  const int last = int(app_.history.trace.steps.size()) - 1, f = phase_frames_++;
   bench_->scrubbing = f < 2 * kDrag;
   if (f < kDrag)
     app_.scrub_to(last - int(int64_t(last) * (f + 1) / kDrag));
@@ -71,8 +66,8 @@ void ScriptedRun::bench_scrub() {
 }
 
 bool ScriptedRun::advance(double t, double prev_frame) {
-  if (!app_.error.empty()) {
-    std::fprintf(stderr, "decoderscope: scripted run failed: %s\n", app_.error.c_str());
+  if (!app_.msgs.error.empty()) {
+    std::fprintf(stderr, "decoderscope: scripted run failed: %s\n", app_.msgs.error.c_str());
     return false;
   }
   // A benchmark of a long run on a loaded machine may take longer than a screenshot.
@@ -80,11 +75,11 @@ bool ScriptedRun::advance(double t, double prev_frame) {
     std::fprintf(stderr, "decoderscope: scripted run timed out\n");
     return false;
   }
-  const int have = int(app_.trace.steps.size());
-  const bool idle = !app_.worker.busy();
+  const int have = int(app_.history.trace.steps.size());
+  const bool idle = !app_.engine.worker.busy();
   switch (phase_) {
     case kLoad:
-      if (!app_.started || !idle) break;
+      if (!app_.engine.started || !idle) break;
       settle_settings();                           // the view asked for is on screen while the steps run
       if (bench_ && o_.steps > 0) step(o_.steps);  // the engine at full speed
       if (bench_) bench_->steps_t0 = t;
@@ -93,9 +88,9 @@ bool ScriptedRun::advance(double t, double prev_frame) {
     case kStep:
       // Screenshots: one step a frame, as a class pressing Right would, so that the
       // views grow with every step as they do in use.
-      if (!bench_ && idle && have < o_.steps && !app_.done) {
+      if (!bench_ && idle && have < o_.steps && !app_.engine.done) {
         step(1);
-      } else if (idle && (have >= o_.steps || app_.done)) {
+      } else if (idle && (have >= o_.steps || app_.engine.done)) {
         if (bench_) bench_->steps_t1 = t;
         after_steps(have);
       }
@@ -105,16 +100,16 @@ bool ScriptedRun::advance(double t, double prev_frame) {
         const int keep = std::max(1, have - o_.step_back);
         app_.rewind_engine(keep);
         step(have - keep);
-        app_.cursor = keep - 1;
+        app_.sel.cursor = keep - 1;
         phase_ = kRegen;
       }
       break;
     case kRegen:
-      if (idle && undone_ < o_.undo && (have >= o_.steps || app_.done)) {
+      if (idle && undone_ < o_.undo && (have >= o_.steps || app_.engine.done)) {
         app_.undo();  // Ctrl+Z: the engine puts the steps back (busy until it has)
         ++undone_;
-      } else if (idle && (have >= o_.steps || app_.done)) {
-        app_.cursor = have - 1;
+      } else if (idle && (have >= o_.steps || app_.engine.done)) {
+        app_.sel.cursor = have - 1;
         phase_ = kSettle;
         phase_frames_ = 0;
       }
@@ -123,13 +118,13 @@ bool ScriptedRun::advance(double t, double prev_frame) {
       if (phase_frames_ == 0) {
         settle_settings();
         if (!o_.save_trace.empty()) app_.save_trace(o_.save_trace);
-        if (o_.preview_temperature >= 0) app_.sampler.temperature = o_.preview_temperature;  // not sent: a preview
+        if (o_.preview_temperature >= 0)
+          app_.whatif.sampler.temperature = o_.preview_temperature;  // not sent: a preview
         beams_search_now(app_);  // the Beam search view searches once the steps are done
         if (o_.view == "kv") kv_time_now(app_);
       }
       if (bench_ && phase_frames_ > 4) bench_->idle_frame((t - prev_frame) * 1000.0);
-      if (++phase_frames_ >= (bench_ ? 64 : 4) && idle && !lens_waiting(app_) && !beams_waiting(app_) &&
-          !next_waiting(app_) && !block_waiting(app_) && !kv_waiting(app_) && !roles_waiting(app_))
+      if (++phase_frames_ >= (bench_ ? 64 : 4) && idle && !views_waiting(app_))
         phase_ = bench_ && have > 1 ? kBenchScrub : kShoot, phase_frames_ = 0;
       break;
     case kBenchScrub:
@@ -152,8 +147,8 @@ int ScriptedRun::shoot(int fw, int fh, int gl_errors) {
     write_sidecar(o_.screenshot + ".json", app_, o_, fw, fh, gl_errors);
   }
   if (!o_.save_heatmap.empty()) {
-    auto it = app_.targets.find(app_.last_heatmap);
-    if (it == app_.targets.end() || !it->second ||
+    auto it = app_.maps.targets.find(app_.maps.last_heatmap);
+    if (it == app_.maps.targets.end() || !it->second ||
         !write_png(o_.save_heatmap, it->second->width(), it->second->height(), it->second->read())) {
       std::fprintf(stderr, "decoderscope: cannot save the heatmap to %s\n", o_.save_heatmap.c_str());
       rc = 1;
@@ -174,8 +169,8 @@ void write_sidecar(const std::string& path, const App& app, const Options& o, in
     << "\", \"gl_errors\": " << gl_errors << ",\n";
   f << "  \"mask_colors\": [[" << int(kMaskA[0]) << ", " << int(kMaskA[1]) << ", " << int(kMaskA[2]) << "], ["
     << int(kMaskB[0]) << ", " << int(kMaskB[1]) << ", " << int(kMaskB[2]) << "]],\n";
-  f << "  \"uploads\": {\"whole\": " << app.uploads.whole << ", \"appends\": " << app.uploads.appends
-    << ", \"bytes\": " << app.uploads.bytes << "},\n";
+  f << "  \"uploads\": {\"whole\": " << app.maps.uploads.whole << ", \"appends\": " << app.maps.uploads.appends
+    << ", \"bytes\": " << app.maps.uploads.bytes << "},\n";
   int rk = 0, rl = 0, rh = 0;
   float rs = 0;
   if (roles_selected(const_cast<App&>(app), rk, rl, rh, rs))
@@ -183,20 +178,20 @@ void write_sidecar(const std::string& path, const App& app, const Options& o, in
       << "},\n";
   f << "  \"head_grids\": [";  // the All heads grids drawn: heads, heads-cross, heads-encoder
   int ng = 0;
-  for (const auto& p : app.placements)
+  for (const auto& p : app.maps.placements)
     if (p.name.rfind("heads", 0) == 0) f << (ng++ ? ", " : "") << "\"" << p.name << "\"";
   f << "],\n";
   f << "  \"block_ok\": " << (block_ok(const_cast<App&>(app)) ? "true" : "false") << ",\n";
-  f << "  \"precision\": \"" << (app.model ? ds::precision_name(app.model->precision) : "") << "\",\n";
-  f << "  \"storage\": \"" << (app.model ? app.model->storage_name() : "") << "\",\n";
-  f << "  \"view_rect\": [" << app.view_rect.x << ", " << app.view_rect.y << ", " << app.view_rect.z << ", "
-    << app.view_rect.w << "],\n";
-  f << "  \"steps\": " << app.trace.steps.size() << ", \"cursor\": " << app.cursor << ",\n  \"tokens\": [";
+  f << "  \"precision\": \"" << (app.engine.model ? ds::precision_name(app.engine.model->precision) : "") << "\",\n";
+  f << "  \"storage\": \"" << (app.engine.model ? app.engine.model->storage_name() : "") << "\",\n";
+  f << "  \"view_rect\": [" << app.maps.view_rect.x << ", " << app.maps.view_rect.y << ", " << app.maps.view_rect.z
+    << ", " << app.maps.view_rect.w << "],\n";
+  f << "  \"steps\": " << app.history.trace.steps.size() << ", \"cursor\": " << app.sel.cursor << ",\n  \"tokens\": [";
   auto toks = app.tokens();
   for (size_t i = 0; i < toks.size(); ++i) f << (i ? ", " : "") << toks[i].id;
-  f << "],\n  \"undo\": " << app.undo_stack.size() << ",\n  \"branches\": [";
-  for (size_t i = 0; i < app.branches.size(); ++i) {
-    const Branch& b = app.branches[i];
+  f << "],\n  \"undo\": " << app.history.undo.size() << ",\n  \"branches\": [";
+  for (size_t i = 0; i < app.history.branches.size(); ++i) {
+    const Branch& b = app.history.branches[i];
     f << (i ? ", " : "") << "{\"fork_step\": " << b.fork_step << ", \"steps\": " << b.trace.steps.size()
       << ", \"tokens\": [";
     auto bt = tokens_as_of(b.trace, int(b.trace.steps.size()) - 1);
@@ -204,8 +199,8 @@ void write_sidecar(const std::string& path, const App& app, const Options& o, in
     f << "]}";
   }
   f << "],\n  \"heatmaps\": [";
-  for (size_t i = 0; i < app.placements.size(); ++i) {
-    const auto& p = app.placements[i];
+  for (size_t i = 0; i < app.maps.placements.size(); ++i) {
+    const auto& p = app.maps.placements[i];
     f << (i ? ",\n" : "\n") << "    {\"name\": \"" << p.name << "\", \"x\": " << p.x << ", \"y\": " << p.y
       << ", \"cell_w\": " << p.cell_w << ", \"cell_h\": " << p.cell_h << ", \"rows\": " << p.rows
       << ", \"cols\": " << p.cols << ", \"row0\": " << p.row0 << ", \"col0\": " << p.col0

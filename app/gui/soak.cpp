@@ -104,8 +104,7 @@ SoakRun::~SoakRun() {
 // Nothing is on its way: no model loading, the engine idle, no view waiting for an
 // answer, not playing.
 bool SoakRun::settled() const {
-  return !app_.loading && !app_.playing && !app_.worker.busy() && !lens_waiting(app_) && !beams_waiting(app_) &&
-         !next_waiting(app_) && !block_waiting(app_) && !kv_waiting(app_) && !roles_waiting(app_);
+  return !app_.engine.loading && !app_.play.playing && !app_.engine.worker.busy() && !views_waiting(app_);
 }
 
 std::string SoakRun::waiting() const {
@@ -113,19 +112,15 @@ std::string SoakRun::waiting() const {
   auto add = [&](bool on, const char* what) {
     if (on) w += std::string(w.empty() ? "" : ", ") + what;
   };
-  add(app_.loading, "loading a model");
-  add(app_.playing, "playing");
-  add(app_.worker.busy(), "the engine is busy");
-  add(lens_waiting(app_), "the Logit lens waits");
-  add(beams_waiting(app_), "Beam search waits");
-  add(next_waiting(app_), "the Next token view waits");
-  add(block_waiting(app_), "the Block view waits");
-  add(kv_waiting(app_), "the KV cache view waits");
-  add(roles_waiting(app_), "Head roles waits");
+  add(app_.engine.loading, "loading a model");
+  add(app_.play.playing, "playing");
+  add(app_.engine.worker.busy(), "the engine is busy");
+  const std::string views = views_waiting_list(app_);
+  add(!views.empty(), (views + " wait" + (views.find(',') == std::string::npos ? "s" : "")).c_str());
   char state[200];
-  std::snprintf(state, sizeof state, " (view %s, step %d of %d%s%s%s)", all_views()[size_t(app_.view)].id,
-                app_.cursor + 1, int(app_.trace.steps.size()), app_.done ? ", done" : "", app_.replay ? ", replay" : "",
-                app_.model ? "" : ", no model");
+  std::snprintf(state, sizeof state, " (view %s, step %d of %d%s%s%s)", all_views()[size_t(app_.sel.view)].id,
+                app_.sel.cursor + 1, int(app_.history.trace.steps.size()), app_.engine.done ? ", done" : "",
+                app_.history.replay ? ", replay" : "", app_.engine.model ? "" : ", no model");
   return w + state;
 }
 
@@ -145,7 +140,7 @@ void SoakRun::summary(double t) const {
   std::printf(
       "soak: %d actions (%s; %d refused as expected) in %.1f s, %zu steps recorded (most: %d), peak RSS %.1f MB (now "
       "%.1f MB)\n",
-      done_, per.c_str(), refusals_, t - t_start_, app_.trace.steps.size(), most_steps_, peak, now);
+      done_, per.c_str(), refusals_, t - t_start_, app_.history.trace.steps.size(), most_steps_, peak, now);
   std::fflush(stdout);
 }
 
@@ -153,25 +148,25 @@ void SoakRun::summary(double t) const {
 // action may be turned down for is counted and dismissed (the status line's "ok").
 bool SoakRun::check(double t, int gl_errors) {
   if (gl_errors > gl_seen_) return fail(std::to_string(gl_errors - gl_seen_) + " OpenGL error(s)");
-  if (!app_.error.empty()) {
-    if (!may_refuse_) return fail("the window says: " + app_.error);
+  if (!app_.msgs.error.empty()) {
+    if (!may_refuse_) return fail("the window says: " + app_.msgs.error);
     ++refusals_;
-    if (refusal_texts_.insert(app_.error).second && refusal_texts_.size() <= 40)
-      std::fprintf(stderr, "soak: refused as expected: %s\n", app_.error.c_str());
-    app_.error.clear();
+    if (refusal_texts_.insert(app_.msgs.error).second && refusal_texts_.size() <= 40)
+      std::fprintf(stderr, "soak: refused as expected: %s\n", app_.msgs.error.c_str());
+    app_.msgs.error.clear();
   }
   // The dialog of a problem (a trace that cannot be opened): the same rule, then OK.
-  if (!app_.alert_text.empty()) {
-    if (!may_refuse_) return fail("the window alerts: " + app_.alert_text);
+  if (!app_.msgs.alert.empty()) {
+    if (!may_refuse_) return fail("the window alerts: " + app_.msgs.alert);
     ++refusals_;
-    app_.alert_text.clear();
+    app_.msgs.alert.clear();
   }
-  const int n = int(app_.trace.steps.size());
+  const int n = int(app_.history.trace.steps.size());
   most_steps_ = std::max(most_steps_, n);
-  if (app_.cursor < -1 || app_.cursor >= n || (n > 0 && app_.cursor < 0 && !app_.replay))
-    return fail("the cursor is at step " + std::to_string(app_.cursor) + " of " + std::to_string(n));
+  if (app_.sel.cursor < -1 || app_.sel.cursor >= n || (n > 0 && app_.sel.cursor < 0 && !app_.history.replay))
+    return fail("the cursor is at step " + std::to_string(app_.sel.cursor) + " of " + std::to_string(n));
   for (int s = 1; s < n; ++s)
-    if (app_.trace.steps[size_t(s)].pos0 != app_.trace.positions(s - 1))
+    if (app_.history.trace.steps[size_t(s)].pos0 != app_.history.trace.positions(s - 1))
       return fail("step " + std::to_string(s) + " does not start where step " + std::to_string(s - 1) + " ends");
   if (done_ % 1000 == 0 && done_ > 0) summary(t);
   return true;
@@ -182,7 +177,7 @@ bool SoakRun::advance(double t, int gl_errors) {
   try {
     switch (phase_) {
       case kBoot:
-        if (app_.started && settled()) {
+        if (app_.engine.started && settled()) {
           if (!check(t, gl_errors)) return false;
           phase_ = kAct;
         } else if (t - t_action_ > kHangSeconds) {
@@ -206,8 +201,8 @@ bool SoakRun::advance(double t, int gl_errors) {
         return true;
       }
       case kSettle:
-        if (kind_ == kPlay && app_.playing && app_.cursor == int(app_.trace.steps.size()) - 1 &&
-            int(app_.trace.steps.size()) >= play_until_)
+        if (kind_ == kPlay && app_.play.playing && app_.sel.cursor == int(app_.history.trace.steps.size()) - 1 &&
+            int(app_.history.trace.steps.size()) >= play_until_)
           app_.toggle_play();  // pause (before App::tick asks for another step)
         if (t - t_action_ > kHangSeconds)
           return fail("nothing settled in " + std::to_string(int(kHangSeconds)) + " s (a hang): " + waiting());
@@ -233,7 +228,7 @@ bool SoakRun::advance(double t, int gl_errors) {
 }
 
 void SoakRun::act(int k) {
-  const int n = int(app_.trace.steps.size());
+  const int n = int(app_.history.trace.steps.size());
   switch (k) {
     case kStep:
       may_refuse_ = app_.input_changed();  // Step starts from new text first, which may be refused
@@ -265,9 +260,9 @@ void SoakRun::act(int k) {
       break;
     case kRedraw:
       if (pick(2))
-        app_.redraw_step(app_.cursor);
+        app_.redraw_step(app_.sel.cursor);
       else
-        app_.redraw_new_seed(app_.cursor);
+        app_.redraw_new_seed(app_.sel.cursor);
       break;
     case kSampler:
       act_sampler();
@@ -287,7 +282,7 @@ void SoakRun::act(int k) {
     case kTheme: {
       const int r = int(pick(4));
       if (r == 0)
-        app_.set_theme(!app_.light);
+        app_.set_theme(!app_.look.light);
       else
         app_.scale_text(r - 2);
       break;
@@ -302,46 +297,46 @@ void SoakRun::act(int k) {
 
 // Play until two more steps are in (or the end), then pause.
 void SoakRun::act_play() {
-  app_.speed = 5.0f + float(pick(16));
-  play_until_ = int(app_.trace.steps.size()) + 2;
-  may_refuse_ = (!app_.model && !app_.replay) || app_.input_changed();  // no model: Play says so
+  app_.play.speed = 5.0f + float(pick(16));
+  play_until_ = int(app_.history.trace.steps.size()) + 2;
+  may_refuse_ = (!app_.engine.model && !app_.history.replay) || app_.input_changed();  // no model: Play says so
   app_.toggle_play();
 }
 
 void SoakRun::act_layer_head() {
-  const ds::Config& c = app_.trace.config;
+  const ds::Config& c = app_.history.trace.config;
   switch (pick(3)) {
     case 0:  // the layer slider and head box of the Attention view
-      app_.layer = int(pick(uint64_t(std::max(1, c.n_layers))));
-      app_.head = int(pick(uint64_t(std::max(1, c.n_heads) + 1))) - 1;
+      app_.sel.layer = int(pick(uint64_t(std::max(1, c.n_layers))));
+      app_.sel.head = int(pick(uint64_t(std::max(1, c.n_heads) + 1))) - 1;
       break;
     case 1:  // a map of the All heads grid, clicked
-      app_.layer = int(pick(uint64_t(std::max(1, c.n_layers))));
-      app_.head = int(pick(uint64_t(std::max(1, c.n_heads))));
-      cross_select(app_, app_.layer, app_.head);
+      app_.sel.layer = int(pick(uint64_t(std::max(1, c.n_layers))));
+      app_.sel.head = int(pick(uint64_t(std::max(1, c.n_heads))));
+      cross_select(app_, app_.sel.layer, app_.sel.head);
       break;
     default:  // a token chip, clicked
-      if (app_.cursor >= 0) app_.sel_pos = int(pick(uint64_t(app_.trace.positions(app_.cursor))));
+      if (app_.sel.cursor >= 0) app_.sel.pos = int(pick(uint64_t(app_.history.trace.positions(app_.sel.cursor))));
       break;
   }
 }
 
 void SoakRun::act_fork() {
-  if (!app_.branches.empty() && pick(3) == 0) {
-    app_.forget_branch(int(pick(app_.branches.size())));
+  if (!app_.history.branches.empty() && pick(3) == 0) {
+    app_.forget_branch(int(pick(app_.history.branches.size())));
     return;
   }
-  if (!app_.branches.empty() && pick(3) == 0) {
-    app_.branch_shown = int(pick(app_.branches.size()));
+  if (!app_.history.branches.empty() && pick(3) == 0) {
+    app_.history.branch_shown = int(pick(app_.history.branches.size()));
     return;
   }
   app_.fork_here();
-  if (pick(2)) app_.sampler.seed = rng_() % 100000, app_.send_sampler();
+  if (pick(2)) app_.whatif.sampler.seed = rng_() % 100000, app_.send_sampler();
 }
 
 // Right-click one or two maps of the All heads grid (or "All heads on"), then re-run.
 void SoakRun::act_heads_off() {
-  const ds::Config& c = app_.trace.config;
+  const ds::Config& c = app_.history.trace.config;
   if (pick(4) == 0) {
     app_.all_heads_on();
   } else {
@@ -352,13 +347,13 @@ void SoakRun::act_heads_off() {
       else
         app_.toggle_head(int(pick(uint64_t(std::max(1, c.n_layers)))), int(pick(uint64_t(std::max(1, c.n_heads)))));
   }
-  app_.rerun_with_heads(app_.cursor);
+  app_.rerun_with_heads(app_.sel.cursor);
 }
 
 // One setting of the Next token view, often at an edge (0, 1, the sliders' ends) and
 // sometimes outside what the engine takes (as Ctrl+click lets a slider be typed).
 void SoakRun::act_sampler() {
-  ds::SamplerConfig& s = app_.sampler;
+  ds::SamplerConfig& s = app_.whatif.sampler;
   const ds::SamplerConfig was = s;
   static const float kTemps[] = {0.0f, 1.0f, 0.5f, 2.0f, 1e-6f, -1.0f};
   static const int kTopK[] = {0, 1, 2, 5, 50, -3};
@@ -437,13 +432,13 @@ void SoakRun::act_prompt() {
       case 2:
         return "ab\xFF\xFE" + random_text(2) + "\xC3(\xE2\x82 \xF0\x9F\x90";  // invalid UTF-8
       case 3:
-        return app_.model ? app_.model->prompt : "";
+        return app_.engine.model ? app_.engine.model->prompt : "";
       default:
         return random_text(1 + int(pick(6)));
     }
   };
-  app_.prompt = text();
-  if (app_.trace.config.encoder_decoder || pick(4) == 0) app_.source = text();
+  app_.inputs.prompt = text();
+  if (app_.history.trace.config.encoder_decoder || pick(4) == 0) app_.inputs.source = text();
   may_refuse_ = true;
   app_.start();
 }
@@ -461,7 +456,7 @@ void SoakRun::act_save_open() {
     std::string why;
     list_folder(std::filesystem::temp_directory_path().string(), BrowseFor(pick(3)), why);
     list_folder(bad_file_ + ".missing", BrowseFor::Trace, why);  // an error in words, no throw
-    app_.window_shot = png_file_;
+    app_.requests.window_shot = png_file_;
     may_refuse_ = false;
     return;
   }
@@ -471,7 +466,7 @@ void SoakRun::act_save_open() {
     app_.open_trace(pick(2) ? bad_file_ : bad_file_ + ".missing");
     return;
   }
-  may_refuse_ = app_.trace.steps.empty();  // nothing to save yet
+  may_refuse_ = app_.history.trace.steps.empty();  // nothing to save yet
   if (app_.save_trace(trace_file_)) {
     open_after_save_ = true;
     saved_ = true;
@@ -482,7 +477,7 @@ void SoakRun::act_model() {
   static const std::vector<std::string> models = soak_models();
   static const ds::Precision kPrec[] = {ds::Precision::F32, ds::Precision::F32, ds::Precision::BF16,
                                         ds::Precision::F16};
-  app_.precision = kPrec[pick(std::size(kPrec))];
+  app_.engine.precision = kPrec[pick(std::size(kPrec))];
   if (pick(10) == 0) {  // File > Open model with a path that is no model
     may_refuse_ = true;
     app_.load_model(pick(2) ? bad_file_ : "/nonexistent/model.bin", "");

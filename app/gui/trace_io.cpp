@@ -109,7 +109,7 @@ bool open_trace_in_background(App& app, const std::string& path) {
 }
 
 // A save is under way while the engine thread works on it (a failed save reports no end).
-bool saving(App& app, const TraceIoState& s) { return s.save->running && app.worker.busy(); }
+bool saving(App& app, const TraceIoState& s) { return s.save->running && app.engine.worker.busy(); }
 
 bool trace_io_busy(App& app) {
   TraceIoState& s = app.state<TraceIoState>();

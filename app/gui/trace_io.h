@@ -1,6 +1,6 @@
 #pragma once
 // Saving and opening trace files from the window without stopping it: a save runs on
-// the engine thread (Command::SaveTrace), an open from the File menu on a thread of its
+// the engine thread (cmd::SaveTrace), an open from the File menu on a thread of its
 // own; both report bytes done of the total, shown as a progress bar each frame
 // (trace_io_frame). Quitting meanwhile is safe: an open is stopped and waited for, a
 // save finishes (the engine thread ends after its command; the file is renamed into

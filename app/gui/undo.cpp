@@ -48,14 +48,13 @@ ds::Trace undone_trace(const ds::Trace& now, Undo& u) {
   return t;
 }
 
-Command restore_command(const Undo& u, const ds::Trace& t, int threads) {
-  Command c;
-  c.kind = Command::Restore;
+cmd::Restore restore_command(const Undo& u, const ds::Trace& t, int threads) {
+  cmd::Restore c;
   c.threads = threads;
   c.restart = u.whole;
   c.keep = u.whole ? 0 : u.shared;
   if (u.whole && !t.steps.empty()) {
-    c.tokens = t.steps.front().input;  // the first step feeds the whole prompt
+    c.prompt = t.steps.front().input;  // the first step feeds the whole prompt
     c.src = t.source;
     c.kv_cache = t.steps.front().kv_cache;
   }

@@ -4,7 +4,7 @@
 // Each pushes what it replaced (the steps from the step it changed on, or the whole
 // trace, with the selection, the heads switched off and the sampling settings);
 // Ctrl+Z (App::undo, app/gui/undo_app.cpp) puts them back, in the window and in the
-// engine's session (Command::Restore). No ImGui here: the tests use it as it is.
+// engine's session (cmd::Restore). No ImGui here: the tests use it as it is.
 #include <cstddef>
 #include <deque>
 #include <optional>
@@ -12,9 +12,9 @@
 #include <utility>
 #include <vector>
 
+#include "messages.h"
 #include "probe/trace.h"
 #include "sample/sampler.h"
-#include "worker.h"
 
 namespace dsgui {
 
@@ -73,7 +73,7 @@ ds::Trace undone_trace(const ds::Trace& now, Undo& u);
 // The command that puts the engine's session back to t (what undone_trace gave for u):
 // the steps from u.shared on taken again with the tokens t drew, each with its own
 // settings; whole: a new session on t's prompt and source first. threads: the engine's.
-Command restore_command(const Undo& u, const ds::Trace& t, int threads);
+cmd::Restore restore_command(const Undo& u, const ds::Trace& t, int threads);
 
 // Whether two traces drew the same tokens (a branch that would repeat one kept already).
 bool same_tokens(const ds::Trace& a, const ds::Trace& b);

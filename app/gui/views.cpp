@@ -17,10 +17,31 @@ void panel_block(App& app);
 void panel_kv(App& app);
 void panel_roles(App& app);
 
+// What the views that ask the worker offer the table (their files).
+bool lens_waiting(App& app);
+bool lens_answer(App& app, Event& e);
+void lens_failed(App& app);
+bool next_waiting(App& app);
+bool next_shape_answer(App& app, Event& e);
+void next_failed(App& app);
+bool beams_waiting(App& app);
+bool beams_answer(App& app, Event& e);
+void beams_failed(App& app);
+bool block_waiting(App& app);
+bool block_answer(App& app, Event& e);
+void block_failed(App& app);
+bool kv_waiting(App& app);
+bool kv_measure_answer(App& app, Event& e);
+void kv_failed(App& app);
+bool roles_waiting(App& app);
+bool roles_answer(App& app, Event& e);
+void roles_failed(App& app);
+
 namespace {
 
 // The views in the order of their tabs: id (--view ID), title, one sentence of help
-// (the tab's tooltip and the caption above the view), draw function.
+// (the tab's tooltip and the caption above the view), draw function, and for the views
+// that ask the worker: waiting, answer, failed (views.h).
 const ViewInfo kViews[] = {
     {"attention", "Attention",
      "Each row is a token reading earlier tokens: the brighter a cell, the more that token looks at the one in "
@@ -43,11 +64,11 @@ const ViewInfo kViews[] = {
     {"next", "Next token",
      "The model's probabilities for the next token, before and after temperature, top-k and top-p, and the random "
      "number that picked the token that came out.",
-     panel_next},
+     panel_next, next_waiting, next_shape_answer, next_failed},
     {"lens", "Logit lens",
      "What the model would predict if it stopped after each layer: each layer's residual stream read through the "
      "final norm and the output head.",
-     panel_lens},
+     panel_lens, lens_waiting, lens_answer, lens_failed},
     {"branches", "Branches",
      "Fork the generation at a step and try other settings, another seed or a head switched off, then compare the "
      "two continuations side by side.",
@@ -56,20 +77,20 @@ const ViewInfo kViews[] = {
      "Beam search keeps the W most probable continuations at every step instead of one: each column is a step, "
      "each box a token with its log-probability; blue boxes were kept, grey ones pruned, green ones ended a "
      "hypothesis, and the gold path is the winner. Click a box to show that hypothesis in every other view.",
-     panel_beams},
+     panel_beams, beams_waiting, beams_answer, beams_failed},
     {"block", "Block",
      "Inside one block, step by step, with the real numbers for the selected token: click a box to see its "
      "equation, its numbers and the lines of code that computed them.",
-     panel_block},
+     panel_block, block_waiting, block_answer, block_failed},
     {"kv", "KV cache",
      "While generating, each token's keys and values are kept (the KV cache), so a step computes only the new "
      "token's row and reads the old ones back instead of recomputing the whole prefix.",
-     panel_kv},
+     panel_kv, kv_waiting, kv_measure_answer, kv_failed},
     {"roles", "Head roles",
      "Which heads look at the previous token, at earlier copies of the token, or at what followed an earlier copy "
      "(induction heads): each head's score on a probe of random tokens repeated twice. Click a head to see its "
      "attention on the probe.",
-     panel_roles},
+     panel_roles, roles_waiting, roles_answer, roles_failed},
 };
 
 }  // namespace
@@ -80,6 +101,19 @@ int view_index(std::string_view id) {
   for (size_t v = 0; v < std::size(kViews); ++v)
     if (id == kViews[v].id) return int(v);
   return -1;
+}
+
+bool views_waiting(App& app) {
+  for (const ViewInfo& v : kViews)
+    if (v.waiting && v.waiting(app)) return true;
+  return false;
+}
+
+std::string views_waiting_list(App& app) {
+  std::string s;
+  for (const ViewInfo& v : kViews)
+    if (v.waiting && v.waiting(app)) s += std::string(s.empty() ? "" : ", ") + v.title;
+  return s;
 }
 
 std::string view_id_list() {

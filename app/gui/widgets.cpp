@@ -60,7 +60,8 @@ void flow(float w) {
 }
 
 void tooltip(App& app, const char* text) {
-  if (!app.tooltips || app.hide_popups || !ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled)) return;
+  if (!app.look.tooltips || app.requests.hide_popups || !ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
+    return;
   ImGui::BeginTooltip();
   ImGui::PushTextWrapPos(ImGui::GetFontSize() * 30.0f);
   ImGui::TextUnformatted(text);
@@ -69,13 +70,13 @@ void tooltip(App& app, const char* text) {
 }
 
 bool has_step(const App& app, const char* message) {
-  if (!app.trace.steps.empty() && app.cursor >= 0) return true;
+  if (!app.history.trace.steps.empty() && app.sel.cursor >= 0) return true;
   ImGui::TextDisabled("%s", message);
   return false;
 }
 
 void view_caption(App& app, const char* view_id) {
-  if (!app.captions || app.presenter) return;
+  if (!app.look.captions || app.look.presenter) return;
   const int v = view_index(view_id);
   if (v < 0) return;
   ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
@@ -352,7 +353,7 @@ void heatmap_mouse(App& app, HeatmapViews& hv, const char* name, MapView& v, con
       hv.dragging.clear();
     }
   }
-  if (hovered) app.wheel_zooms = true;  // the view does not scroll under the wheel (App::view_tabs)
+  if (hovered) app.look.wheel_zooms = true;  // the view does not scroll under the wheel (App::view_tabs)
   if (hovered && ImGui::IsMouseDoubleClicked(0)) fit_map(v);  // a double click fits again
   if (hovered && io.MouseWheel != 0)
     zoom_map(v, l, std::pow(1.25f, io.MouseWheel), io.MousePos.x - org.x, io.MousePos.y - org.y);
@@ -370,7 +371,7 @@ void heatmap_mouse(App& app, HeatmapViews& hv, const char* name, MapView& v, con
 RenderTarget& heatmap_cells(App& app, const char* name, const HeatmapArgs& a, const MapLayout& l) {
   const Matrix& m = *a.m;
   const float W = l.cell_w * l.cols, H = l.cell_h * l.rows;
-  RenderTarget& rt = app.target(name);
+  RenderTarget& rt = app.maps.target(name);
   HeatStyle st = a.style;
   ImVec4 bg = ImGui::GetStyleColorVec4(ImGuiCol_WindowBg);
   st.gap = {bg.x, bg.y, bg.z};
@@ -382,14 +383,14 @@ RenderTarget& heatmap_cells(App& app, const char* name, const HeatmapArgs& a, co
                 int(W), int(H), l.row0, l.col0, l.rows, l.cols);
   // The cells go to the GPU only when the matrix changed, and then only the rows (and
   // columns) it gained while its lineage stays the same.
-  HeatTexture& tex = app.heat_texture(name);
-  const bool sent = tex.sync(m, a.lineage, app.uploads);
+  HeatTexture& tex = app.maps.heat_texture(name);
+  const bool sent = tex.sync(m, a.lineage, app.maps.uploads);
   const std::string key = a.lineage == 0 ? "" : std::to_string(a.lineage) + style_key;
-  std::string& drawn = app.drawn_keys[name];
+  std::string& drawn = app.maps.drawn_keys[name];
   if (sent || key.empty() || key != drawn || rt.width() != std::max(int(W), 1) || rt.height() != std::max(int(H), 1)) {
     rt.ensure(int(W), int(H));
     rt.bind();
-    app.heat.draw(tex, st, 0, 0, int(W), int(H));
+    app.maps.heat.draw(tex, st, 0, 0, int(W), int(H));
     RenderTarget::unbind(app.fb_w, app.fb_h);
     drawn = key;
   }
@@ -415,7 +416,7 @@ void add_placement(App& app, const char* name, const HeatmapArgs& a, const MapLa
     for (int r = l.row0; r < l.row0 + l.rows; ++r)
       for (int c = l.col0; c < l.col0 + l.cols; ++c) pl.mask.push_back(m.mask[size_t(r) * size_t(m.cols) + size_t(c)]);
   }
-  app.placements.push_back(std::move(pl));
+  app.maps.placements.push_back(std::move(pl));
 }
 
 // The current step's rows, the selected row, the hovered cell, on the visible cells.
@@ -452,7 +453,7 @@ void heatmaps_start(App& app, int last_n, float zoom) {
 }
 
 void heatmap_toolbar(App& app, const char* name, bool tokens) {
-  if (app.presenter) return;
+  if (app.look.presenter) return;
   HeatmapViews& hv = app.state<HeatmapViews>();
   auto v = hv.views.find(name);
   auto l = hv.shown.find(name);
@@ -476,7 +477,7 @@ HeatmapHit heatmap_widget(App& app, const char* name, const HeatmapArgs& a) {
   };
   // Presenter mode has no controls line: the wheel, a drag and F still work, and a
   // zoomed map says so over its corner.
-  const float title = font * 1.4f, line = app.presenter || !a.toolbar ? 0.0f : ImGui::GetFrameHeightWithSpacing();
+  const float title = font * 1.4f, line = app.look.presenter || !a.toolbar ? 0.0f : ImGui::GetFrameHeightWithSpacing();
   const float col_w = widest(a.col_labels);
   const float lw = std::min(widest(a.row_labels), font * 6.0f) + font * 0.5f;
   float lh = std::min(col_w, font * 6.0f) + font * 0.5f;  // column labels written upward
@@ -484,7 +485,7 @@ HeatmapHit heatmap_widget(App& app, const char* name, const HeatmapArgs& a) {
   auto [it, made] = hv.views.try_emplace(name);
   MapView& v = it->second;
   if (made) v.last_n = hv.last_n, v.zoom = hv.zoom;
-  if (v.fit_serial != app.fit_serial) fit_map(v), v.fit_serial = app.fit_serial;
+  if (v.fit_serial != app.look.fit_serial) fit_map(v), v.fit_serial = app.look.fit_serial;
   MapLayoutIn in;
   in.rows = m.rows;
   in.cols = m.cols;
@@ -509,7 +510,7 @@ HeatmapHit heatmap_widget(App& app, const char* name, const HeatmapArgs& a) {
   const ImVec2 org(std::floor(p0.x + title + lw), std::floor(p0.y + line + title + lh));
 
   RenderTarget& rt = heatmap_cells(app, name, a, l);
-  app.last_heatmap = name;
+  app.maps.last_heatmap = name;
   ImGui::GetWindowDrawList()->AddImage((ImTextureID)(intptr_t)rt.texture(), org, ImVec2(org.x + W, org.y + H),
                                        ImVec2(0, 1), ImVec2(1, 0));
   ImGui::SetCursorScreenPos(org);
@@ -522,9 +523,9 @@ HeatmapHit heatmap_widget(App& app, const char* name, const HeatmapArgs& a) {
   const float title_w = heatmap_labels(a, l, ImVec2(p0.x, p0.y + line), org, lw, lh, hit);
   heatmap_marks(a, l, org, hit);
   ImGui::SetCursorScreenPos(p0);
-  if (!app.presenter && a.toolbar) heatmap_controls(app, v, l, a.row_tokens || a.col_tokens);
+  if (!app.look.presenter && a.toolbar) heatmap_controls(app, v, l, a.row_tokens || a.col_tokens);
   hv.shown[name] = l;
-  if (app.presenter && l.clipped()) {
+  if (app.look.presenter && l.clipped()) {
     char b[96];
     std::snprintf(b, sizeof b, "zoom %.1fx, rows %d-%d (F: fit)", double(v.zoom), l.row0, l.row0 + l.rows - 1);
     ImDrawList* dl = ImGui::GetWindowDrawList();

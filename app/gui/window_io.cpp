@@ -24,7 +24,7 @@ const char* kMonoPath = "/usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf";
 void apply_fonts_and_style(App& app, bool first) {
   ImGuiIO& io = ImGui::GetIO();
   io.Fonts->Clear();
-  const float px = std::round(18.0f * app.ui_scale);
+  const float px = std::round(18.0f * app.look.ui_scale);
   // Latin-1, Greek (the equations' mu, sigma, gamma...), sub- and superscripts, arrows,
   // the maths signs the views write, the whitespace symbols, the play triangles.
   static const ImWchar ranges[] = {0x0020, 0x00FF, 0x0391, 0x03C9, 0x1D40, 0x1D4D, 0x2013, 0x2026, 0x2070,
@@ -39,11 +39,11 @@ void apply_fonts_and_style(App& app, bool first) {
     f = io.Fonts->AddFontFromFileTTF(kFontPath, px, &cfg, ranges);
   }
   dsgui::set_unicode_font(f != nullptr);
-  app.mono_font = nullptr;
+  app.look.mono_font = nullptr;
   if (f && std::filesystem::exists(kMonoPath, ec)) {
     ImFontConfig cfg;
     cfg.OversampleH = 2;
-    app.mono_font = io.Fonts->AddFontFromFileTTF(kMonoPath, std::round(px * 0.9f), &cfg, ranges);
+    app.look.mono_font = io.Fonts->AddFontFromFileTTF(kMonoPath, std::round(px * 0.9f), &cfg, ranges);
   }
   if (!f) {
     ImFontConfig cfg;
@@ -55,7 +55,7 @@ void apply_fonts_and_style(App& app, bool first) {
     ImGui_ImplOpenGL3_CreateFontsTexture();
   }
   ImGuiStyle st;
-  if (app.light)
+  if (app.look.light)
     ImGui::StyleColorsLight(&st);
   else
     ImGui::StyleColorsDark(&st);
@@ -65,10 +65,10 @@ void apply_fonts_and_style(App& app, bool first) {
   st.WindowBorderSize = 0;
   st.ItemSpacing = ImVec2(8, 6);
   st.FramePadding = ImVec2(6, 4);
-  if (!app.light) st.Colors[ImGuiCol_WindowBg] = ImVec4(0.09f, 0.09f, 0.10f, 1);
-  st.ScaleAllSizes(app.ui_scale);
+  if (!app.look.light) st.Colors[ImGuiCol_WindowBg] = ImVec4(0.09f, 0.09f, 0.10f, 1);
+  st.ScaleAllSizes(app.look.ui_scale);
   ImGui::GetStyle() = st;
-  app.font_dirty = false;
+  app.look.font_dirty = false;
 }
 
 namespace {

@@ -46,8 +46,8 @@ void Worker::post(Command c) {
 void Worker::post_latest(Command c) {
   {
     std::lock_guard<std::mutex> lk(mu_);
-    const Command::Kind k = c.kind;
-    queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [k](const Command& q) { return q.kind == k; }),
+    const size_t k = c.index();
+    queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [k](const Command& q) { return q.index() == k; }),
                  queue_.end());
     queue_.push_back(std::move(c));
   }
@@ -68,7 +68,8 @@ bool Worker::busy() const {
 
 void Worker::cancel() {
   std::lock_guard<std::mutex> lk(mu_);
-  auto it = std::remove_if(queue_.begin(), queue_.end(), [](const Command& c) { return c.kind == Command::Step; });
+  auto it = std::remove_if(queue_.begin(), queue_.end(),
+                           [](const Command& c) { return std::holds_alternative<cmd::Step>(c); });
   queue_.erase(it, queue_.end());
   if (running_) cancel_ = true;
 }
@@ -116,19 +117,18 @@ void Worker::run() {
       cancel_ = false;
     }
     try {
-      handle(c);
+      std::visit([this](auto& command) { handle(command); }, c);
     } catch (const std::exception& e) {
-      Event ev;
-      ev.kind = Event::Error;
+      ev::Error err;
       // ds::Error says what was wrong in words; anything else is named as what it is.
       if (dynamic_cast<const ds::Error*>(&e))
-        ev.msg = e.what();
+        err.msg = e.what();
       else if (dynamic_cast<const std::bad_alloc*>(&e))
-        ev.msg = "there is not enough memory for this";
+        err.msg = "there is not enough memory for this";
       else
-        ev.msg = std::string("the engine stopped on an unexpected problem (") + e.what() + ")";
-      ev.start_failed = c.kind == Command::Start;
-      emit(std::move(ev));
+        err.msg = std::string("the engine stopped on an unexpected problem (") + e.what() + ")";
+      err.start_failed = std::holds_alternative<cmd::Start>(c);
+      emit(std::move(err));
     }
     set_activity("");
     bool idle;
@@ -137,7 +137,7 @@ void Worker::run() {
       running_ = false;
       idle = queue_.empty();
     }
-    if (idle) emit(Event{});
+    if (idle) emit(ev::Idle{});
   }
 }
 
@@ -177,12 +177,9 @@ LensRow Worker::lens_row(const std::vector<float>& x, const std::string& label) 
   return row;
 }
 
-void Worker::load(const Command& c) {
+void Worker::handle(cmd::Load& c) {
   set_activity("loading " + c.spec);
-  Event ev;
-  ev.kind = Event::Loading;
-  ev.msg = c.spec;
-  emit(std::move(ev));
+  emit(ev::Loading{c.spec});
   auto t0 = Clock::now();
   session_.reset();
   head_handles_.clear();
@@ -205,24 +202,22 @@ void Worker::load(const Command& c) {
   info->storage = lm_.storage;
   info->weight_bytes = lm_.model->w.bytes();
   info->load_seconds = since(t0);
-  Event done;
-  done.kind = Event::Loaded;
-  done.info = std::move(info);
-  emit(std::move(done));
+  emit(ev::Loaded{std::move(info)});
 }
 
-void Worker::inputs(const Command& c, std::vector<int>& prompt, std::vector<int>& src) const {
+void Worker::inputs(const std::string& prompt_text, const std::string& source_text, std::vector<int>& prompt,
+                    std::vector<int>& src) const {
   const ds::Config& cfg = lm_.model->cfg;
   if (lm_.tokenizer) {
     if (cfg.encoder_decoder) {
       // The target starts with BOS, then the prefix typed (if any).
       if (cfg.bos_id >= 0) prompt.push_back(cfg.bos_id);
-      for (int id : lm_.tokenizer->encode(c.prompt, false)) prompt.push_back(id);
-      src = lm_.tokenizer->encode(c.source, false);
+      for (int id : lm_.tokenizer->encode(prompt_text, false)) prompt.push_back(id);
+      src = lm_.tokenizer->encode(source_text, false);
     } else if (lm_.kind == "random") {
-      prompt = lm_.tokenizer->encode(c.prompt, lm_.bos_prompt);
+      prompt = lm_.tokenizer->encode(prompt_text, lm_.bos_prompt);
     } else {
-      prompt = ds::encode_prompt(lm_, c.prompt);
+      prompt = ds::encode_prompt(lm_, prompt_text);
     }
   }
   if (prompt.empty()) {
@@ -236,22 +231,18 @@ void Worker::inputs(const Command& c, std::vector<int>& prompt, std::vector<int>
   if (cfg.encoder_decoder && src.empty()) throw ds::Error("the source is empty: type a source text");
 }
 
-void Worker::start(const Command& c) {
+void Worker::handle(cmd::Start& c) {
   if (!lm_.model) throw ds::Error("no model is loaded");
   set_activity("encoding the prompt");
   std::vector<int> prompt, src;
-  inputs(c, prompt, src);
-  begin(c, prompt, src);
-  forced_ = c.forced;
-  Event ev;
-  ev.kind = Event::Started;
-  ev.source = session_->trace().source;
-  ev.source_text = session_->trace().source_text;
-  ev.encoder = session_->trace().encoder;
-  emit(std::move(ev));
+  inputs(c.prompt, c.source, prompt, src);
+  begin(c.threads, c.kv_cache, prompt, src);
+  forced_ = std::move(c.forced);
+  const ds::Trace& t = session_->trace();
+  emit(ev::Started{t.source, t.source_text, t.encoder});
 }
 
-void Worker::begin(const Command& c, const std::vector<int>& prompt, const std::vector<int>& src) {
+void Worker::begin(int threads, bool kv_cache, const std::vector<int>& prompt, const std::vector<int>& src) {
   const ds::Config& cfg = lm_.model->cfg;
   ds::SessionOptions o;
   o.sampler = sampler_;
@@ -262,14 +253,14 @@ void Worker::begin(const Command& c, const std::vector<int>& prompt, const std::
   // d_model multiply-adds a token: for a 1B llama-family model with its 128,256-token
   // vocabulary (4.5 G, 3.6 times the model's own step) the window would step at a third of
   // the engine's speed, so beyond kLensRecordMacs the panel asks for the lens of the
-  // position it shows instead (Command::Lens), and steps run at the engine's speed.
+  // position it shows instead (cmd::Lens), and steps run at the engine's speed.
   constexpr double kLensRecordMacs = 1.5e9;  // GPT-2 small's 0.5 G and medium's 1.3 G are recorded
   const double lens_macs = double(cfg.n_layers + 1) * double(cfg.vocab_size) * double(cfg.d_model);
   o.trace_options.lens_top_k = lens_macs <= kLensRecordMacs ? ds::kWindowLensTopK : 0;
   o.candidates = 20;
-  o.keep_logits_bytes = size_t(64) << 20;  // the Next token view reshapes kept steps (Command::Shape)
-  o.threads = std::max(1, c.threads);
-  o.kv_cache = c.kv_cache;
+  o.keep_logits_bytes = size_t(64) << 20;  // the Next token view reshapes kept steps (cmd::Shape)
+  o.threads = std::max(1, threads);
+  o.kv_cache = kv_cache;
   // A prompt the session turns down (too long for the context, say) leaves the session
   // that was running as it was: the window still shows its trace.
   std::unique_ptr<ds::Session> old = std::move(session_);
@@ -288,11 +279,11 @@ void Worker::begin(const Command& c, const std::vector<int>& prompt, const std::
   old.reset();
 }
 
-void Worker::restore(const Command& c) {
+void Worker::handle(cmd::Restore& c) {
   if (!lm_.model) throw ds::Error("undo: no model is loaded to put the steps back on");
   if (c.restart) {
     set_activity("undo: starting the session again");
-    begin(c, c.tokens, c.src);
+    begin(c.threads, c.kv_cache, c.prompt, c.src);
     forced_.clear();
   }
   if (!session_) throw ds::Error("undo: there is no session to put the steps back on");
@@ -312,19 +303,19 @@ void Worker::restore(const Command& c) {
   session_->set_sampler(sampler_);  // the steps to come draw with the window's settings
 }
 
-void Worker::beam(const Command& c) {
+void Worker::handle(cmd::Beam& c) {
   if (!lm_.model) throw ds::Error("no model is loaded");
   set_activity("beam search");
   auto t0 = Clock::now();
   auto a = std::make_shared<BeamAnswer>();
   std::vector<int> prompt, src;
-  inputs(c, prompt, src);
+  inputs(c.prompt, c.source, prompt, src);
   ds::BeamOptions o;
   o.width = c.width;
   o.length_penalty = c.length_penalty;
   o.eos_ids = lm_.stop_ids;
   o.threads = std::max(1, c.threads);
-  o.steps = c.count > 0 ? c.count : 0;
+  o.steps = c.positions > 0 ? c.positions : 0;
   o.on_step = [&](int t) {
     set_activity("beam search: step " + std::to_string(t + 1));
     return !cancel_;
@@ -348,10 +339,7 @@ void Worker::beam(const Command& c) {
   a->width = c.width;
   a->length_penalty = c.length_penalty;
   a->seconds = since(t0);
-  Event ev;
-  ev.kind = Event::Beam;
-  ev.beam = std::move(a);
-  emit(std::move(ev));
+  emit(ev::Beam{std::move(a)});
 }
 
 namespace {
@@ -445,9 +433,9 @@ void top_tokens(BlockSnapshot& s, const ds::Tokenizer* tok) {
 // Runs the prefix through a second engine with the layer's inner points subscribed, as
 // the session ran it: positions 0 .. pos in one call (pos is its last row, so its logits
 // come out), the rest of the prefix through the KV cache.
-void Worker::inspect(const Command& c) {
+void Worker::handle(cmd::Inspect& c) {
   auto a = std::make_shared<BlockSnapshot>();
-  a->key = c.version;
+  a->key = c.key;
   a->layer = c.layer;
   a->pos = c.pos;
   a->positions = int(c.tokens.size());
@@ -499,15 +487,12 @@ void Worker::inspect(const Command& c) {
   } catch (const std::exception& ex) {
     a->error = ex.what();
   }
-  Event ev;
-  ev.kind = Event::Inspect;
-  ev.block = std::move(a);
-  emit(std::move(ev));
+  emit(ev::Inspect{std::move(a)});
 }
 
-void Worker::measure(const Command& c) {
+void Worker::handle(cmd::Measure& c) {
   if (!lm_.model) throw ds::Error("measuring needs the model loaded");
-  const int n = int(c.tokens.size()), prompt = std::clamp(c.count, 1, std::max(1, n));
+  const int n = int(c.tokens.size()), prompt = std::clamp(c.prompt_len, 1, std::max(1, n));
   if (n == 0) throw ds::Error("there is no token yet: press Step");
   auto a = std::make_shared<MeasureAnswer>();
   a->version = c.version;
@@ -529,13 +514,10 @@ void Worker::measure(const Command& c) {
     for (size_t i = 1; i < steps.size(); ++i)
       out.push_back({steps[i].pos0 + int(steps[i].input.size()) - 1, steps[i].forward_ms});
   }
-  Event ev;
-  ev.kind = Event::Measure;
-  ev.measure = std::move(a);
-  emit(std::move(ev));
+  emit(ev::Measure{std::move(a)});
 }
 
-void Worker::roles(const Command& c) {
+void Worker::handle(cmd::Roles& c) {
   if (!lm_.model) throw ds::Error("the head detector needs a model loaded");
   set_activity("running the head detector's probe");
   auto a = std::make_shared<RolesAnswer>();
@@ -549,7 +531,7 @@ void Worker::roles(const Command& c) {
   }
   o.avoid.insert(o.avoid.end(), lm_.stop_ids.begin(), lm_.stop_ids.end());
   a->roles = ds::detect_heads(lm_.model, o);
-  a->key = c.spec;
+  a->key = c.key;
   a->half = a->roles.half;
   for (int id : a->roles.probe) {
     std::string t;
@@ -559,20 +541,13 @@ void Worker::roles(const Command& c) {
       }
     a->labels.push_back(t.empty() ? "#" + std::to_string(id) : t);
   }
-  Event ev;
-  ev.kind = Event::Roles;
-  ev.roles = std::move(a);
-  emit(std::move(ev));
+  emit(ev::Roles{std::move(a)});
 }
 
-void Worker::steps(const Command& c) {
+void Worker::handle(cmd::Step& c) {
   if (!session_) throw ds::Error("press Start first: there is no prompt yet");
   if (session_->done()) {  // nothing to take: say so, or the window would wait for a step
-    Event ev;
-    ev.kind = Event::Truncate;
-    ev.kept = session_->steps_done();
-    ev.done = true;
-    emit(std::move(ev));
+    emit(ev::Truncate{session_->steps_done(), true});
     return;
   }
   for (int i = 0; c.count < 0 || i < c.count; ++i) {
@@ -581,108 +556,75 @@ void Worker::steps(const Command& c) {
     auto t0 = Clock::now();
     const size_t k = size_t(session_->steps_done());
     session_->step(k < forced_.size() ? forced_[k] : -1);
-    Event ev;
-    ev.kind = Event::Step;
-    ev.seconds = since(t0);
-    ev.step_index = session_->steps_done() - 1;
-    ev.done = session_->done();
-    ev.step = std::make_shared<const ds::TraceStep>(session_->trace().steps.back());
-    emit(std::move(ev));
+    ev::Step e;
+    e.seconds = since(t0);
+    e.index = session_->steps_done() - 1;
+    e.done = session_->done();
+    e.step = session_->hand_over_last_step();
+    emit(std::move(e));
   }
 }
 
-void Worker::handle(Command& c) {
-  switch (c.kind) {
-    case Command::Inspect:
-      return inspect(c);
-    case Command::Measure:
-      return measure(c);
-    case Command::Roles:
-      return roles(c);
-    case Command::Load:
-      return load(c);
-    case Command::Start:
-      return start(c);
-    case Command::Beam:
-      return beam(c);
-    case Command::Step:
-      return steps(c);
-    case Command::Restore:
-      return restore(c);
-    case Command::Rewind: {
-      if (!session_) return;
-      int k = std::clamp(c.keep, 0, session_->steps_done());
-      // The steps from k on are drawn again with the current settings. With the seed
-      // step k was drawn with, the random numbers repeat exactly (the same draw for the
-      // same settings); with another seed, they start afresh from that seed.
-      uint64_t used = sampler_.seed;
-      const auto& steps = session_->trace().steps;
-      if (k < int(steps.size()) && steps[k].sample) used = steps[k].sample->config.seed;
-      session_->rewind(k);
-      forced_.resize(std::min(forced_.size(), size_t(k)));  // steps taken again draw
-      session_->set_sampler(sampler_);
-      if (sampler_.seed != used) session_->sampler().reseed(sampler_.seed);
-      Event ev;
-      ev.kind = Event::Truncate;
-      ev.kept = k;
-      ev.done = session_->done();  // rewinding to the end of a finished text leaves it finished
-      emit(std::move(ev));
-      return;
-    }
-    case Command::Sampler: {
-      ds::validate(c.sampler);
-      sampler_ = c.sampler;
-      if (session_) session_->set_sampler(c.sampler);
-      return;
-    }
-    case Command::Heads: {
-      heads_off_ = c.heads;
-      cross_heads_off_ = c.cross_heads;
-      apply_heads();
-      return;
-    }
-    case Command::Shape: {
-      auto a = std::make_shared<ShapeAnswer>();
-      a->step = c.step;
-      a->version = c.version;
-      a->config = c.sampler;
-      try {
-        if (!session_) throw ds::Error("there is no session");
-        a->rec = session_->shape(c.step, c.sampler);
-      } catch (const ds::Error& e) {
-        a->error = e.what();
-      }
-      Event ev;
-      ev.kind = Event::Shape;
-      ev.shape = std::move(a);
-      emit(std::move(ev));
-      return;
-    }
-    case Command::Lens: {
-      if (!lm_.model) throw ds::Error("the logit lens needs the model loaded");
-      set_activity("logit lens");
-      Event ev;
-      ev.kind = Event::Lens;
-      ev.lens.step = c.step;
-      ev.lens.pos = c.pos;
-      ev.lens.version = c.version;
-      for (size_t r = 0; r < c.resid.size(); ++r)
-        ev.lens.rows.push_back(lens_row(c.resid[r], r < c.labels.size() ? c.labels[r] : std::to_string(r)));
-      emit(std::move(ev));
-      return;
-    }
-    case Command::SaveTrace: {
-      set_activity("saving " + c.path);
-      const auto t0 = std::chrono::steady_clock::now();
-      c.trace->save(c.path, c.progress);  // the logit lens is in the trace when the window recorded it
-      Event ev;
-      ev.kind = Event::Saved;
-      ev.msg = c.path;
-      ev.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      emit(std::move(ev));
-      return;
-    }
+void Worker::handle(cmd::Rewind& c) {
+  if (!session_) return;
+  int k = std::clamp(c.keep, 0, session_->steps_done());
+  // The steps from k on are drawn again with the current settings. With the seed step k
+  // was drawn with, the random numbers repeat exactly (the same draw for the same
+  // settings); with another seed, they start afresh from that seed.
+  uint64_t used = sampler_.seed;
+  const auto& steps = session_->trace().steps;
+  if (k < int(steps.size()) && steps[k].sample) used = steps[k].sample->config.seed;
+  session_->rewind(k);
+  forced_.resize(std::min(forced_.size(), size_t(k)));  // steps taken again draw
+  session_->set_sampler(sampler_);
+  if (sampler_.seed != used) session_->sampler().reseed(sampler_.seed);
+  // Rewinding to the end of a finished text leaves it finished.
+  emit(ev::Truncate{k, session_->done()});
+}
+
+void Worker::handle(cmd::Sampler& c) {
+  ds::validate(c.config);
+  sampler_ = c.config;
+  if (session_) session_->set_sampler(c.config);
+}
+
+void Worker::handle(cmd::Heads& c) {
+  heads_off_ = c.self;
+  cross_heads_off_ = c.cross;
+  apply_heads();
+}
+
+void Worker::handle(cmd::Shape& c) {
+  auto a = std::make_shared<ShapeAnswer>();
+  a->step = c.step;
+  a->version = c.version;
+  a->config = c.config;
+  try {
+    if (!session_) throw ds::Error("there is no session");
+    a->rec = session_->shape(c.step, c.config);
+  } catch (const ds::Error& e) {
+    a->error = e.what();
   }
+  emit(ev::Shape{std::move(a)});
+}
+
+void Worker::handle(cmd::Lens& c) {
+  if (!lm_.model) throw ds::Error("the logit lens needs the model loaded");
+  set_activity("logit lens");
+  ev::Lens e;
+  e.lens.step = c.step;
+  e.lens.pos = c.pos;
+  e.lens.version = c.version;
+  for (size_t r = 0; r < c.resid.size(); ++r)
+    e.lens.rows.push_back(lens_row(c.resid[r], r < c.labels.size() ? c.labels[r] : std::to_string(r)));
+  emit(std::move(e));
+}
+
+void Worker::handle(cmd::SaveTrace& c) {
+  set_activity("saving " + c.path);
+  const auto t0 = Clock::now();
+  c.trace->save(c.path, c.progress);  // the logit lens is in the trace when the window recorded it
+  emit(ev::Saved{c.path, since(t0)});
 }
 
 }  // namespace dsgui

@@ -141,6 +141,23 @@ int Session::step(int forced) {
   return token;
 }
 
+TraceStep Session::hand_over_last_step() {
+  if (trace_.steps.empty()) throw Error("there is no step to hand over: no step was taken");
+  TraceStep& kept = trace_.steps.back();
+  TraceStep out;
+  out.pos0 = kept.pos0;
+  out.input = kept.input;
+  out.input_text = kept.input_text;
+  out.tensors = std::move(kept.tensors);
+  kept.tensors.clear();
+  out.sample = kept.sample;
+  out.token_text = std::move(kept.token_text);
+  kept.token_text.clear();
+  out.forward_ms = kept.forward_ms;
+  out.kv_cache = kept.kv_cache;
+  return out;
+}
+
 double Session::run_forward(const std::vector<int>& feed, int pos0) {
   const int V = engine_.config().vocab_size;
   const auto t0 = std::chrono::steady_clock::now();

@@ -85,6 +85,11 @@ class Session {
   Engine& engine() { return engine_; }
   Sampler& sampler() { return sampler_; }
   const Trace& trace() const { return trace_; }
+  // The newest step, for a caller that keeps the trace itself (the window): its recorded
+  // tensors and token texts are moved out, the rest copied. The session keeps what it
+  // goes on from (positions, tokens, the draw), so trace() holds that step without
+  // tensors from then on. Throws ds::Error when no step was taken.
+  TraceStep hand_over_last_step();
   const SampleResult& last_sample() const { return last_; }
 
  private:

@@ -246,15 +246,14 @@ TEST(BlockStages, EveryStageShowsCodeOfTheReferenceAsItIsOnDisk) {
 
 std::shared_ptr<const dsgui::BlockSnapshot> inspect(dsgui::Worker& w, const std::vector<int>& tokens,
                                                     const std::vector<int>& src, int layer, int pos, int head) {
-  dsgui::Command c;
-  c.kind = dsgui::Command::Inspect;
-  c.tokens = tokens, c.src = src, c.layer = layer, c.pos = pos, c.head = head, c.version = 77;
+  dsgui::cmd::Inspect c;
+  c.tokens = tokens, c.src = src, c.layer = layer, c.pos = pos, c.head = head, c.key = 77;
   w.post(std::move(c));
   auto t0 = std::chrono::steady_clock::now();
   while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60)) {
     for (auto& e : w.poll()) {
-      if (e.kind == dsgui::Event::Error) ADD_FAILURE() << e.msg;
-      if (e.kind == dsgui::Event::Inspect) return e.block;
+      if (const auto* err = std::get_if<dsgui::ev::Error>(&e)) ADD_FAILURE() << err->msg;
+      if (const auto* a = std::get_if<dsgui::ev::Inspect>(&e)) return a->answer;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
@@ -287,10 +286,7 @@ void check_snapshot_against_session(const std::string& spec, int steps = 6, int 
   const int n = t.positions(int(t.steps.size()) - 1);
   tokens.resize(size_t(n));
   dsgui::Worker w;
-  dsgui::Command load;
-  load.kind = dsgui::Command::Load;
-  load.spec = spec;
-  w.post(load);
+  w.post(dsgui::cmd::Load{spec, "", ds::Precision::F32});
   if (layer < 0) layer = cfg.n_layers - 1;
   if (pos < 0) pos = n - 2;
   const int head = cfg.n_heads - 1;
@@ -369,10 +365,7 @@ TEST(BlockSnapshot, SaysWhichBiasesAQwen2GgufHas) {
   if (f.empty()) GTEST_SKIP() << "../shared/fixtures/gguf is absent";
   check_snapshot_against_session(f);
   dsgui::Worker w;
-  dsgui::Command load;
-  load.kind = dsgui::Command::Load;
-  load.spec = f;
-  w.post(load);
+  w.post(dsgui::cmd::Load{f, "", ds::Precision::F32});
   auto s = inspect(w, {1, 429, 491}, {}, 0, 2, 0);
   ASSERT_TRUE(s);
   ASSERT_TRUE(s->error.empty()) << s->error;
@@ -387,10 +380,7 @@ TEST(BlockSnapshot, BadRequestsEndInAMessage) {
   auto none = inspect(w, {1, 2}, {}, 0, 0, 0);
   ASSERT_TRUE(none);
   EXPECT_NE(none->error.find("model"), std::string::npos);
-  dsgui::Command load;
-  load.kind = dsgui::Command::Load;
-  load.spec = "random:decoder";
-  w.post(load);
+  w.post(dsgui::cmd::Load{"random:decoder", "", ds::Precision::F32});
   for (auto [tokens, layer, pos] : std::vector<std::tuple<std::vector<int>, int, int>>{
            {{}, 0, 0}, {{1, 2}, 99, 0}, {{1, 2}, 0, 5}, {{1, 100000}, 0, 0}}) {
     auto s = inspect(w, tokens, {}, layer, pos, 0);

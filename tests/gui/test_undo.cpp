@@ -13,6 +13,7 @@
 namespace {
 
 using dsgui::Command;
+namespace ev = dsgui::ev;
 using dsgui::Event;
 using dsgui::Undo;
 
@@ -76,8 +77,7 @@ TEST(Undo, TheTraceComesBackFromTheStepsKept) {
   for (size_t s = 1; s < back.steps.size(); ++s) EXPECT_EQ(back.steps[s].pos0, back.positions(int(s) - 1));
 
   // The engine is told to keep 3 steps and take the kept ones again with their tokens.
-  const Command c = dsgui::restore_command(u, back, 1);
-  EXPECT_EQ(c.kind, Command::Restore);
+  const dsgui::cmd::Restore c = dsgui::restore_command(u, back, 1);
   EXPECT_FALSE(c.restart);
   EXPECT_EQ(c.keep, 3);
   EXPECT_EQ(c.forced, (std::vector<int>{13, 14, 15}));
@@ -119,38 +119,39 @@ ds::SamplerConfig sampling() {
 
 void post(dsgui::Worker& w, Command c) { w.post(std::move(c)); }
 
-Command cmd(Command::Kind k, int n = 1, bool encdec = false) {
-  Command c;
-  c.kind = k;
-  c.count = n;
-  c.keep = n;
-  c.sampler = sampling();
-  if (k == Command::Load) c.spec = encdec ? "random:encdec" : "random:decoder";
-  if (k == Command::Start) (encdec ? c.source : c.prompt) = encdec ? "the cat sat" : "hello";
+// The error's message, "" for any other event.
+std::string msg(const Event& e) {
+  const auto* err = std::get_if<ev::Error>(&e);
+  return err ? err->msg : "";
+}
+
+dsgui::cmd::Start start_cmd(bool encdec) {
+  dsgui::cmd::Start c;
+  (encdec ? c.source : c.prompt) = encdec ? "the cat sat" : "hello";
   return c;
 }
 
 // Loads the model, starts on "hello" and takes n steps; the steps as the window keeps them.
 ds::Trace generate(dsgui::Worker& w, int n, bool encdec = false) {
-  post(w, cmd(Command::Load, 1, encdec));
-  post(w, cmd(Command::Sampler));
-  post(w, cmd(Command::Start, 1, encdec));
-  post(w, cmd(Command::Step, n));
+  post(w, dsgui::cmd::Load{encdec ? "random:encdec" : "random:decoder", "", ds::Precision::F32});
+  post(w, dsgui::cmd::Sampler{sampling()});
+  post(w, start_cmd(encdec));
+  post(w, dsgui::cmd::Step{n});
   ds::Trace t;
   for (auto& e : drain(w)) {
-    EXPECT_NE(e.kind, Event::Error) << e.msg;
-    if (e.kind == Event::Started) t.source = e.source;
-    if (e.kind == Event::Step) t.steps.push_back(*e.step);
+    EXPECT_TRUE(msg(e).empty()) << msg(e);
+    if (auto* st = std::get_if<ev::Started>(&e)) t.source = st->source;
+    if (auto* st = std::get_if<ev::Step>(&e)) t.steps.push_back(std::move(st->step));
   }
   return t;
 }
 
 // The step the worker takes next.
 ds::TraceStep next_step(dsgui::Worker& w) {
-  post(w, cmd(Command::Step, 1));
+  post(w, dsgui::cmd::Step{1});
   for (auto& e : drain(w)) {
-    EXPECT_NE(e.kind, Event::Error) << e.msg;
-    if (e.kind == Event::Step) return *e.step;
+    EXPECT_TRUE(msg(e).empty()) << msg(e);
+    if (auto* st = std::get_if<ev::Step>(&e)) return std::move(st->step);
   }
   ADD_FAILURE() << "no step";
   return {};
@@ -185,29 +186,27 @@ TEST(Undo, TheEngineIsPutBackAsItWas) {
   u.label = "re-run of step 4 with 1 heads off";
   u.shared = 3;
   u.trace.steps.assign(was.steps.begin() + 3, was.steps.end());
-  Command heads = cmd(Command::Heads);
-  heads.heads = {{0, 0}, {1, 1}};
-  post(w, heads);
-  post(w, cmd(Command::Rewind, 3));
+  post(w, dsgui::cmd::Heads{{{0, 0}, {1, 1}}, {}});
+  post(w, dsgui::cmd::Rewind{3});
   ds::Trace now = was;
   now.steps.resize(3);
   now.steps.push_back(next_step(w));  // step 4 with the heads off
 
   const ds::Trace back = dsgui::undone_trace(now, u);
   ASSERT_TRUE(dsgui::same_tokens(back, was));
-  post(w, cmd(Command::Heads));  // the heads the kept steps were computed with: all on
+  post(w, dsgui::cmd::Heads{});  // the heads the kept steps were computed with: all on
   post(w, dsgui::restore_command(u, back, 1));
   for (auto& e : drain(w)) {
-    EXPECT_NE(e.kind, Event::Error) << e.msg;
-    EXPECT_NE(e.kind, Event::Step) << "the window has the steps already";
+    EXPECT_TRUE(msg(e).empty()) << msg(e);
+    EXPECT_FALSE(std::holds_alternative<ev::Step>(e)) << "the window has the steps already";
   }
   expect_same_step(next_step(w), want);
 
   // Start anew (another prompt), undone: a new session on the kept trace's prompt.
-  Command start = cmd(Command::Start);
+  dsgui::cmd::Start start = start_cmd(false);
   start.prompt = "another text";
   post(w, start);
-  post(w, cmd(Command::Step, 2));
+  post(w, dsgui::cmd::Step{2});
   drain(w);
   Undo whole;
   whole.label = "Start";
@@ -215,7 +214,7 @@ TEST(Undo, TheEngineIsPutBackAsItWas) {
   whole.trace = was;
   const ds::Trace again = dsgui::undone_trace(now, whole);
   post(w, dsgui::restore_command(whole, again, 1));
-  for (auto& e : drain(w)) EXPECT_NE(e.kind, Event::Error) << e.msg;
+  for (auto& e : drain(w)) EXPECT_TRUE(msg(e).empty()) << msg(e);
   expect_same_step(next_step(w), want);
 }
 
@@ -228,21 +227,21 @@ TEST(Undo, AStartOnAnEncoderDecoderIsUndoneWithItsSource) {
 
   dsgui::Worker w;
   const ds::Trace was = generate(w, 5, true);
-  Command start = cmd(Command::Start, 1, true);
+  dsgui::cmd::Start start = start_cmd(true);
   start.source = "a dog ran far";
   post(w, start);
-  post(w, cmd(Command::Step, 3));
+  post(w, dsgui::cmd::Step{3});
   drain(w);
   Undo whole;
   whole.label = "Start";
   whole.whole = true;
   whole.trace = was;
   const ds::Trace back = dsgui::undone_trace(ds::Trace{}, whole);
-  const Command c = dsgui::restore_command(whole, back, 1);
+  const dsgui::cmd::Restore c = dsgui::restore_command(whole, back, 1);
   EXPECT_TRUE(c.restart);
   EXPECT_EQ(c.src, was.source);
   post(w, c);
-  for (auto& e : drain(w)) EXPECT_NE(e.kind, Event::Error) << e.msg;
+  for (auto& e : drain(w)) EXPECT_TRUE(msg(e).empty()) << msg(e);
   expect_same_step(next_step(w), want);
 }
 

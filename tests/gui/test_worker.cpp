@@ -15,6 +15,18 @@ namespace {
 
 using dsgui::Command;
 using dsgui::Event;
+namespace cmd = dsgui::cmd;
+namespace ev = dsgui::ev;
+
+template <class T>
+bool is(const Event& e) {
+  return std::holds_alternative<T>(e);
+}
+// The message of an error event ("" for any other), for the failure messages.
+std::string msg(const Event& e) {
+  const auto* err = std::get_if<ev::Error>(&e);
+  return err ? err->msg : "";
+}
 
 // Posts nothing; collects events until the worker is idle (or 60 s pass).
 std::vector<Event> drain(dsgui::Worker& w) {
@@ -34,64 +46,61 @@ std::vector<Event> drain(dsgui::Worker& w) {
 std::vector<int> drawn(const std::vector<Event>& evs) {
   std::vector<int> out;
   for (auto& e : evs)
-    if (e.kind == Event::Step) out.push_back(e.step->sample->token);
+    if (const auto* s = std::get_if<ev::Step>(&e)) out.push_back(s->step.sample->token);
   return out;
 }
 
-// n: Step's count or Rewind's steps kept; a, b: Load's model and tokenizer, or Start's
-// prompt and source.
-void post(dsgui::Worker& w, Command::Kind k, int n = 1, const std::string& a = "", const std::string& b = "") {
-  Command c;
-  c.kind = k;
-  c.count = n;
-  c.keep = n;
-  if (k == Command::Load) c.spec = a, c.tokenizer = b;
-  if (k == Command::Start) c.prompt = a, c.source = b;
+void load(dsgui::Worker& w, const std::string& spec) { w.post(cmd::Load{spec, "", ds::Precision::F32}); }
+void start(dsgui::Worker& w, const std::string& prompt, const std::string& source = "") {
+  cmd::Start c;
+  c.prompt = prompt;
+  c.source = source;
   w.post(std::move(c));
 }
+void step(dsgui::Worker& w, int count) { w.post(cmd::Step{count}); }
+void rewind(dsgui::Worker& w, int keep) { w.post(cmd::Rewind{keep}); }
 
 void set_seed(dsgui::Worker& w, uint64_t seed) {
-  Command c;
-  c.kind = Command::Sampler;
-  c.sampler.temperature = 1.0f;
-  c.sampler.top_p = 1.0f;
-  c.sampler.seed = seed;
+  cmd::Sampler c;
+  c.config.temperature = 1.0f;
+  c.config.top_p = 1.0f;
+  c.config.seed = seed;
   w.post(std::move(c));
 }
 
 TEST(GuiWorker, StepsStreamAndRewindReproduces) {
   dsgui::Worker w;
-  post(w, Command::Load, 1, "random:decoder");
+  load(w, "random:decoder");
   set_seed(w, 7);
-  post(w, Command::Start, 1, "hello");
+  start(w, "hello");
   auto evs = drain(w);
   bool loaded = false, started = false;
   for (auto& e : evs) {
-    ASSERT_NE(e.kind, Event::Error) << e.msg;
-    loaded |= e.kind == Event::Loaded;
-    started |= e.kind == Event::Started;
+    ASSERT_FALSE(is<ev::Error>(e)) << msg(e);
+    loaded |= is<ev::Loaded>(e);
+    started |= is<ev::Started>(e);
   }
   ASSERT_TRUE(loaded && started);
 
-  post(w, Command::Step, 8);
+  step(w, 8);
   auto first = drawn(drain(w));
   ASSERT_EQ(first.size(), 8u);
 
   // Back to step 3 and forward again: the same tokens (the RNG is restored).
-  post(w, Command::Rewind, 3);
-  post(w, Command::Step, 5);
+  rewind(w, 3);
+  step(w, 5);
   auto evs2 = drain(w);
   ASSERT_FALSE(evs2.empty());
-  EXPECT_EQ(evs2.front().kind, Event::Truncate);
-  EXPECT_EQ(evs2.front().kept, 3);
+  ASSERT_TRUE(is<ev::Truncate>(evs2.front()));
+  EXPECT_EQ(std::get<ev::Truncate>(evs2.front()).kept, 3);
   auto again = drawn(evs2);
   ASSERT_EQ(again.size(), 5u);
   EXPECT_TRUE(std::equal(again.begin(), again.end(), first.begin() + 3));
 
   // Another seed draws afresh from the rewound step.
   set_seed(w, 12345);
-  post(w, Command::Rewind, 3);
-  post(w, Command::Step, 5);
+  rewind(w, 3);
+  step(w, 5);
   auto other = drawn(drain(w));
   ASSERT_EQ(other.size(), 5u);
   EXPECT_FALSE(std::equal(other.begin(), other.end(), first.begin() + 3));
@@ -102,35 +111,38 @@ TEST(GuiWorker, StepsStreamAndRewindReproduces) {
 // for a step that never comes, and Play would never stop).
 TEST(GuiWorker, AFinishedTextSaysSoWhenAskedForMore) {
   dsgui::Worker w;
-  post(w, Command::Load, 0, "random:decoder");
-  post(w, Command::Start, 0, "ab");
-  post(w, Command::Step, -1);
+  load(w, "random:decoder");
+  start(w, "ab");
+  step(w, -1);
   auto evs = drain(w);
   ASSERT_FALSE(evs.empty());
   int steps = 0;
-  for (auto& e : evs) steps += e.kind == Event::Step;
+  for (auto& e : evs) steps += is<ev::Step>(e);
   ASSERT_GT(steps, 0);
-  for (int k : {Command::Step, Command::Rewind}) {
-    post(w, Command::Kind(k), k == Command::Step ? 1 : steps);
+  for (bool as_step : {true, false}) {
+    if (as_step)
+      step(w, 1);
+    else
+      rewind(w, steps);
     auto more = drain(w);
     bool told = false;
     for (auto& e : more) {
-      EXPECT_NE(e.kind, Event::Step);
-      EXPECT_NE(e.kind, Event::Error) << e.msg;
-      if (e.kind == Event::Truncate) {
-        EXPECT_TRUE(e.done);
-        EXPECT_EQ(e.kept, steps);
+      EXPECT_FALSE(is<ev::Step>(e));
+      EXPECT_FALSE(is<ev::Error>(e)) << msg(e);
+      if (const auto* t = std::get_if<ev::Truncate>(&e)) {
+        EXPECT_TRUE(t->done);
+        EXPECT_EQ(t->kept, steps);
         told = true;
       }
     }
-    EXPECT_TRUE(told) << (k == Command::Step ? "Step" : "Rewind");
+    EXPECT_TRUE(told) << (as_step ? "Step" : "Rewind");
   }
   // Rewinding one step makes room again.
-  post(w, Command::Rewind, steps - 1);
+  rewind(w, steps - 1);
   bool told = false;
   for (auto& e : drain(w))
-    if (e.kind == Event::Truncate) {
-      EXPECT_FALSE(e.done);
+    if (const auto* t = std::get_if<ev::Truncate>(&e)) {
+      EXPECT_FALSE(t->done);
       told = true;
     }
   EXPECT_TRUE(told);
@@ -140,23 +152,23 @@ TEST(GuiWorker, AFinishedTextSaysSoWhenAskedForMore) {
 // on from where it was: the window still shows that session's trace.
 TEST(GuiWorker, ARefusedPromptKeepsTheSessionRunning) {
   dsgui::Worker w;
-  post(w, Command::Load, 0, "random:decoder");
-  post(w, Command::Start, 0, "ab");
-  post(w, Command::Step, 2);
+  load(w, "random:decoder");
+  start(w, "ab");
+  step(w, 2);
   ASSERT_EQ(drawn(drain(w)).size(), 2u);
-  post(w, Command::Start, 0, std::string(500, 'x'));  // random:decoder has 96 positions
+  start(w, std::string(500, 'x'));  // random:decoder has 96 positions
   bool refused = false;
   for (auto& e : drain(w)) {
-    EXPECT_NE(e.kind, Event::Started);
-    refused |= e.kind == Event::Error;
+    EXPECT_FALSE(is<ev::Started>(e));
+    refused |= is<ev::Error>(e) && std::get<ev::Error>(e).start_failed;
   }
   EXPECT_TRUE(refused);
-  post(w, Command::Step, 1);
+  step(w, 1);
   int steps = 0;
   for (auto& e : drain(w)) {
-    EXPECT_NE(e.kind, Event::Error) << e.msg;
-    if (e.kind == Event::Step) {
-      EXPECT_EQ(e.step_index, 2);
+    EXPECT_FALSE(is<ev::Error>(e)) << msg(e);
+    if (const auto* st = std::get_if<ev::Step>(&e)) {
+      EXPECT_EQ(st->index, 2);
       ++steps;
     }
   }
@@ -165,22 +177,22 @@ TEST(GuiWorker, ARefusedPromptKeepsTheSessionRunning) {
 
 TEST(GuiWorker, ErrorsArriveAsEventsAndTheWorkerGoesOn) {
   dsgui::Worker w;
-  post(w, Command::Load, 1, "/nonexistent/model.bin");
+  load(w, "/nonexistent/model.bin");
   auto evs = drain(w);
   bool err = false;
-  for (auto& e : evs) err |= e.kind == Event::Error && e.msg.find("nonexistent") != std::string::npos;
+  for (auto& e : evs) err |= msg(e).find("nonexistent") != std::string::npos;
   EXPECT_TRUE(err);
-  post(w, Command::Load, 1, "random:encdec");
-  post(w, Command::Start, 1, "", "abc");
-  post(w, Command::Step, 2);
+  load(w, "random:encdec");
+  start(w, "", "abc");
+  step(w, 2);
   auto ok = drain(w);
   int steps = 0;
   for (auto& e : ok) {
-    EXPECT_NE(e.kind, Event::Error) << e.msg;
-    if (e.kind == Event::Started) {
-      EXPECT_EQ(e.source.size(), 3u);
+    EXPECT_FALSE(is<ev::Error>(e)) << msg(e);
+    if (const auto* st = std::get_if<ev::Started>(&e)) {
+      EXPECT_EQ(st->source.size(), 3u);
     }
-    steps += e.kind == Event::Step;
+    steps += is<ev::Step>(e);
   }
   EXPECT_EQ(steps, 2);
 }
@@ -190,15 +202,15 @@ TEST(GuiWorker, ErrorsArriveAsEventsAndTheWorkerGoesOn) {
 // no model shows the same lens.
 TEST(GuiWorker, StepsAndSavedTracesCarryTheLogitLens) {
   dsgui::Worker w;
-  post(w, Command::Load, 1, "random:decoder");
-  post(w, Command::Start, 1, "hi");
-  post(w, Command::Step, 3);
+  load(w, "random:decoder");
+  start(w, "hi");
+  step(w, 3);
   auto evs = drain(w);
   auto t = std::make_shared<ds::Trace>();
   for (auto& e : evs)
-    if (e.kind == Event::Loaded) t->config = e.info->cfg;
+    if (const auto* l = std::get_if<ev::Loaded>(&e)) t->config = l->info->cfg;
   for (auto& e : evs)
-    if (e.kind == Event::Step) t->steps.push_back(*e.step);
+    if (auto* st = std::get_if<ev::Step>(&e)) t->steps.push_back(std::move(st->step));
   ASSERT_EQ(t->steps.size(), 3u);
   const int last = t->positions(2) - 1;
   const std::vector<ds::LensRow> live = ds::recorded_lens(*t, last);
@@ -215,13 +227,12 @@ TEST(GuiWorker, StepsAndSavedTracesCarryTheLogitLens) {
     }
   }
   const std::string path = (std::filesystem::temp_directory_path() / "ds_gui_worker_trace.json").string();
-  Command c;
-  c.kind = Command::SaveTrace;
+  cmd::SaveTrace c;
   c.path = path;
   c.trace = t;
   w.post(std::move(c));
   bool saved = false;
-  for (auto& e : drain(w)) saved |= e.kind == Event::Saved;
+  for (auto& e : drain(w)) saved |= is<ev::Saved>(e);
   ASSERT_TRUE(saved);
   ds::Trace back = ds::Trace::load(path);
   EXPECT_EQ(back.steps.size(), 3u);
@@ -246,18 +257,14 @@ TEST(GuiWorker, LoadsTheWeightsInTheChosenPrecision) {
   int64_t f32_bytes = 0;
   for (ds::Precision p : {ds::Precision::F32, ds::Precision::BF16, ds::Precision::F16}) {
     dsgui::Worker w;
-    Command c;
-    c.kind = Command::Load;
-    c.spec = "random:decoder";
-    c.precision = p;
-    w.post(std::move(c));
-    post(w, Command::Start, 1, "hi");
-    post(w, Command::Step, 3);
+    w.post(cmd::Load{"random:decoder", "", p});
+    start(w, "hi");
+    step(w, 3);
     auto evs = drain(w);
     std::shared_ptr<const dsgui::ModelInfo> info;
     for (auto& e : evs) {
-      EXPECT_NE(e.kind, Event::Error) << e.msg;
-      if (e.kind == Event::Loaded) info = e.info;
+      EXPECT_FALSE(is<ev::Error>(e)) << msg(e);
+      if (const auto* l = std::get_if<ev::Loaded>(&e)) info = l->info;
     }
     ASSERT_TRUE(info);
     EXPECT_EQ(info->precision, p);
@@ -280,12 +287,11 @@ TEST(GuiWorker, LoadsTheWeightsInTheChosenPrecision) {
 // requests made while steps run do not pile up behind them.
 TEST(GuiWorker, NewerLensRequestsReplaceWaitingOnes) {
   dsgui::Worker w;
-  post(w, Command::Load, 1, "random:decoder");
-  post(w, Command::Start, 1, "hi");
-  post(w, Command::Step, 20);
+  load(w, "random:decoder");
+  start(w, "hi");
+  step(w, 20);
   for (uint64_t v = 1; v <= 8; ++v) {
-    Command c;
-    c.kind = Command::Lens;
+    cmd::Lens c;
     c.resid = {std::vector<float>(64, 0.1f)};
     c.labels = {"x"};
     c.version = v;
@@ -293,8 +299,8 @@ TEST(GuiWorker, NewerLensRequestsReplaceWaitingOnes) {
   }
   std::vector<uint64_t> answered;
   for (auto& e : drain(w)) {
-    EXPECT_NE(e.kind, Event::Error) << e.msg;
-    if (e.kind == Event::Lens) answered.push_back(e.lens.version);
+    EXPECT_FALSE(is<ev::Error>(e)) << msg(e);
+    if (const auto* l = std::get_if<ev::Lens>(&e)) answered.push_back(l->lens.version);
   }
   ASSERT_FALSE(answered.empty());
   EXPECT_LE(answered.size(), 2u);  // at most one already running, then the latest

@@ -8,18 +8,20 @@
 #include <string>
 #include <vector>
 
-#include "app.h"
 #include "backends/imgui_impl_glfw.h"
 #include "backends/imgui_impl_opengl3.h"
-#include "frame_bench.h"
-#include "gl.h"
+#include "engine_link/models.h"
+#include "harness/frame_bench.h"
+#include "harness/script.h"
+#include "harness/soak.h"
 #include "imgui.h"
-#include "models.h"
-#include "notices.h"
-#include "options.h"
-#include "script.h"
-#include "soak.h"
-#include "window_io.h"
+#include "shell/app.h"
+#include "shell/notices.h"
+#include "shell/options.h"
+#include "shell/window_io.h"
+#include "views/common.h"
+#include "views/views.h"
+#include "widgets/gl.h"
 
 namespace {
 

@@ -12,11 +12,11 @@
 #include <sstream>
 #include <thread>
 
-#include "block_data.h"
+#include "engine_link/block_data.h"
+#include "engine_link/models.h"
+#include "engine_link/worker.h"
 #include "model/mask.h"
-#include "models.h"
 #include "session/session.h"
-#include "worker.h"
 
 namespace {
 

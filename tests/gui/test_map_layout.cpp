@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "map_layout.h"
+#include "widgets/map_layout.h"
 
 using dsgui::fit_map;
 using dsgui::layout_map;

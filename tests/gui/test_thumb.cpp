@@ -6,7 +6,7 @@
 #include <cmath>
 #include <random>
 
-#include "thumb.h"
+#include "widgets/thumb.h"
 
 using dsgui::Matrix;
 using dsgui::Thumb;

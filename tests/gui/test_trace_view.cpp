@@ -7,10 +7,10 @@
 #include <cmath>
 #include <memory>
 
-#include "models.h"
+#include "engine_link/models.h"
+#include "engine_link/trace_view.h"
+#include "engine_link/worker.h"
 #include "session/session.h"
-#include "trace_view.h"
-#include "worker.h"
 
 namespace {
 

@@ -6,9 +6,9 @@
 #include <chrono>
 #include <thread>
 
-#include "undo.h"
+#include "engine_link/undo.h"
+#include "engine_link/worker.h"
 #include "util/error.h"
-#include "worker.h"
 
 namespace {
 

@@ -7,9 +7,9 @@
 #include <fstream>
 #include <thread>
 
-#include "models.h"
+#include "engine_link/models.h"
+#include "engine_link/worker.h"
 #include "probe/lens.h"
-#include "worker.h"
 
 namespace {
 

@@ -1,0 +1,300 @@
+#pragma once
+// What the window and the engine's thread (worker.h) say to each other: one struct per
+// command (window -> worker) and per event (worker -> window), each with only its own
+// fields. Command and Event are variants of them; both sides dispatch with std::visit.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "engine_link/block_data.h"
+#include "model/config.h"
+#include "probe/heads.h"
+#include "probe/trace.h"
+#include "sample/sampler.h"
+#include "session/beam.h"
+#include "util/precision.h"
+
+namespace dsgui {
+
+// A (layer, head) pair.
+using HeadId = std::pair<int, int>;
+
+// ---- answers that views keep (shared, read-only once sent)
+
+struct ModelInfo {
+  std::string spec, tokenizer, name, kind, describe;  // tokenizer: the file given with spec, or ""
+  ds::Config cfg;
+  bool has_tokenizer = false;
+  std::string prompt, source;  // suggested text for the boxes
+  int64_t params = 0;
+  double load_seconds = 0;
+  ds::Precision precision = ds::Precision::F32;  // storage of the large weight matrices
+  std::string storage;                           // GGUF: every storage type's share ("Q4_K 85% + Q6_K 15%"), else ""
+  int64_t weight_bytes = 0;                      // bytes of every parameter as stored
+  // What the status line names: the storage of a GGUF model, else the precision.
+  std::string storage_name() const { return storage.empty() ? ds::precision_name(precision) : storage; }
+};
+
+// The logit lens at one position: what each layer's residual stream would predict if
+// the model stopped there (final norm, then the output head).
+struct LensRow {
+  std::string label;  // "embed", "layer 0", ...
+  std::vector<int> ids;
+  std::vector<std::string> texts;
+  std::vector<float> probs;  // top few, descending
+};
+struct LensResult {
+  int step = -1, pos = -1;
+  uint64_t version = 0;
+  std::vector<LensRow> rows;
+};
+
+// A finished beam search (cmd::Beam), with the text of every token its tree names.
+struct BeamAnswer {
+  ds::BeamResult result;
+  std::map<int, std::string> text;  // token id -> its piece
+  std::string prompt, source;       // the text it was run on
+  int width = 0;
+  float length_penalty = 1;
+  double seconds = 0;
+};
+
+// A kept step's candidate table under other settings, with nothing drawn (cmd::Shape):
+// what the Next token view shows while a slider moves.
+struct ShapeAnswer {
+  int step = -1;
+  uint64_t version = 0;  // of the request
+  ds::SamplerConfig config;
+  ds::SampleRecord rec;  // token -1
+  std::string error;     // why there is no table (the step's logits were let go)
+};
+
+// The measured time of every step of the same tokens with and without the KV cache
+// (cmd::Measure): (position of the step's last row, milliseconds), prompt step left out.
+struct MeasureAnswer {
+  std::vector<std::pair<int, double>> with, without;
+  uint64_t version = 0;
+};
+
+// The head detector's scores for the loaded model (cmd::Roles), with the text of the
+// probe's tokens.
+struct RolesAnswer {
+  std::string spec;  // the model they are for
+  std::string key;   // the request they answer
+  ds::HeadRoles roles;
+  std::vector<std::string> labels;  // the probe's tokens, visible
+  int half = 0;                     // random tokens per half of the probe
+};
+
+// ---- commands: window -> worker
+namespace cmd {
+
+// Open a model (as --model names it) with its tokenizer file ("": none), keeping the
+// large weight matrices in `precision`.
+struct Load {
+  std::string spec, tokenizer;
+  ds::Precision precision = ds::Precision::F32;
+};
+
+// A new session on the text of the boxes: the prompt (an encoder-decoder's target
+// prefix) and the source, computed with `threads`, with or without a KV cache (false
+// recomputes the whole prefix at every step). `forced`: tokens the first steps take
+// instead of drawing one (a beam search's hypothesis replayed, so every view shows it).
+struct Start {
+  std::string prompt, source;
+  int threads = 1;
+  bool kv_cache = true;
+  std::vector<int> forced;
+};
+
+// Take `count` steps (-1: to the end), each sent back as an ev::Step.
+struct Step {
+  int count = 1;
+};
+
+// Forget the steps from `keep` on; the steps taken after it draw with the current settings.
+struct Rewind {
+  int keep = 0;
+};
+
+// The sampling settings of the steps to come.
+struct Sampler {
+  ds::SamplerConfig config;
+};
+
+// The heads switched off from now on: decoder self-attention and cross-attention.
+struct Heads {
+  std::vector<HeadId> self, cross;
+};
+
+// The logit lens of residual vectors ([rows][d_model]) with their labels, for the
+// step, position and request (version) they answer.
+struct Lens {
+  std::vector<std::vector<float>> resid;
+  std::vector<std::string> labels;
+  int step = -1, pos = -1;
+  uint64_t version = 0;
+};
+
+// Write the trace to a file, reporting bytes written of the total.
+struct SaveTrace {
+  std::string path;
+  std::shared_ptr<const ds::Trace> trace;
+  ds::TraceProgress progress;
+};
+
+// Step `step`'s candidate table under `config`, with nothing drawn (request `version`).
+struct Shape {
+  int step = -1;
+  uint64_t version = 0;
+  ds::SamplerConfig config;
+};
+
+// A beam search on the prompt and source with this width and length penalty, over
+// `positions` in all (0 or less: the model's context).
+struct Beam {
+  std::string prompt, source;
+  int threads = 1;
+  int width = 3;
+  float length_penalty = 1;
+  int positions = 0;
+};
+
+// Run `tokens` (positions 0 .. n-1; `src`: the source ids of an encoder-decoder) through
+// decoder layer `layer`, keeping the numbers of position `pos` and the whole score matrix
+// of head `head`; `key` is sent back with the answer (BlockSnapshot).
+struct Inspect {
+  std::vector<int> tokens, src;
+  int layer = 0, pos = 0, head = 0;
+  uint64_t key = 0;
+  int threads = 1;
+};
+
+// Generate the same tokens (the first `prompt_len` are the prompt) and source twice, with
+// and without the KV cache, timing each step (request `version`).
+struct Measure {
+  std::vector<int> tokens, src;
+  int prompt_len = 1;
+  uint64_t version = 0;
+  int threads = 1;
+};
+
+// Run the head detector's probe; attention to position 0 (BOS) is left out of the scores
+// when exclude_bos. `key` names the request and is sent back.
+struct Roles {
+  std::string key;
+  bool exclude_bos = true;
+  int threads = 1;
+};
+
+// Put the session back as an undo left it: the steps from `keep` on are taken again with
+// the tokens `forced` (one a step), each with the settings it was drawn with
+// (step_samplers, when given). Nothing is sent back: the window already has those steps.
+// restart: a new session first, on the prompt ids `prompt` and the source ids `src`
+// (with threads and kv_cache), keep 0.
+struct Restore {
+  int keep = 0;
+  std::vector<int> forced;
+  std::vector<ds::SamplerConfig> step_samplers;
+  bool restart = false;
+  std::vector<int> prompt, src;
+  int threads = 1;
+  bool kv_cache = true;
+};
+
+}  // namespace cmd
+
+using Command =
+    std::variant<cmd::Load, cmd::Start, cmd::Step, cmd::Rewind, cmd::Sampler, cmd::Heads, cmd::Lens, cmd::SaveTrace,
+                 cmd::Shape, cmd::Beam, cmd::Inspect, cmd::Measure, cmd::Roles, cmd::Restore>;
+
+// ---- events: worker -> window
+namespace ev {
+
+// A model is being opened (spec as the Load named it).
+struct Loading {
+  std::string spec;
+};
+
+// The model is open.
+struct Loaded {
+  std::shared_ptr<const ModelInfo> info;
+};
+
+// A session started: its source ids and their text, and what the encoder published once
+// (encoder-decoder models).
+struct Started {
+  std::vector<int> source;
+  std::vector<std::string> source_text;
+  std::map<std::string, ds::Tensor> encoder;
+};
+
+// One step, handed over whole: the session keeps no copy of its tensors.
+struct Step {
+  int index = 0;       // the step's index in the trace
+  bool done = false;   // the session can take no more steps
+  double seconds = 0;  // compute time of the step
+  ds::TraceStep step;
+};
+
+// The session now has `kept` steps (a rewind, or a Step command with nothing left to take).
+struct Truncate {
+  int kept = 0;
+  bool done = false;  // the session can take no more steps
+};
+
+// The logit lens asked for (cmd::Lens).
+struct Lens {
+  LensResult lens;
+};
+
+// The trace was written to `path` in `seconds`.
+struct Saved {
+  std::string path;
+  double seconds = 0;
+};
+
+// A command failed; start_failed: it was a Start (the text was refused).
+struct Error {
+  std::string msg;
+  bool start_failed = false;
+};
+
+// The queue is empty: the worker waits.
+struct Idle {};
+
+// Answers to the views' requests.
+struct Shape {
+  std::shared_ptr<const ShapeAnswer> answer;
+};
+struct Beam {
+  std::shared_ptr<const BeamAnswer> answer;
+};
+struct Inspect {
+  std::shared_ptr<const BlockSnapshot> answer;
+};
+struct Measure {
+  std::shared_ptr<const MeasureAnswer> answer;
+};
+struct Roles {
+  std::shared_ptr<const RolesAnswer> answer;
+};
+
+}  // namespace ev
+
+using Event = std::variant<ev::Loading, ev::Loaded, ev::Started, ev::Step, ev::Truncate, ev::Lens, ev::Saved, ev::Error,
+                           ev::Idle, ev::Shape, ev::Beam, ev::Inspect, ev::Measure, ev::Roles>;
+
+// For std::visit with one lambda per alternative.
+template <class... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+template <class... F>
+Overloaded(F...) -> Overloaded<F...>;
+
+}  // namespace dsgui

@@ -1,0 +1,95 @@
+#pragma once
+// The engine's own thread. The worker owns the model and the Session; the window posts
+// commands and polls events (messages.h). Each finished step is handed over whole (the
+// session keeps no copy of its tensors), so the window never reads anything the worker
+// is writing and never waits for it.
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "engine_link/messages.h"
+#include "io/loader.h"
+#include "session/session.h"
+
+namespace dsgui {
+
+// The hook patterns the window records, kept to those the model has.
+std::vector<std::string> record_patterns(const ds::Config& cfg);
+
+class Worker {
+ public:
+  Worker();
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  void post(Command c);
+  // Posts c in place of the commands of its kind still waiting in the queue (a
+  // request whose answer would be out of date by the time it ran).
+  void post_latest(Command c);
+  std::vector<Event> poll();
+  // True while a command is queued or running.
+  bool busy() const;
+  // Drops queued steps and stops a multi-step run after the step in progress.
+  void cancel();
+  // What the worker is doing now ("" when idle), for the status line.
+  std::string activity() const;
+  // Called (from the worker thread) after events are posted, to wake the window.
+  void set_wake(std::function<void()> fn);
+
+ private:
+  void run();
+  void handle(cmd::Load& c);
+  void handle(cmd::Start& c);
+  void handle(cmd::Step& c);
+  void handle(cmd::Rewind& c);
+  void handle(cmd::Sampler& c);
+  void handle(cmd::Heads& c);
+  void handle(cmd::Lens& c);
+  void handle(cmd::SaveTrace& c);
+  void handle(cmd::Shape& c);
+  void handle(cmd::Beam& c);
+  void handle(cmd::Inspect& c);
+  void handle(cmd::Measure& c);
+  void handle(cmd::Roles& c);
+  void handle(cmd::Restore& c);
+  // A new session on these ids (a refused prompt keeps the old one).
+  void begin(int threads, bool kv_cache, const std::vector<int>& prompt, const std::vector<int>& src);
+  // The prompt and source ids of a Start or Beam command, as the window's boxes say.
+  void inputs(const std::string& prompt_text, const std::string& source_text, std::vector<int>& prompt,
+              std::vector<int>& src) const;
+  void emit(Event e);
+  void apply_heads();
+  void set_activity(std::string s);
+  LensRow lens_row(const std::vector<float>& x, const std::string& label);
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Command> queue_;
+  std::vector<Event> events_;
+  std::string activity_;
+  std::function<void()> wake_;
+  bool running_ = false, quit_ = false;
+  std::atomic<bool> cancel_{false};
+
+  // Owned by the worker thread only.
+  ds::LoadedModel lm_;
+  std::string spec_;  // what the loaded model was opened as (cmd::Load::spec)
+  std::unique_ptr<ds::Session> session_;
+  ds::SamplerConfig sampler_;
+  std::vector<HeadId> heads_off_, cross_heads_off_;
+  std::vector<int> head_handles_;
+  std::vector<int> forced_;  // the tokens of the session's first steps (cmd::Start::forced)
+
+  std::thread thread_;
+};
+
+}  // namespace dsgui

@@ -1,0 +1,215 @@
+#include "harness/script.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+
+#include "shell/app.h"
+#include "shell/window_io.h"
+#include "views/views.h"
+
+namespace dsgui {
+
+ScriptedRun::ScriptedRun(const Options& o, App& app, double t_start, FrameBench* bench)
+    : o_(o), app_(app), bench_(bench), t_start_(t_start) {}
+
+void ScriptedRun::step(int n) { app_.engine.ask(cmd::Step{n}); }
+
+void ScriptedRun::settle_settings() {
+  const ds::Config& c = app_.history.trace.config;
+  app_.sel.layer = std::clamp(o_.layer, 0, std::max(0, c.n_layers - 1));
+  app_.sel.head = std::clamp(o_.head, -1, c.n_heads - 1);
+  cross_select(app_, app_.sel.layer, app_.sel.head);
+  if (o_.select >= 0) app_.sel.pos = o_.select;
+  app_.sel.view = view_index(o_.view);
+  app_.sel.view_request = true;
+}
+
+// The steps asked for are in: re-run with heads off, fork, scrub back, or settle.
+void ScriptedRun::after_steps(int have) {
+  app_.sel.cursor = have - 1;
+  if ((!o_.heads_off.empty() || !o_.cross_heads_off.empty()) && have > 0) {
+    // Re-run the last step with these heads switched off, to compare.
+    app_.whatif.heads_off = o_.heads_off;
+    app_.whatif.cross_heads_off = o_.cross_heads_off;
+    app_.rerun_with_heads(have - 1);
+    phase_ = kRegen;
+  } else if (o_.fork_at > 0 && have > 0) {
+    const int keep = std::clamp(o_.fork_at - 1, 0, have - 1);
+    app_.sel.cursor = keep;
+    app_.fork_here();  // keeps steps < keep in the engine
+    if (o_.fork_seed >= 0) app_.whatif.sampler.seed = uint64_t(o_.fork_seed);
+    app_.send_sampler();
+    step(have - keep);
+    phase_ = kRegen;
+  } else if (o_.step_back > 0 && have > 0) {
+    app_.sel.cursor = std::max(0, have - 1 - o_.step_back);
+    phase_ = kScrub;
+  } else {
+    phase_ = kSettle;
+  }
+  phase_frames_ = 0;
+}
+
+// --bench, once the steps are in and the views settled: drags the timeline back to the
+// first step and forward again to the last, a step range a frame as a hand on the
+// slider would, then lets the views settle on the last step.
+void ScriptedRun::bench_scrub() {
+  constexpr int kDrag = 40, kSettleFrames = 30;  // frames each way; frames after
+  const int last = int(app_.history.trace.steps.size()) - 1, f = phase_frames_++;
+  bench_->scrubbing = f < 2 * kDrag;
+  if (f < kDrag)
+    app_.scrub_to(last - int(int64_t(last) * (f + 1) / kDrag));
+  else if (f < 2 * kDrag)
+    app_.scrub_to(int(int64_t(last) * (f + 1 - kDrag) / kDrag));
+  else if (f >= 2 * kDrag + kSettleFrames)
+    phase_ = kShoot;
+}
+
+bool ScriptedRun::advance(double t, double prev_frame) {
+  if (!app_.msgs.error.empty()) {
+    std::fprintf(stderr, "decoderscope: scripted run failed: %s\n", app_.msgs.error.c_str());
+    return false;
+  }
+  // A benchmark of a long run on a loaded machine may take longer than a screenshot.
+  if (t - t_start_ > (bench_ ? 3600 : 600)) {
+    std::fprintf(stderr, "decoderscope: scripted run timed out\n");
+    return false;
+  }
+  const int have = int(app_.history.trace.steps.size());
+  const bool idle = !app_.engine.worker.busy();
+  switch (phase_) {
+    case kLoad:
+      if (!app_.engine.started || !idle) break;
+      settle_settings();                           // the view asked for is on screen while the steps run
+      if (bench_ && o_.steps > 0) step(o_.steps);  // the engine at full speed
+      if (bench_) bench_->steps_t0 = t;
+      phase_ = kStep;
+      break;
+    case kStep:
+      // Screenshots: one step a frame, as a class pressing Right would, so that the
+      // views grow with every step as they do in use.
+      if (!bench_ && idle && have < o_.steps && !app_.engine.done) {
+        step(1);
+      } else if (idle && (have >= o_.steps || app_.engine.done)) {
+        if (bench_) bench_->steps_t1 = t;
+        after_steps(have);
+      }
+      break;
+    case kScrub:
+      if (++phase_frames_ >= 3) {
+        const int keep = std::max(1, have - o_.step_back);
+        app_.rewind_engine(keep);
+        step(have - keep);
+        app_.sel.cursor = keep - 1;
+        phase_ = kRegen;
+      }
+      break;
+    case kRegen:
+      if (idle && undone_ < o_.undo && (have >= o_.steps || app_.engine.done)) {
+        app_.undo();  // Ctrl+Z: the engine puts the steps back (busy until it has)
+        ++undone_;
+      } else if (idle && (have >= o_.steps || app_.engine.done)) {
+        app_.sel.cursor = have - 1;
+        phase_ = kSettle;
+        phase_frames_ = 0;
+      }
+      break;
+    case kSettle:
+      if (phase_frames_ == 0) {
+        settle_settings();
+        if (!o_.save_trace.empty()) app_.save_trace(o_.save_trace);
+        if (o_.preview_temperature >= 0)
+          app_.whatif.sampler.temperature = o_.preview_temperature;  // not sent: a preview
+        beams_search_now(app_);  // the Beam search view searches once the steps are done
+        if (o_.view == "kv") kv_time_now(app_);
+      }
+      if (bench_ && phase_frames_ > 4) bench_->idle_frame((t - prev_frame) * 1000.0);
+      if (++phase_frames_ >= (bench_ ? 64 : 4) && idle && !views_waiting(app_))
+        phase_ = bench_ && have > 1 ? kBenchScrub : kShoot, phase_frames_ = 0;
+      break;
+    case kBenchScrub:
+      bench_scrub();
+      break;
+    case kShoot:
+    case kEnd:
+      break;
+  }
+  return true;
+}
+
+int ScriptedRun::shoot(int fw, int fh, int gl_errors) {
+  int rc = 0;
+  if (!o_.screenshot.empty()) {
+    if (!save_window(o_.screenshot, fw, fh)) {
+      std::fprintf(stderr, "decoderscope: cannot write %s\n", o_.screenshot.c_str());
+      rc = 1;
+    }
+    write_sidecar(o_.screenshot + ".json", app_, o_, fw, fh, gl_errors);
+  }
+  if (!o_.save_heatmap.empty()) {
+    auto it = app_.maps.targets.find(app_.maps.last_heatmap);
+    if (it == app_.maps.targets.end() || !it->second ||
+        !write_png(o_.save_heatmap, it->second->width(), it->second->height(), it->second->read())) {
+      std::fprintf(stderr, "decoderscope: cannot save the heatmap to %s\n", o_.save_heatmap.c_str());
+      rc = 1;
+    }
+  }
+  if (bench_) bench_->report(app_);
+  if (gl_errors) {
+    std::fprintf(stderr, "decoderscope: %d OpenGL errors\n", gl_errors);
+    rc = 3;
+  }
+  phase_ = kEnd;
+  return rc;
+}
+
+void write_sidecar(const std::string& path, const App& app, const Options& o, int w, int h, int gl_errors) {
+  std::ofstream f(path);
+  f << "{\n  \"width\": " << w << ", \"height\": " << h << ", \"view\": \"" << o.view
+    << "\", \"gl_errors\": " << gl_errors << ",\n";
+  f << "  \"mask_colors\": [[" << int(kMaskA[0]) << ", " << int(kMaskA[1]) << ", " << int(kMaskA[2]) << "], ["
+    << int(kMaskB[0]) << ", " << int(kMaskB[1]) << ", " << int(kMaskB[2]) << "]],\n";
+  f << "  \"uploads\": {\"whole\": " << app.maps.uploads.whole << ", \"appends\": " << app.maps.uploads.appends
+    << ", \"bytes\": " << app.maps.uploads.bytes << "},\n";
+  int rk = 0, rl = 0, rh = 0;
+  float rs = 0;
+  if (roles_selected(const_cast<App&>(app), rk, rl, rh, rs))
+    f << "  \"roles\": {\"kind\": " << rk << ", \"layer\": " << rl << ", \"head\": " << rh << ", \"score\": " << rs
+      << "},\n";
+  f << "  \"head_grids\": [";  // the All heads grids drawn: heads, heads-cross, heads-encoder
+  int ng = 0;
+  for (const auto& p : app.maps.placements)
+    if (p.name.rfind("heads", 0) == 0) f << (ng++ ? ", " : "") << "\"" << p.name << "\"";
+  f << "],\n";
+  f << "  \"block_ok\": " << (block_ok(const_cast<App&>(app)) ? "true" : "false") << ",\n";
+  f << "  \"precision\": \"" << (app.engine.model ? ds::precision_name(app.engine.model->precision) : "") << "\",\n";
+  f << "  \"storage\": \"" << (app.engine.model ? app.engine.model->storage_name() : "") << "\",\n";
+  f << "  \"view_rect\": [" << app.maps.view_rect.x << ", " << app.maps.view_rect.y << ", " << app.maps.view_rect.z
+    << ", " << app.maps.view_rect.w << "],\n";
+  f << "  \"steps\": " << app.history.trace.steps.size() << ", \"cursor\": " << app.sel.cursor << ",\n  \"tokens\": [";
+  auto toks = app.tokens();
+  for (size_t i = 0; i < toks.size(); ++i) f << (i ? ", " : "") << toks[i].id;
+  f << "],\n  \"undo\": " << app.history.undo.size() << ",\n  \"branches\": [";
+  for (size_t i = 0; i < app.history.branches.size(); ++i) {
+    const Branch& b = app.history.branches[i];
+    f << (i ? ", " : "") << "{\"fork_step\": " << b.fork_step << ", \"steps\": " << b.trace.steps.size()
+      << ", \"tokens\": [";
+    auto bt = tokens_as_of(b.trace, int(b.trace.steps.size()) - 1);
+    for (size_t j = 0; j < bt.size(); ++j) f << (j ? ", " : "") << bt[j].id;
+    f << "]}";
+  }
+  f << "],\n  \"heatmaps\": [";
+  for (size_t i = 0; i < app.maps.placements.size(); ++i) {
+    const auto& p = app.maps.placements[i];
+    f << (i ? ",\n" : "\n") << "    {\"name\": \"" << p.name << "\", \"x\": " << p.x << ", \"y\": " << p.y
+      << ", \"cell_w\": " << p.cell_w << ", \"cell_h\": " << p.cell_h << ", \"rows\": " << p.rows
+      << ", \"cols\": " << p.cols << ", \"row0\": " << p.row0 << ", \"col0\": " << p.col0
+      << ", \"causal\": " << (p.causal ? "true" : "false") << ", \"window\": " << p.window << ", \"mask\": [";
+    for (size_t j = 0; j < p.mask.size(); ++j) f << (j ? "," : "") << int(p.mask[j]);
+    f << "]}";
+  }
+  f << "\n  ]\n}\n";
+}
+
+}  // namespace dsgui

@@ -1,0 +1,378 @@
+// Every head of every layer as a small heatmap; click to open one, right-click to
+// switch it off (an intervention) and re-run the step to see what changes.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+
+#include "shell/window_io.h"
+#include "views/common.h"
+#include "widgets/thumb.h"
+
+namespace dsgui {
+
+// Top candidates of two draws side by side: the model's probability before and after.
+void compare_draws(App& app, const ds::SampleRecord& before, const ds::SampleRecord& after, const char* before_label,
+                   const char* after_label);
+
+namespace {
+
+// The grids of an encoder-decoder model; a decoder-only one has the first alone.
+enum GridKind { kHeadsSelf = 0, kHeadsCross = 1, kHeadsEncoder = 2 };
+
+// The heads switched off in a grid: decoder self-attention or cross-attention (the
+// encoder runs once, before the steps: its heads cannot be switched off for a step).
+const std::vector<std::pair<int, int>>* off_list(const App& app, int kind) {
+  return kind == kHeadsSelf ? &app.whatif.heads_off : kind == kHeadsCross ? &app.whatif.cross_heads_off : nullptr;
+}
+
+bool is_off(const App& app, int kind, int l, int h) {
+  const auto* v = off_list(app, kind);
+  return v && std::find(v->begin(), v->end(), std::make_pair(l, h)) != v->end();
+}
+
+void toggle_head_of(App& app, int kind, int l, int h) {
+  if (kind == kHeadsSelf)
+    app.toggle_head(l, h);
+  else if (kind == kHeadsCross)
+    app.toggle_cross_head(l, h);
+  else
+    app.say("the encoder reads the source once, before the steps: its heads cannot be switched off for a step");
+}
+const char* const kGridNames[] = {"heads", "heads-cross", "heads-encoder"};
+
+// The All heads grids (decoder self-attention, cross-attention, encoder self-attention):
+// every head keeps a thumbnail (its matrix max-pooled to at most the tile's pixels,
+// grown a step at a time) and a texture of it; the textures are sent a few at a time
+// under a per-frame budget, the stale ones shown meanwhile.
+struct HeadTile {
+  HeatTexture tex;
+  Thumb thumb;
+  uint64_t sent = 0;      // the thumb's serial that tex holds
+  float lo = 0, hi = -1;  // the range of what tex holds (Matrix::lo, hi)
+  bool ok = false;        // tex holds something to draw
+};
+struct HeadsGrid {
+  std::string what;                              // trace epoch, kind, thumbnail side
+  int step = -1;                                 // the step the thumbs are built to
+  bool rebuilding = false;                       // thumbs started over: textures keep the old ones until done
+  size_t next = 0;                               // the tile the next upload round starts at
+  uint64_t serial = 0;                           // bumped whenever a texture changes
+  std::string drawn;                             // what the grid's render target shows
+  std::vector<std::unique_ptr<HeadTile>> tiles;  // layer-major
+};
+struct HeadsGrids {
+  std::array<HeadsGrid, 3> grid;  // kHeadsSelf, kHeadsCross, kHeadsEncoder
+};
+const char* const kGridTitles[] = {"Decoder self-attention", "Cross-attention (output tokens reading the source)",
+                                   "Encoder self-attention (source tokens reading each other)"};
+
+// Per frame: at most this long spent pooling new rows into thumbnails, and at most
+// this many bytes of thumbnails sent to the GPU (at least one tile a frame).
+constexpr double kBuildBudgetS = 0.010;
+constexpr size_t kUploadBudget = size_t(1) << 20;
+
+// Pools the rows of step s (every step's rows: the encoder's whole matrix) of every
+// head into its thumbnail.
+void pool_step(App& app, HeadsGrid& g, int kind, int H, int s) {
+  const ds::Trace& t = app.history.trace;
+  for (size_t i = 0; i < g.tiles.size(); ++i) {
+    const int l = int(i) / H, h = int(i) % H;
+    Thumb& th = g.tiles[i]->thumb;
+    if (kind == kHeadsEncoder) {
+      Matrix m = encoder_matrix(t, l, h);
+      if (m.ok()) th.add_rows(m, 0);
+    } else {
+      Matrix rows = attention_step_rows(t, l, h, s, kind == kHeadsCross, app.look.show_scores);
+      if (rows.error.empty()) th.add_rows(rows, t.steps[s].pos0);
+    }
+  }
+}
+
+// Sends the thumbnails that changed, from where the last round stopped, within the
+// upload budget; the others keep their stale texture until a later frame. Returns
+// whether a texture changed.
+bool upload_tiles(App& app, HeadsGrid& g) {
+  const size_t n = g.tiles.size();
+  size_t left = kUploadBudget, i = 0;
+  bool changed = false;
+  for (; i < n; ++i) {
+    HeadTile& tile = *g.tiles[(g.next + i) % n];
+    if (tile.sent == tile.thumb.serial()) continue;
+    const Matrix& p = tile.thumb.pooled();
+    const size_t bytes = size_t(p.rows) * p.cols * (sizeof(float) + 1);
+    if (changed && bytes > left) break;
+    left -= std::min(left, bytes);
+    tile.sent = tile.thumb.serial();
+    if (!p.ok()) continue;
+    tile.tex.set(p.rows, p.cols, p.v.data(), p.mask.data(), app.maps.uploads);
+    tile.lo = p.lo;
+    tile.hi = p.hi;
+    tile.ok = true;
+    changed = true;
+  }
+  g.next = n ? (g.next + i) % n : 0;
+  return changed;
+}
+
+// Brings a grid's thumbnails (side bins at most each way) to the cursor: the rows of
+// the steps taken since the last frame, within the frame's time budget; everything
+// again, over as many frames as it takes, when the trace, the kind or the size
+// changed or the cursor went back (the old textures stay on screen meanwhile).
+// Returns whether a texture changed.
+bool update_grid(App& app, int kind, int L, int H, int side) {
+  HeadsGrid& g = app.state<HeadsGrids>().grid[size_t(kind)];
+  char what[80];
+  std::snprintf(what, sizeof what, "%llu/%d/%d/%d", (unsigned long long)app.history.epoch, kind,
+                int(app.look.show_scores), side);
+  const int target = kind == kHeadsEncoder ? 0 : app.sel.cursor;
+  if (g.what != what || int(g.tiles.size()) != L * H || target < g.step) {
+    if (int(g.tiles.size()) != L * H) {
+      g.tiles.clear();
+      for (int i = 0; i < L * H; ++i) g.tiles.push_back(std::make_unique<HeadTile>());
+    }
+    for (auto& tile : g.tiles) tile->thumb.reset(side);
+    g.what = what;
+    g.step = -1;
+    g.rebuilding = true;
+  }
+  const double t0 = now_s();
+  while (g.step < target && now_s() - t0 < kBuildBudgetS) pool_step(app, g, kind, H, ++g.step);
+  if (g.step == target) g.rebuilding = false;
+  // A grid started over shows its old maps until the new ones are whole.
+  const bool changed = !g.rebuilding && upload_tiles(app, g);
+  if (changed) ++g.serial;
+  return changed;
+}
+
+}  // namespace
+
+namespace {
+
+// What the grid is drawn from and where: L layers x H heads of tile x tile maps, gap
+// pixels apart, below the head labels and right of the layer labels.
+struct GridLayout {
+  int L = 0, H = 0;
+  float tile = 0, gap = 0, lab_w = 0, lab_h = 0;
+  int gw = 0, gh = 0;  // the grid's size in pixels
+};
+
+// The weights/scores switch, the colour map and the re-run buttons.
+void heads_controls(App& app) {
+  const float font = ImGui::GetFontSize();
+  int what = app.look.show_scores ? 1 : 0;
+  ImGui::RadioButton("weights", &what, 0);
+  tooltip(app, "After softmax: how much each token reads each earlier token.");
+  ImGui::SameLine();
+  ImGui::RadioButton("scores", &what, 1);
+  tooltip(app, "Before softmax: raw match scores, each map scaled to its own range.");
+  app.look.show_scores = what == 1;
+  flow(font * 6);
+  ImGui::SetNextItemWidth(font * 6);
+  ImGui::Combo("##cmap", &app.look.cmap, kColormapNames, 3);
+  flow(font * 14);
+  const bool can_rerun = !app.history.replay && app.engine.model && !app.engine.worker.busy();
+  ImGui::BeginDisabled(!can_rerun);
+  char rerun[96];
+  const size_t n_off = app.whatif.heads_off.size() + app.whatif.cross_heads_off.size();
+  std::snprintf(rerun, sizeof rerun, "Re-run step %d with %d head%s off", app.sel.cursor + 1, int(n_off),
+                n_off == 1 ? "" : "s");
+  if (ImGui::Button(rerun)) app.rerun_with_heads(app.sel.cursor);
+  tooltip(app,
+          "Compute this step again with the switched-off heads silenced (their output set to zero), and compare "
+          "the next-token probabilities. Later steps are dropped and use the same heads.");
+  flow(font * 6);
+  ImGui::BeginDisabled(n_off == 0);
+  if (ImGui::Button("All heads on")) app.all_heads_on();
+  ImGui::EndDisabled();
+  ImGui::EndDisabled();
+  ImGui::TextDisabled("click a map to open it; right-click to switch that head off or on");
+}
+
+// Renders a grid into its target, only when a tile or the style changed.
+RenderTarget& render_grid(App& app, int kind, const GridLayout& g) {
+  const int L = g.L, H = g.H, gw = g.gw, gh = g.gh;
+  const float tw = g.tile, th = g.tile, gap = g.gap;
+  // Thumbnails of at most the tile's pixels each way (a power of two, so that a
+  // slightly resized window keeps them).
+  int side = 8;
+  while (side * 2 <= int(g.tile)) side *= 2;
+  HeadsGrid& grid = app.state<HeadsGrids>().grid[size_t(kind)];
+  update_grid(app, kind, L, H, side);
+  char key[160];
+  std::snprintf(key, sizeof key, "%llu/%d/%d/%d/%d/%d", (unsigned long long)grid.serial, int(app.look.show_scores),
+                app.look.cmap, gw, gh, int(app.look.light));
+  RenderTarget& rt = app.maps.target(kGridNames[kind]);
+  if (grid.drawn != key || rt.width() != gw || rt.height() != gh) {
+    grid.drawn = key;
+    rt.ensure(gw, gh);
+    rt.bind();
+    ImVec4 bg = ImGui::GetStyleColorVec4(ImGuiCol_WindowBg);
+    app.maps.heat.clear(bg.x, bg.y, bg.z);
+    for (int l = 0; l < L; ++l)
+      for (int h = 0; h < H; ++h) {
+        const HeadTile& tile = *grid.tiles[size_t(l) * H + h];
+        if (!tile.ok) continue;
+        HeatStyle st;
+        st.cmap = app.look.cmap;
+        const bool scores = app.look.show_scores && kind != kHeadsEncoder;
+        float vmin, vmax;
+        display_range(tile.lo, tile.hi, scores, vmin, vmax);
+        st.vmin = scores ? vmin : 0.0f;
+        st.vmax = scores ? vmax : 1.0f;
+        const int x = int(h * (tw + gap)), y = gh - int(l * (th + gap)) - int(th);
+        app.maps.heat.draw(tile.tex, st, x, y, int(tw), int(th));
+      }
+    RenderTarget::unbind(app.fb_w, app.fb_h);
+  }
+  return rt;
+}
+
+// Opens head (l, h) of a grid in the view that shows it whole.
+void open_head(App& app, int kind, int l, int h) {
+  if (kind == kHeadsSelf) {
+    app.sel.layer = l;
+    app.sel.head = h;
+    app.sel.view = view_index("attention");
+  } else {
+    cross_show(app, l, h, kind == kHeadsEncoder);
+    app.sel.view = view_index("cross");
+  }
+  app.sel.view_request = true;
+}
+
+// Switched-off heads, the open head and the hovered head over the grid at org; a click
+// opens a head, a right-click switches it off or on.
+void grid_overlays(App& app, int kind, const GridLayout& g, ImVec2 org, bool hovered) {
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const int L = g.L, H = g.H;
+  const float tw = g.tile, th = g.tile, gap = g.gap, tile = g.tile;
+  for (int l = 0; l < L; ++l)
+    for (int h = 0; h < H; ++h) {
+      ImVec2 a(org.x + h * (tw + gap), org.y + l * (th + gap)), b(a.x + tw, a.y + th);
+      if (is_off(app, kind, l, h)) {
+        dl->AddRectFilled(a, b, IM_COL32(0, 0, 0, 150));
+        dl->AddLine(a, b, IM_COL32(255, 70, 60, 255), 3);
+        dl->AddLine(ImVec2(a.x, b.y), ImVec2(b.x, a.y), IM_COL32(255, 70, 60, 255), 3);
+        ImVec2 ts = ImGui::CalcTextSize("OFF");
+        if (tile > ts.x)
+          dl->AddText(ImVec2(a.x + (tw - ts.x) * 0.5f, a.y + (th - ts.y) * 0.5f), IM_COL32(255, 255, 255, 255), "OFF");
+      }
+      if (kind == kHeadsSelf && l == app.sel.layer && h == app.sel.head)
+        dl->AddRect(ImVec2(a.x - 2, a.y - 2), ImVec2(b.x + 2, b.y + 2), IM_COL32(255, 170, 40, 255), 0, 0, 2);
+    }
+  if (!hovered) return;
+  ImVec2 mp = ImGui::GetIO().MousePos;
+  int h = int((mp.x - org.x) / (tw + gap)), l = int((mp.y - org.y) / (th + gap));
+  if (l < 0 || l >= L || h < 0 || h >= H) return;
+  ImVec2 a(org.x + h * (tw + gap), org.y + l * (th + gap));
+  dl->AddRect(a, ImVec2(a.x + tw, a.y + th), IM_COL32(255, 255, 255, 255), 0, 0, 2);
+  const bool off = is_off(app, kind, l, h);
+  ImGui::BeginTooltip();
+  ImGui::Text("%s layer %d, head %d%s",
+              kind == kHeadsSelf    ? ""
+              : kind == kHeadsCross ? "cross"
+                                    : "encoder",
+              l, h, off ? " (switched off)" : "");
+  ImGui::TextDisabled("click: open it in the %s view", kind == kHeadsSelf ? "Attention" : "Cross-attention");
+  ImGui::TextDisabled("right-click: switch it %s", off ? "back on" : "off");
+  ImGui::EndTooltip();
+  if (ImGui::IsMouseClicked(0)) open_head(app, kind, l, h);
+  if (ImGui::IsMouseClicked(1)) toggle_head_of(app, kind, l, h);
+}
+
+// One grid with its layer and head labels at the cursor.
+void draw_grid(App& app, int kind, const GridLayout& g) {
+  const float font = ImGui::GetFontSize();
+  const int L = g.L, H = g.H;
+  const float tw = g.tile, th = g.tile, gap = g.gap, tile = g.tile;
+  RenderTarget& rt = render_grid(app, kind, g);
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const ImVec2 p0 = ImGui::GetCursorScreenPos();
+  const ImVec2 org(std::floor(p0.x + g.lab_w), std::floor(p0.y + g.lab_h));
+  const ImU32 tc = ImGui::GetColorU32(ImGuiCol_Text);
+  for (int h = 0; h < H; ++h) {
+    char b[16];
+    std::snprintf(b, sizeof b, H > 16 && tile < font * 2 ? "%d" : "head %d", h);
+    if (tile < ImGui::CalcTextSize(b).x) std::snprintf(b, sizeof b, "%d", h);
+    ImVec2 ts = ImGui::CalcTextSize(b);
+    dl->AddText(ImVec2(org.x + h * (tw + gap) + (tw - ts.x) * 0.5f, p0.y), tc, b);
+  }
+  for (int l = 0; l < L; ++l) {
+    char b[16];
+    std::snprintf(b, sizeof b, "L%d", l);
+    dl->AddText(ImVec2(p0.x, org.y + l * (th + gap) + (th - font) * 0.5f), tc, b);
+  }
+  ImGui::SetCursorScreenPos(org);
+  ImGui::Image((ImTextureID)(intptr_t)rt.texture(), ImVec2(float(g.gw), float(g.gh)), ImVec2(0, 1), ImVec2(1, 0));
+  const bool hovered = ImGui::IsItemHovered();
+  grid_overlays(app, kind, g, org, hovered);
+  HeatmapPlacement pl;
+  pl.name = kGridNames[kind];
+  pl.x = org.x;
+  pl.y = org.y;
+  pl.cell_w = tw + gap;
+  pl.cell_h = th + gap;
+  pl.rows = L;
+  pl.cols = H;
+  app.maps.placements.push_back(pl);
+  if (kind == kHeadsSelf) app.maps.last_heatmap = kGridNames[kind];
+  ImGui::SetCursorScreenPos(p0);
+  ImGui::Dummy(ImVec2(g.lab_w + g.gw, g.lab_h + g.gh));
+}
+
+}  // namespace
+
+void panel_heads(App& app) {
+  view_caption(app, "heads");
+  const ds::Trace& t = app.history.trace;
+  if (!has_step(app, "No step yet: press Step (Right arrow) to run the prompt through the model.")) return;
+  const ds::Config& cfg = t.config;
+  const float font = ImGui::GetFontSize();
+
+  heads_controls(app);
+
+  // The grids shown, one above the other: decoder self-attention, and for an
+  // encoder-decoder model its cross-attention and the encoder's self-attention.
+  std::vector<std::pair<int, int>> grids = {{kHeadsSelf, cfg.n_layers}};
+  if (cfg.encoder_decoder) {
+    grids.push_back({kHeadsCross, cfg.n_layers});
+    if (cfg.n_enc_layers > 0) grids.push_back({kHeadsEncoder, cfg.n_enc_layers});
+  }
+  const int H = cfg.n_heads;
+  int rows = 0;
+  for (auto [k, n] : grids) rows += n;
+  const float title_h = grids.size() > 1 ? ImGui::GetTextLineHeightWithSpacing() : 0.0f;
+
+  // Layout: the grids on the left, the comparison on the right.
+  ImVec2 avail = ImGui::GetContentRegionAvail();
+  const bool compare = app.whatif.before && app.whatif.before_step == app.sel.cursor && t.steps[app.sel.cursor].sample;
+  const float side = compare ? std::min(avail.x * 0.38f, font * 24) : 0.0f;
+  const float lab_w = font * 3.2f, lab_h = font * 1.4f;
+  const float gap = std::max(2.0f, std::floor(font * 0.25f));
+  const float spacing = ImGui::GetStyle().ItemSpacing.y * (grids.size() > 1 ? 2.0f : 1.0f);
+  const float free_h = avail.y - float(grids.size()) * (lab_h + title_h + spacing);
+  float tile = std::floor(std::min((avail.x - side - lab_w) / H - gap, free_h / std::max(rows, 1) - gap));
+  tile = std::clamp(tile, 16.0f, 160.0f);
+
+  ImGui::BeginGroup();
+  for (auto [kind, L] : grids) {
+    if (grids.size() > 1) ImGui::TextUnformatted(kGridTitles[kind]);
+    const int gw = int(H * (tile + gap)), gh = int(L * (tile + gap));
+    draw_grid(app, kind, GridLayout{L, H, tile, gap, lab_w, lab_h, gw, gh});
+  }
+  ImGui::EndGroup();
+
+  if (compare) {
+    ImGui::SameLine(0, font);
+    ImGui::BeginGroup();
+    ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + side);
+    ImGui::TextWrapped("Step %d: how the model's next-token probabilities moved", app.sel.cursor + 1);
+    ImGui::PopTextWrapPos();
+    compare_draws(app, *app.whatif.before, *t.steps[app.sel.cursor].sample, app.whatif.before_label.c_str(),
+                  app.whatif.heads_off.empty() && app.whatif.cross_heads_off.empty() ? "now" : "heads off");
+    ImGui::EndGroup();
+  }
+}
+
+}  // namespace dsgui

@@ -1,0 +1,389 @@
+// The KV cache view: one layer's key and value caches as they grow, the rows the step
+// shown appended outlined, the rows it read back from the cache marked; the work a step
+// does with the cache against recomputing the whole prefix without it (multiply-adds and
+// bytes, this step and the whole generation so far, plotted against the position), and
+// the measured time of steps with and without the cache. Encoder-decoder models: the
+// source's cross-attention keys and values, computed once.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "engine_link/block_data.h"
+#include "model/cost.h"
+#include "views/common.h"
+
+namespace dsgui {
+
+void layer_head_controls(App& app, int& layer, int& head, const char* id);
+
+struct KvState {
+  int kv_head = 0;
+  // Measured milliseconds per step against the position, of the last run with the cache
+  // and the last run without it (kept across runs so the two can be compared).
+  std::vector<std::pair<int, double>> measured[2];  // [0] without, [1] with
+  uint64_t measured_epoch[2] = {0, 0};
+  size_t measured_steps[2] = {0, 0};  // the trace's steps they were read from
+  uint64_t asked = 0;                 // the Measure request waiting (0: none)
+  int timed_positions = 0;            // how far the last request timed
+};
+
+// The timing failed (the error is on the status line).
+void kv_failed(App& app) { app.state<KvState>().asked = 0; }
+
+bool kv_measure_answer(App& app, Event& e) {
+  auto* a = std::get_if<ev::Measure>(&e);
+  if (!a) return false;
+  KvState& st = app.state<KvState>();
+  const std::shared_ptr<const MeasureAnswer>& m = a->answer;
+  if (!m || m->version != st.asked) return true;
+  st.asked = 0;
+  st.measured[1] = m->with;
+  st.measured[0] = m->without;
+  for (int k = 0; k < 2; ++k)
+    st.measured_epoch[k] = app.history.epoch, st.measured_steps[k] = app.history.trace.steps.size();
+  return true;
+}
+
+bool kv_waiting(App& app) { return app.state<KvState>().asked != 0; }
+
+void kv_time_now(App& app) {
+  KvState& st = app.state<KvState>();
+  if (!app.engine.model || app.sel.cursor < 0 || app.history.trace.steps.empty()) return;
+  cmd::Measure c;
+  const std::vector<int> all = app.history.trace.tokens();
+  int positions = std::min(app.history.trace.positions(app.sel.cursor), int(all.size()));
+  c.prompt_len = std::min(int(app.history.trace.steps[0].input.size()), positions);
+  // Without the cache the work grows with the square of the length: time no more
+  // positions than about 6e10 multiply-adds (some ten seconds here) allow.
+  ds::CostOptions co;
+  co.src_len = int(app.history.trace.source.size());
+  try {
+    while (positions > c.prompt_len + 1 &&
+           ds::generation_cost(app.history.trace.config, c.prompt_len, positions, false, co).macs() > 6e10)
+      positions = c.prompt_len + (positions - c.prompt_len) * 3 / 4;
+  } catch (const std::exception&) {
+  }
+  st.timed_positions = positions;
+  c.tokens.assign(all.begin(), all.begin() + positions);
+  c.src = app.history.trace.source;
+  c.threads = app.engine.threads;
+  c.version = st.asked = app.history.version * 2654435761ull + 1;
+  app.engine.ask(std::move(c));
+}
+
+namespace {
+
+// One head's cache [rows, d_head] from a [rows, stride] block: the newest rows at the
+// bottom, rows [new0, new1) outlined as appended by the step shown.
+void cache_cells(App& app, const char* title, const std::vector<float>& m, int rows, int stride, int offset, int cols,
+                 int new0, int new1, const std::vector<std::string>& labels, float width, float height,
+                 bool cached = true, int first_read = 0) {
+  const float font = ImGui::GetFontSize();
+  ImGui::BeginGroup();
+  ImGui::TextUnformatted(title);
+  if (rows <= 0 || m.size() < size_t(rows) * size_t(stride)) {
+    ImGui::TextDisabled("not published by this model");
+    ImGui::EndGroup();
+    return;
+  }
+  const float lw = font * 4.5f, tag = font * 4.2f;
+  const float cw = std::clamp((width - lw - tag) / float(cols), 2.0f, font * 1.2f);
+  const float ch = std::clamp((height - font * 1.5f) / float(rows), font * 0.55f, font * 0.9f);
+  const int fit = std::max(1, int((height - font * 1.5f) / (ch + 1)));
+  const int first = std::max(0, rows - fit);
+  float sc = 0;
+  for (int r = first; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) sc = std::max(sc, std::fabs(m[size_t(r) * stride + offset + c]));
+  sc = sc > 0 ? sc : 1;
+  if (first > 0) ImGui::TextDisabled("positions 0 to %d are above (%d rows in all)", first - 1, rows);
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const ImVec2 p = ImGui::GetCursorScreenPos();
+  const float fs = std::min(font, ch + 2);
+  for (int r = first; r < rows; ++r) {
+    const float y = p.y + float(r - first) * (ch + 1);
+    char lab[48];
+    std::snprintf(lab, sizeof lab, "%d %s", r, r < int(labels.size()) ? shorten(labels[size_t(r)], 4).c_str() : "");
+    dl->AddText(ImGui::GetFont(), fs, ImVec2(p.x, y + (ch - fs) * 0.5f), ImGui::GetColorU32(ImGuiCol_TextDisabled),
+                lab);
+    for (int c = 0; c < cols; ++c)
+      dl->AddRectFilled(ImVec2(p.x + lw + float(c) * cw, y), ImVec2(p.x + lw + float(c + 1) * cw - (cw > 4), y + ch),
+                        diverging(m[size_t(r) * stride + offset + c] / sc, app.look.light));
+    const bool fresh = r >= new0 && r < new1;
+    if (fresh)
+      dl->AddRect(ImVec2(p.x + lw - 2, y - 1), ImVec2(p.x + lw + float(cols) * cw + 1, y + ch + 1),
+                  IM_COL32(255, 200, 40, 255), 0, 0, 2);
+    // Rows before first_read (a sliding-window layer) stay in the cache but no query of
+    // this step reads them.
+    const char* t = fresh ? "+ new" : r < new0 ? (!cached ? "again" : r < first_read ? "unread" : "read") : "";
+    dl->AddText(ImGui::GetFont(), fs, ImVec2(p.x + lw + float(cols) * cw + font * 0.4f, y + (ch - fs) * 0.5f),
+                fresh ? IM_COL32(255, 200, 40, 255) : ImGui::GetColorU32(ImGuiCol_TextDisabled), t);
+  }
+  ImGui::Dummy(ImVec2(lw + float(cols) * cw + tag, float(rows - first) * (ch + 1)));
+  ImGui::EndGroup();
+}
+
+std::string si(double v) {
+  char b[32];
+  const char* u[] = {"", "K", "M", "G", "T", "P"};
+  int i = 0;
+  while (std::fabs(v) >= 1000 && i < 5) v /= 1000, ++i;
+  std::snprintf(b, sizeof b, v < 10 && i > 0 ? "%.2f %s" : "%.3g %s", v, u[i]);
+  return b;
+}
+
+// Two curves (with and without the cache) against the position, on one set of axes.
+void two_curves(App& app, const char* id, const char* unit, const std::vector<std::pair<int, double>>& a,
+                const std::vector<std::pair<int, double>>& b, int cursor_pos, ImVec2 size) {
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const float font = ImGui::GetFontSize();
+  const ImVec2 p = ImGui::GetCursorScreenPos();
+  ImGui::InvisibleButton(id, size);
+  const ImVec2 o(p.x + font * 3.5f, p.y + size.y - font * 1.4f), e(p.x + size.x - font * 0.5f, p.y + font * 0.3f);
+  int xmax = 1;
+  double ymax = 0;
+  for (auto* s : {&a, &b})
+    for (auto& [x, y] : *s) xmax = std::max(xmax, x), ymax = std::max(ymax, y);
+  if (ymax <= 0) ymax = 1;
+  const ImU32 axis = ImGui::GetColorU32(ImGuiCol_TextDisabled);
+  dl->AddLine(o, ImVec2(e.x, o.y), axis);
+  dl->AddLine(o, ImVec2(o.x, e.y), axis);
+  dl->AddText(ImVec2(p.x, e.y), axis, si(ymax).c_str());
+  dl->AddText(ImVec2(p.x, o.y - font), axis, unit);
+  dl->AddText(ImVec2(o.x, o.y + font * 0.1f), axis, "0");
+  const std::string xm = std::to_string(xmax);
+  dl->AddText(ImVec2(e.x - ImGui::CalcTextSize(xm.c_str()).x, o.y + font * 0.1f), axis, xm.c_str());
+  dl->AddText(ImVec2((o.x + e.x) * 0.5f - font * 2, o.y + font * 0.1f), axis, "position");
+  auto X = [&](double x) { return o.x + float(x / xmax) * (e.x - o.x); };
+  auto Y = [&](double y) { return o.y - float(y / ymax) * (o.y - e.y); };
+  const ImU32 cols[2] = {IM_COL32(240, 90, 70, 255), IM_COL32(80, 200, 120, 255)};
+  int k = 0;
+  for (auto* s : {&a, &b}) {
+    for (size_t i = 1; i < s->size(); ++i)
+      dl->AddLine(ImVec2(X((*s)[i - 1].first), Y((*s)[i - 1].second)), ImVec2(X((*s)[i].first), Y((*s)[i].second)),
+                  cols[k], 2.5f);
+    if (s->size() == 1) dl->AddCircleFilled(ImVec2(X((*s)[0].first), Y((*s)[0].second)), 3, cols[k]);
+    ++k;
+  }
+  if (cursor_pos >= 0) dl->AddLine(ImVec2(X(cursor_pos), o.y), ImVec2(X(cursor_pos), e.y), axis, 1.0f);
+  (void)app;
+}
+
+void legend_line(ImU32 c, const char* text) {
+  const float font = ImGui::GetFontSize();
+  const ImVec2 p = ImGui::GetCursorScreenPos();
+  ImGui::GetWindowDrawList()->AddLine(ImVec2(p.x, p.y + font * 0.6f), ImVec2(p.x + font * 1.5f, p.y + font * 0.6f), c,
+                                      3);
+  ImGui::Dummy(ImVec2(font * 1.7f, font));
+  ImGui::SameLine();
+  ImGui::TextUnformatted(text);
+}
+
+// The work of the steps so far: this step, the total, and the curves.
+void cost_panel(App& app, KvState& st, int positions, int new0) {
+  const ds::Config& cfg = app.history.trace.config;
+  ds::CostOptions co;
+  co.src_len = int(app.history.trace.source.size());
+  // Bytes a weight: 2 for 16-bit weights; a GGUF file's quantized blocks, their mean over
+  // every parameter as stored (Q4_K_M: about 0.6).
+  if (app.engine.model && ds::is_quantized(app.engine.model->precision) && app.engine.model->params > 0)
+    co.bytes_per_weight = double(app.engine.model->weight_bytes) / double(app.engine.model->params);
+  else if (app.engine.model && app.engine.model->precision != ds::Precision::F32)
+    co.bytes_per_weight = 2;
+  const ds::StepCost now_c = ds::cached_step_cost(cfg, positions - 1, co);
+  const ds::StepCost now_f = ds::uncached_step_cost(cfg, positions - 1, co);
+  double cum_c = 0, cum_f = 0;
+  std::vector<std::pair<int, double>> with, without;
+  const int x0 = app.history.trace.steps.empty() ? 0 : int(app.history.trace.steps[0].input.size()) - 1;
+  for (int p = x0; p < std::max(positions, x0 + 1); ++p) {
+    const double c = ds::cached_step_cost(cfg, p, co).macs(), f = ds::uncached_step_cost(cfg, p, co).macs();
+    cum_c += c;
+    cum_f += f;
+    with.push_back({p, cum_c});
+    without.push_back({p, cum_f});
+  }
+  ImGui::Text("Step at position %d (%d token%s in the cache before it):", positions - 1, new0, new0 == 1 ? "" : "s");
+  if (ImGui::BeginTable("cost", 4,
+                        ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_BordersInnerV)) {
+    ImGui::TableSetupColumn("");
+    ImGui::TableSetupColumn("multiply-adds");
+    ImGui::TableSetupColumn("bytes read");
+    ImGui::TableSetupColumn("so far (multiply-adds)");
+    ImGui::TableHeadersRow();
+    auto row = [&](const char* name, double m, double b, double cum) {
+      ImGui::TableNextRow();
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(name);
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(si(m).c_str());
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted((si(b) + "B").c_str());
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(si(cum).c_str());
+    };
+    row("with the KV cache", now_c.macs(), now_c.bytes(), cum_c);
+    tooltip(app,
+            "Multiply-adds of the matrix products of this step. Both ways read every weight once a step; with "
+            "the cache the step also reads the stored keys and values back, without it the arithmetic grows.");
+    row("without it (whole prefix again)", now_f.macs(), now_f.bytes(), cum_f);
+    ImGui::EndTable();
+  }
+  ImGui::Text("Without the cache this step does %.1fx the work; the generation so far %.1fx.",
+              now_c.macs() > 0 ? now_f.macs() / now_c.macs() : 0.0, cum_c > 0 ? cum_f / cum_c : 0.0);
+  const float font = ImGui::GetFontSize();
+  const float w = ImGui::GetContentRegionAvail().x;
+  ImGui::TextUnformatted("The work of the whole generation so far, against the position:");
+  legend_line(IM_COL32(240, 90, 70, 255), "without the cache: every step recomputes all n rows: O(n\u00b2) in all");
+  legend_line(IM_COL32(80, 200, 120, 255), "with the cache: one new row a step: O(n) in all");
+  two_curves(app, "##macs", "MACs", without, with, positions - 1, ImVec2(w, font * 9));
+  // Measured: the trace's own steps, and the last run of the other kind.
+  ImGui::Spacing();
+  ImGui::TextUnformatted("Measured time of each step after the prompt (ms):");
+  const bool cached = app.history.trace.steps.empty() || app.history.trace.steps.back().kv_cache;
+  auto& mine = st.measured[cached ? 1 : 0];
+  const int k = cached ? 1 : 0;
+  if (st.measured_epoch[k] != app.history.epoch || st.measured_steps[k] != app.history.trace.steps.size()) {
+    st.measured_steps[k] = app.history.trace.steps.size();
+    mine.clear();
+    for (size_t i = 1; i < app.history.trace.steps.size(); ++i) {  // step 0 (the whole prompt) left out
+      const ds::TraceStep& s = app.history.trace.steps[i];
+      if (s.forward_ms > 0) mine.push_back({s.pos0 + int(s.input.size()) - 1, s.forward_ms});
+    }
+    st.measured_epoch[cached ? 1 : 0] = app.history.epoch;
+  }
+  ImGui::BeginDisabled(!app.engine.model || st.asked != 0 || app.engine.worker.busy());
+  if (ImGui::Button(st.asked ? "Timing..." : "Time both ways now")) kv_time_now(app);
+  ImGui::EndDisabled();
+  tooltip(app,
+          "Runs the tokens shown through the model twice, with the KV cache and without it, timing every step "
+          "(the same tokens come out both ways). On long texts of large models only the first positions are "
+          "timed: without the cache the whole run would take too long.");
+  if (!st.measured[0].empty() && st.timed_positions > 0 && st.timed_positions < positions) {
+    ImGui::SameLine();
+    ImGui::TextDisabled("(timed up to position %d)", st.timed_positions - 1);
+  }
+  ImGui::SameLine();
+  legend_line(IM_COL32(240, 90, 70, 255), "without");
+  ImGui::SameLine();
+  legend_line(IM_COL32(80, 200, 120, 255), "with the cache");
+  two_curves(app, "##ms", "ms", st.measured[0], st.measured[1], positions - 1, ImVec2(w, font * 8));
+}
+
+// What the step did to the cache, in a sentence (a sliding-window layer reads back only
+// the last rows).
+void step_text(const BlockSnapshot* s, bool kv_cache, int positions, int new0) {
+  const int unread = s && s->error.empty() ? std::min(new0, s->cfg.first_key(s->layer, new0)) : 0;
+  if (kv_cache && unread > 0)
+    ImGui::TextWrapped(
+        "This step ran %d new token%s through the model and appended %s row%s to every layer's cache "
+        "(outlined); of the %d rows above, this layer's sliding window read back the last %d from the cache, "
+        "not computed again.",
+        positions - new0, positions - new0 == 1 ? "" : "s", positions - new0 == 1 ? "one" : "these",
+        positions - new0 == 1 ? "" : "s", new0, new0 - unread);
+  else if (kv_cache)
+    ImGui::TextWrapped(
+        "This step ran %d new token%s through the model and appended %s row%s to every layer's cache "
+        "(outlined); the %d rows above were read back from the cache, not computed again.",
+        positions - new0, positions - new0 == 1 ? "" : "s", positions - new0 == 1 ? "one" : "these",
+        positions - new0 == 1 ? "" : "s", new0);
+  else
+    ImGui::TextWrapped(
+        "Made without the KV cache: this step ran all %d tokens through the model again and computed "
+        "every row of keys and values anew, the %d older ones included; only the last row is new.",
+        positions, new0);
+}
+
+}  // namespace
+
+void panel_kv(App& app) {
+  KvState& st = app.state<KvState>();
+  view_caption(app, "kv");
+  const ds::Config& cfg = app.history.trace.config;
+  const float font = ImGui::GetFontSize();
+  bool without = !app.engine.kv_cache;
+  if (ImGui::Checkbox("Generate without the KV cache", &without)) {
+    app.engine.kv_cache = !without;
+    app.say(without ? "the next Start recomputes the whole prefix at every step" : "the next Start uses the KV cache");
+  }
+  tooltip(app,
+          "Without the cache every step runs the whole sequence through the model again (the same tokens "
+          "come out, only slower). Takes effect when you press Start.");
+  if (!has_step(app)) return;
+  flow(font * 22);
+  int head = st.kv_head;
+  ImGui::AlignTextToFramePadding();
+  ImGui::TextUnformatted("Layer");
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(font * 7);
+  ImGui::SliderInt("##kvlayer", &app.sel.layer, 0, std::max(0, cfg.n_layers - 1));
+  ImGui::SameLine();
+  ImGui::TextUnformatted("Key/value head");
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(font * 7);
+  ImGui::SliderInt("##kvhead", &head, 0, std::max(0, cfg.n_kv_heads - 1));
+  tooltip(app,
+          "Each head keeps its own keys and values (models with grouped-query attention share one between "
+          "several query heads).");
+  st.kv_head = head = std::clamp(head, 0, std::max(0, cfg.n_kv_heads - 1));
+  app.sel.layer = std::clamp(app.sel.layer, 0, std::max(0, cfg.n_layers - 1));
+  const ds::TraceStep& step = app.history.trace.steps[size_t(app.sel.cursor)];
+  const int positions = app.history.trace.positions(app.sel.cursor), new0 = step.pos0;
+  const int q_head = head * std::max(1, cfg.n_heads / std::max(1, cfg.n_kv_heads));
+  const BlockSnapshot* s = block_snapshot(app, app.sel.layer, q_head);
+  const ImVec2 avail = ImGui::GetContentRegionAvail();
+  const float left = std::max(avail.x * 0.5f, font * 26);
+  ImGui::BeginChild("caches", ImVec2(left, avail.y), false);
+  if (!app.engine.model) {
+    ImGui::TextDisabled("The cache is measured by running the model: load the model this trace came from.");
+  } else if (!s) {
+    ImGui::TextDisabled("running the model...");
+  } else if (!s->error.empty()) {
+    ImGui::TextColored(ImVec4(1, 0.5f, 0.4f, 1), "%s", s->error.c_str());
+  } else {
+    auto toks = app.tokens();
+    std::vector<std::string> labels;
+    for (auto& t : toks) labels.push_back(visible(t.text));
+    const int kvd = s->cfg.kv_dim(), dh = s->cfg.d_head, rows = int(s->k.size()) / std::max(1, kvd);
+    const bool ed = s->cfg.encoder_decoder && s->src_len > 0;
+    const float hh = avail.y - font * 4.5f - (ed ? font * (5.5f + 0.95f * float(s->src_len)) : 0);
+    char t[96];
+    std::snprintf(t, sizeof t, "Keys K, layer %d head %d  [%d x %d]", s->layer, head, rows, dh);
+    // A sliding-window layer: the step's first query reads no row before this one.
+    const int first_read = s->cfg.first_key(s->layer, new0);
+    cache_cells(app, t, s->k, rows, kvd, head * dh, dh, new0, positions, labels, left * 0.5f - font, hh, step.kv_cache,
+                first_read);
+    ImGui::SameLine();
+    std::snprintf(t, sizeof t, "Values V  [%d x %d]", rows, dh);
+    cache_cells(app, t, s->v, rows, kvd, head * dh, dh, new0, positions, labels, left * 0.5f - font, hh, step.kv_cache,
+                first_read);
+    if (s->cfg.sliding(s->layer))
+      ImGui::TextWrapped(
+          "Layer %d has a sliding window of %d: a query at position p reads rows p-%d..p only. Older rows "
+          "stay in the cache (\"unread\") but no query of this step reads them.",
+          s->layer, s->cfg.sliding_window, s->cfg.sliding_window - 1);
+    const double bytes = 2.0 * s->cfg.n_layers * rows * kvd * 4;
+    ImGui::TextDisabled("The whole cache: 2 (K and V) x %d layers x %d positions x %d = %.0f floats, %.1f KB",
+                        s->cfg.n_layers, rows, kvd, bytes / 4, bytes / 1024);
+    if (ed) {
+      ImGui::Spacing();
+      ImGui::TextWrapped(
+          "Cross-attention reads the source: its keys and values were computed once, when the source "
+          "was encoded, and every step reads them again.");
+      const float h = font * (2.0f + 0.95f * float(s->src_len));
+      std::snprintf(t, sizeof t, "Source keys [%d x %d]", s->src_len, dh);
+      cache_cells(app, t, s->cross_k, s->src_len, kvd, head * dh, dh, -1, -1, app.source_labels(), left * 0.5f - font,
+                  h);
+      ImGui::SameLine();
+      std::snprintf(t, sizeof t, "Source values [%d x %d]", s->src_len, dh);
+      cache_cells(app, t, s->cross_v, s->src_len, kvd, head * dh, dh, -1, -1, app.source_labels(), left * 0.5f - font,
+                  h);
+    }
+  }
+  ImGui::EndChild();
+  ImGui::SameLine();
+  ImGui::BeginChild("cost", ImVec2(0, avail.y), false);
+  step_text(s, step.kv_cache, positions, new0);
+  cost_panel(app, st, positions, new0);
+  ImGui::EndChild();
+}
+
+}  // namespace dsgui

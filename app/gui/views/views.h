@@ -1,0 +1,39 @@
+#pragma once
+// What views offer the rest of the window beyond their row of the table
+// (shell/view_table.h): what the command line and the scripted runs set and read.
+#include <string>
+
+#include "shell/view_table.h"
+
+namespace dsgui {
+
+class App;
+struct BlockSnapshot;
+
+// Cross-attention (cross.cpp): the layer and head it shows, kept within the model.
+void cross_select(App& app, int layer, int head);
+// The same, on the encoder's self-attention (encoder true) or the cross-attention.
+void cross_show(App& app, int layer, int head, bool encoder);
+// Beam search (beams.cpp): the width and length penalty asked for on the command line.
+void beams_set(App& app, int width, float length_penalty);
+// Scripted runs: starts the view's search now when it is on screen (a window in use
+// starts it when the view opens; a scripted run waits until its steps are done).
+void beams_search_now(App& app);
+
+// The Block and KV cache views (block.cpp, kv.cpp) share one snapshot: the
+// selected token's numbers inside one layer, which the worker measures on request.
+// block_snapshot asks for the one the window's selection needs (when it changed) and
+// returns the latest that arrived (null: none yet).
+const BlockSnapshot* block_snapshot(App& app, int layer, int head);
+// For the scripted test's sidecar: whether the latest snapshot arrived without error.
+bool block_ok(App& app);
+// The KV cache view (kv.cpp): times the steps shown both ways now (the view's
+// button; scripted runs of the view).
+void kv_time_now(App& app);
+// Head roles (roles.cpp): the head the view has open and its score of the chosen kind
+// (for the test's sidecar); false when there are no scores.
+bool roles_selected(App& app, int& kind, int& layer, int& head, float& score);
+// Opens a stage of the Block view ("attn.scores", "ln1", ...; block_data.h).
+void block_open_stage(App& app, const std::string& id);
+
+}  // namespace dsgui

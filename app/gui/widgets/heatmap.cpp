@@ -1,0 +1,365 @@
+#include "widgets/heatmap.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace dsgui {
+
+namespace {
+
+const float kViridisStops[10][3] = {{0.267f, 0.004f, 0.329f}, {0.282f, 0.157f, 0.471f}, {0.243f, 0.286f, 0.537f},
+                                    {0.192f, 0.408f, 0.557f}, {0.149f, 0.510f, 0.557f}, {0.122f, 0.620f, 0.537f},
+                                    {0.208f, 0.718f, 0.475f}, {0.431f, 0.808f, 0.345f}, {0.710f, 0.871f, 0.169f},
+                                    {0.992f, 0.906f, 0.145f}};
+const float kMagmaStops[10][3] = {{0.000f, 0.000f, 0.016f}, {0.094f, 0.059f, 0.239f}, {0.267f, 0.059f, 0.463f},
+                                  {0.447f, 0.122f, 0.506f}, {0.620f, 0.184f, 0.498f}, {0.804f, 0.251f, 0.443f},
+                                  {0.945f, 0.376f, 0.365f}, {0.992f, 0.588f, 0.408f}, {0.996f, 0.792f, 0.553f},
+                                  {0.988f, 0.992f, 0.749f}};
+
+bool read_file(const fs::path& p, std::string& out) {
+  std::ifstream f(p);
+  if (!f) return false;
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  out = ss.str();
+  return true;
+}
+
+GLuint compile(GLenum kind, const std::string& src, const std::string& name, std::string& error) {
+  GLuint s = glCreateShader(kind);
+  const char* p = src.c_str();
+  glShaderSource(s, 1, &p, nullptr);
+  glCompileShader(s);
+  GLint ok = 0;
+  glGetShaderiv(s, GL_COMPILE_STATUS, &ok);
+  if (!ok) {
+    char log[2048];
+    glGetShaderInfoLog(s, sizeof log, nullptr, log);
+    error = name + ": " + log;
+    glDeleteShader(s);
+    return 0;
+  }
+  return s;
+}
+
+}  // namespace
+
+std::array<float, 3> colormap(int which, float t) {
+  t = std::clamp(std::isfinite(t) ? t : 0.0f, 0.0f, 1.0f);
+  if (which == kGreys) {
+    float g = 0.06f + (1.0f - 0.06f) * t;
+    return {g, g, g};
+  }
+  const float(*s)[3] = which == kMagma ? kMagmaStops : kViridisStops;
+  float x = t * 9.0f;
+  int i = std::min(int(std::floor(x)), 8);
+  float f = x - float(i);
+  return {s[i][0] + (s[i + 1][0] - s[i][0]) * f, s[i][1] + (s[i + 1][1] - s[i][1]) * f,
+          s[i][2] + (s[i + 1][2] - s[i][2]) * f};
+}
+
+// ---- RenderTarget
+
+RenderTarget::~RenderTarget() {
+  if (tex_) glDeleteTextures(1, &tex_);
+  if (fbo_) glDeleteFramebuffers(1, &fbo_);
+}
+
+void RenderTarget::ensure(int w, int h) {
+  w = std::max(w, 1);
+  h = std::max(h, 1);
+  if (fbo_ && w == w_ && h == h_) return;
+  if (!fbo_) {
+    glGenFramebuffers(1, &fbo_);
+    glGenTextures(1, &tex_);
+  }
+  w_ = w;
+  h_ = h;
+  glBindTexture(GL_TEXTURE_2D, tex_);
+  glTexImage2D(GL_TEXTURE_2D, 0, GL_RGBA8, w, h, 0, GL_RGBA, GL_UNSIGNED_BYTE, nullptr);
+  glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MIN_FILTER, GL_NEAREST);
+  glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MAG_FILTER, GL_NEAREST);
+  glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_S, GL_CLAMP_TO_EDGE);
+  glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_T, GL_CLAMP_TO_EDGE);
+  glBindFramebuffer(GL_FRAMEBUFFER, fbo_);
+  glFramebufferTexture2D(GL_FRAMEBUFFER, GL_COLOR_ATTACHMENT0, GL_TEXTURE_2D, tex_, 0);
+  glBindFramebuffer(GL_FRAMEBUFFER, 0);
+  glBindTexture(GL_TEXTURE_2D, 0);
+}
+
+void RenderTarget::bind() const {
+  glBindFramebuffer(GL_FRAMEBUFFER, fbo_);
+  glViewport(0, 0, w_, h_);
+}
+
+void RenderTarget::unbind(int window_w, int window_h) {
+  glBindFramebuffer(GL_FRAMEBUFFER, 0);
+  glViewport(0, 0, window_w, window_h);
+}
+
+std::vector<uint8_t> RenderTarget::read() const {
+  std::vector<uint8_t> px(size_t(w_) * h_ * 4);
+  if (!fbo_) return px;
+  glBindFramebuffer(GL_FRAMEBUFFER, fbo_);
+  glPixelStorei(GL_PACK_ALIGNMENT, 1);
+  glReadPixels(0, 0, w_, h_, GL_RGBA, GL_UNSIGNED_BYTE, px.data());
+  glBindFramebuffer(GL_FRAMEBUFFER, 0);
+  // Bottom-up to top-down.
+  std::vector<uint8_t> out(px.size());
+  for (int y = 0; y < h_; ++y)
+    std::copy_n(px.data() + size_t(h_ - 1 - y) * w_ * 4, size_t(w_) * 4, out.data() + size_t(y) * w_ * 4);
+  return out;
+}
+
+// ---- HeatmapRenderer
+
+std::string find_shader_dir() {
+  std::vector<fs::path> cands;
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    fs::path d = exe.parent_path();
+    cands.push_back(d / "shaders");
+    cands.push_back(d / ".." / "shaders");
+    cands.push_back(d / ".." / "share" / "decoderscope" / "shaders");
+  }
+#ifdef DS_SOURCE_DIR
+  cands.push_back(fs::path(DS_SOURCE_DIR) / "shaders");
+#endif
+  for (auto& c : cands)
+    if (fs::exists(c / "heatmap.frag", ec)) return c.string();
+  return "";
+}
+
+bool HeatmapRenderer::init(const std::string& dir, std::string& error) {
+  std::string vs, fs_src;
+  if (!read_file(fs::path(dir) / "heatmap.vert", vs) || !read_file(fs::path(dir) / "heatmap.frag", fs_src)) {
+    error = "cannot read heatmap.vert / heatmap.frag in " + dir;
+    return false;
+  }
+  GLuint v = compile(GL_VERTEX_SHADER, vs, "heatmap.vert", error);
+  if (!v) return false;
+  GLuint f = compile(GL_FRAGMENT_SHADER, fs_src, "heatmap.frag", error);
+  if (!f) {
+    glDeleteShader(v);
+    return false;
+  }
+  prog_ = glCreateProgram();
+  glAttachShader(prog_, v);
+  glAttachShader(prog_, f);
+  glLinkProgram(prog_);
+  glDeleteShader(v);
+  glDeleteShader(f);
+  GLint ok = 0;
+  glGetProgramiv(prog_, GL_LINK_STATUS, &ok);
+  if (!ok) {
+    char log[2048];
+    glGetProgramInfoLog(prog_, sizeof log, nullptr, log);
+    error = std::string("heatmap shaders do not link: ") + log;
+    glDeleteProgram(prog_);
+    prog_ = 0;
+    return false;
+  }
+  u_values_ = glGetUniformLocation(prog_, "u_values");
+  u_mask_ = glGetUniformLocation(prog_, "u_mask");
+  u_cells_ = glGetUniformLocation(prog_, "u_cells");
+  u_rect_ = glGetUniformLocation(prog_, "u_rect");
+  u_cmap_ = glGetUniformLocation(prog_, "u_cmap");
+  u_scale_ = glGetUniformLocation(prog_, "u_scale");
+  u_mode_ = glGetUniformLocation(prog_, "u_mode");
+  u_range_ = glGetUniformLocation(prog_, "u_range");
+  u_mask_a_ = glGetUniformLocation(prog_, "u_mask_a");
+  u_mask_b_ = glGetUniformLocation(prog_, "u_mask_b");
+  u_allowed_ = glGetUniformLocation(prog_, "u_allowed");
+  u_gap_ = glGetUniformLocation(prog_, "u_gap");
+  u_gap_px_ = glGetUniformLocation(prog_, "u_gap_px");
+  u_origin_ = glGetUniformLocation(prog_, "u_origin");
+  glGenVertexArrays(1, &vao_);
+  return true;
+}
+
+HeatmapRenderer::~HeatmapRenderer() {
+  if (prog_) glDeleteProgram(prog_);
+  if (vao_) glDeleteVertexArrays(1, &vao_);
+}
+
+void HeatmapRenderer::clear(float r, float g, float b) {
+  glDisable(GL_SCISSOR_TEST);
+  glClearColor(r, g, b, 1.0f);
+  glClear(GL_COLOR_BUFFER_BIT);
+}
+
+void HeatmapRenderer::draw(int rows, int cols, const float* values, const uint8_t* mask, const HeatStyle& st, int x,
+                           int y, int w, int h, UploadStats& stats) {
+  if (!prog_ || rows <= 0 || cols <= 0 || w <= 0 || h <= 0) return;
+  scratch_.set(rows, cols, values, mask, stats);
+  draw(scratch_, st, x, y, w, h);
+}
+
+void HeatmapRenderer::draw(const HeatTexture& tex, const HeatStyle& st, int x, int y, int w, int h) {
+  const int r0 = std::clamp(st.row0, 0, tex.rows()), c0 = std::clamp(st.col0, 0, tex.cols());
+  const int rows = st.rows > 0 ? std::min(st.rows, tex.rows() - r0) : tex.rows() - r0;
+  const int cols = st.cols > 0 ? std::min(st.cols, tex.cols() - c0) : tex.cols() - c0;
+  if (!prog_ || rows <= 0 || cols <= 0 || w <= 0 || h <= 0) return;
+  glActiveTexture(GL_TEXTURE0);
+  glBindTexture(GL_TEXTURE_2D, tex.values_texture());
+  glActiveTexture(GL_TEXTURE1);
+  glBindTexture(GL_TEXTURE_2D, tex.mask_texture());
+  glDisable(GL_BLEND);
+  glDisable(GL_SCISSOR_TEST);
+  glDisable(GL_DEPTH_TEST);
+  glDisable(GL_CULL_FACE);
+  glViewport(x, y, w, h);
+  glUseProgram(prog_);
+  glUniform1i(u_values_, 0);
+  glUniform1i(u_mask_, 1);
+  glUniform2i(u_cells_, cols, rows);
+  glUniform2i(u_origin_, c0, r0);
+  glUniform4f(u_rect_, float(x), float(y), float(w), float(h));
+  glUniform1i(u_cmap_, st.cmap);
+  glUniform1i(u_scale_, st.log ? 1 : 0);
+  glUniform1i(u_mode_, st.mask_only ? 1 : 0);
+  glUniform2f(u_range_, st.vmin, st.vmax);
+  glUniform3f(u_mask_a_, kMaskA[0] / 255.0f, kMaskA[1] / 255.0f, kMaskA[2] / 255.0f);
+  glUniform3f(u_mask_b_, kMaskB[0] / 255.0f, kMaskB[1] / 255.0f, kMaskB[2] / 255.0f);
+  glUniform3f(u_allowed_, st.allowed[0], st.allowed[1], st.allowed[2]);
+  glUniform3f(u_gap_, st.gap[0], st.gap[1], st.gap[2]);
+  glUniform1f(u_gap_px_, st.gap_px);
+  glBindVertexArray(vao_);
+  glDrawArrays(GL_TRIANGLES, 0, 3);
+  glBindVertexArray(0);
+  glUseProgram(0);
+  glActiveTexture(GL_TEXTURE1);
+  glBindTexture(GL_TEXTURE_2D, 0);
+  glActiveTexture(GL_TEXTURE0);
+  glBindTexture(GL_TEXTURE_2D, 0);
+}
+
+// ---- HeatTexture
+
+HeatTexture::~HeatTexture() {
+  if (vals_) glDeleteTextures(1, &vals_);
+  if (mask_) glDeleteTextures(1, &mask_);
+}
+
+void HeatTexture::reserve(int rows, int cols) {
+  if (fits(rows, cols)) return;
+  // Room to grow: powers of two from 32, at least as large as before.
+  auto room = [](int need, int have) {
+    int c = std::max(32, have);
+    while (c < need) c *= 2;
+    return c;
+  };
+  cap_r_ = room(rows, cap_r_);
+  cap_c_ = room(cols, cap_c_);
+  GLuint t[2];
+  glGenTextures(2, t);
+  const GLenum internal[2] = {GL_R32F, GL_R8}, type[2] = {GL_FLOAT, GL_UNSIGNED_BYTE};
+  for (int k = 0; k < 2; ++k) {
+    glBindTexture(GL_TEXTURE_2D, t[k]);
+    glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MIN_FILTER, GL_NEAREST);
+    glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MAG_FILTER, GL_NEAREST);
+    glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_S, GL_CLAMP_TO_EDGE);
+    glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_T, GL_CLAMP_TO_EDGE);
+    glTexImage2D(GL_TEXTURE_2D, 0, GLint(internal[k]), cap_c_, cap_r_, 0, GL_RED, type[k], nullptr);
+  }
+  if (vals_ && rows_ > 0 && cols_ > 0) {
+    // Keep the cells held: copy them into the larger storage on the GPU, through a
+    // framebuffer that reads the old texture.
+    GLint prev = 0;
+    glGetIntegerv(GL_READ_FRAMEBUFFER_BINDING, &prev);
+    GLuint fbo = 0;
+    glGenFramebuffers(1, &fbo);
+    glBindFramebuffer(GL_READ_FRAMEBUFFER, fbo);
+    const GLuint old[2] = {vals_, mask_};
+    for (int k = 0; k < 2; ++k) {
+      glFramebufferTexture2D(GL_READ_FRAMEBUFFER, GL_COLOR_ATTACHMENT0, GL_TEXTURE_2D, old[k], 0);
+      glReadBuffer(GL_COLOR_ATTACHMENT0);
+      glBindTexture(GL_TEXTURE_2D, t[k]);
+      glCopyTexSubImage2D(GL_TEXTURE_2D, 0, 0, 0, 0, 0, cols_, rows_);
+    }
+    glBindFramebuffer(GL_READ_FRAMEBUFFER, GLuint(prev));
+    glDeleteFramebuffers(1, &fbo);
+  } else {
+    rows_ = cols_ = 0;  // the new storage holds nothing yet
+  }
+  glBindTexture(GL_TEXTURE_2D, 0);
+  if (vals_) glDeleteTextures(1, &vals_);
+  if (mask_) glDeleteTextures(1, &mask_);
+  vals_ = t[0];
+  mask_ = t[1];
+}
+
+void HeatTexture::put(int x, int y, int w, int h, const float* values, const uint8_t* mask, int stride,
+                      UploadStats& stats) {
+  if (w <= 0 || h <= 0) return;
+  const size_t n = size_t(w) * h;
+  // R8 is normalised: 255 reads as 1.0 in the shader.
+  bytes_.resize(n);
+  if (mask) {
+    for (int r = 0; r < h; ++r)
+      for (int c = 0; c < w; ++c) bytes_[size_t(r) * w + c] = mask[size_t(r) * stride + c] ? 255 : 0;
+  } else {
+    std::fill(bytes_.begin(), bytes_.end(), uint8_t(0));
+  }
+  if (!values) {
+    zeros_.assign(n, 0.0f);
+    values = zeros_.data();
+    stride = w;
+  }
+  glPixelStorei(GL_UNPACK_ALIGNMENT, 1);
+  glActiveTexture(GL_TEXTURE0);
+  glBindTexture(GL_TEXTURE_2D, vals_);
+  glPixelStorei(GL_UNPACK_ROW_LENGTH, stride);
+  glTexSubImage2D(GL_TEXTURE_2D, 0, x, y, w, h, GL_RED, GL_FLOAT, values);
+  glPixelStorei(GL_UNPACK_ROW_LENGTH, 0);
+  glBindTexture(GL_TEXTURE_2D, mask_);
+  glTexSubImage2D(GL_TEXTURE_2D, 0, x, y, w, h, GL_RED, GL_UNSIGNED_BYTE, bytes_.data());
+  glBindTexture(GL_TEXTURE_2D, 0);
+  stats.bytes += n * (sizeof(float) + 1);
+}
+
+void HeatTexture::set(int rows, int cols, const float* values, const uint8_t* mask, UploadStats& stats) {
+  rows = std::max(rows, 0);
+  cols = std::max(cols, 0);
+  rows_ = cols_ = 0;  // nothing held is kept
+  reserve(std::max(rows, 1), std::max(cols, 1));
+  put(0, 0, cols, rows, values, mask, cols, stats);
+  rows_ = rows;
+  cols_ = cols;
+  ++stats.whole;
+}
+
+bool HeatTexture::grow(int rows, int cols, const float* values, const uint8_t* mask, UploadStats& stats) {
+  if (rows < rows_ || cols < cols_ || rows_ == 0) return false;
+  // Outgrown storage: the caller sends the matrix whole into a larger one (set). Copying
+  // the cells held on the GPU instead went through a framebuffer read that Mesa's
+  // software renderer does on the window's thread: one frame of about 50 ms when a
+  // 1,024-position map moved to 1,024 x 1,024.
+  if (!fits(rows, cols)) return false;
+  // The rows held, in the new columns; then the new rows, whole.
+  put(cols_, 0, cols - cols_, rows_, values + cols_, mask + cols_, cols, stats);
+  put(0, rows_, cols, rows - rows_, values + size_t(rows_) * cols, mask + size_t(rows_) * cols, cols, stats);
+  rows_ = rows;
+  cols_ = cols;
+  ++stats.appends;
+  return true;
+}
+
+bool HeatTexture::append_rows(int row0, int n, int cols, const float* values, const uint8_t* mask, UploadStats& stats) {
+  if (row0 != rows_ || n < 0 || cols < cols_ || rows_ == 0) return false;
+  reserve(row0 + n, cols);                                         // keeps what is held
+  put(cols_, 0, cols - cols_, rows_, nullptr, nullptr, 0, stats);  // masked zeros
+  put(0, row0, cols, n, values, mask, cols, stats);
+  rows_ = row0 + n;
+  cols_ = cols;
+  ++stats.appends;
+  return true;
+}
+
+}  // namespace dsgui

@@ -1,0 +1,39 @@
+// Text and colours that read in both themes.
+#include "widgets/text.h"
+
+namespace dsgui {
+
+bool light_background() {
+  const ImVec4 bg = ImGui::GetStyleColorVec4(ImGuiCol_WindowBg);
+  return 0.299f * bg.x + 0.587f * bg.y + 0.114f * bg.z > 0.5f;
+}
+
+ImVec4 readable(ImVec4 c) {
+  if (!light_background()) return c;
+  return ImVec4(c.x * 0.55f, c.y * 0.5f, c.z * 0.5f, c.w);
+}
+
+ImU32 text_on(ImU32 bg) {
+  const ImVec4 c = ImGui::ColorConvertU32ToFloat4(bg);
+  // Over a half-transparent fill the window's background shows through.
+  const ImVec4 w = ImGui::GetStyleColorVec4(ImGuiCol_WindowBg);
+  const float r = c.x * c.w + w.x * (1 - c.w), g = c.y * c.w + w.y * (1 - c.w), b = c.z * c.w + w.z * (1 - c.w);
+  return 0.299f * r + 0.587f * g + 0.114f * b > 0.55f ? IM_COL32(0, 0, 0, 255) : IM_COL32(255, 255, 255, 255);
+}
+
+std::string fit_text(const std::string& s, float width) {
+  if (ImGui::CalcTextSize(s.c_str()).x <= width) return s;
+  size_t lo = 0, hi = s.size();
+  while (lo + 1 < hi) {  // the longest prefix that fits with "..."
+    size_t mid = (lo + hi) / 2;
+    while (mid > lo && (static_cast<unsigned char>(s[mid]) & 0xC0) == 0x80) --mid;  // a character's start
+    if (mid == lo) break;
+    if (ImGui::CalcTextSize((s.substr(0, mid) + "...").c_str()).x <= width)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return s.substr(0, lo) + "...";
+}
+
+}  // namespace dsgui

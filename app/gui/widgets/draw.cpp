@@ -57,9 +57,6 @@ void flow(float w) {
     ImGui::SameLine(0, ImGui::GetStyle().ItemSpacing.x * 2);
 }
 
-
-
-
 void bar(float f, float w, ImU32 col, const char* overlay, ImU32 bg) {
   ImDrawList* dl = ImGui::GetWindowDrawList();
   ImVec2 p = ImGui::GetCursorScreenPos();

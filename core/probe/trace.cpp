@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "model/config_json.h"
+#include "model/mask.h"
 #include "probe/lens.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
@@ -140,6 +141,36 @@ MatRM Trace::step_attention(int layer, int head, int step, bool cross, bool scor
   return m;
 }
 
+std::vector<uint8_t> Trace::step_mask(int layer, int step, bool cross) const {
+  if (step < 0 || step >= int(steps.size()))
+    throw Error("trace has no step " + std::to_string(step) + " (it has " + std::to_string(steps.size()) + ")");
+  const TraceStep& st = steps[size_t(step)];
+  const std::string base = "blocks." + std::to_string(layer) + (cross ? ".cross_attn." : ".attn.");
+  const int T = int(st.input.size()), S = cross ? int(source.size()) : positions(step);
+  std::vector<uint8_t> mask(size_t(T) * size_t(S), 0);
+  auto recorded = [&](const char* name, size_t rank) -> const Tensor* {
+    auto it = st.tensors.find(base + name);
+    if (it == st.tensors.end() || it->second.shape.size() != rank || !it->second.has_values()) return nullptr;
+    return &it->second;
+  };
+  if (const Tensor* mk = recorded("mask", 2)) {
+    const int Tm = int(mk->shape[0]), Sm = int(mk->shape[1]);
+    for (int r = 0; r < Tm && r < T; ++r)
+      for (int j = 0; j < Sm && j < S; ++j) mask[size_t(r) * S + j] = mk->at(int64_t(r) * Sm + j) != 0;
+  } else if (const Tensor* sc = recorded("scores", 3)) {
+    const int Ts = int(sc->shape[1]), Ss = int(sc->shape[2]);  // head 0's rows
+    for (int r = 0; r < Ts && r < T; ++r)
+      for (int j = 0; j < Ss && j < S; ++j) mask[size_t(r) * S + j] = std::isfinite(sc->at(int64_t(r) * Ss + j));
+  } else {
+    const AttnKind kind = cross ? AttnKind::Cross : AttnKind::Causal;
+    const int window = !cross && config.sliding(layer) ? config.sliding_window : 0;
+    for (int r = 0; r < T; ++r)
+      for (int j = 0; j < S; ++j)
+        mask[size_t(r) * S + j] = may_attend(kind, st.pos0 + r, j, source, config.pad_id, window);
+  }
+  return mask;
+}
+
 MatRM Trace::attention(int layer, int head, int step, bool cross, bool scores) const {
   if (step < 0 || step >= int(steps.size()))
     throw Error("trace has no step " + std::to_string(step) + " (it has " + std::to_string(steps.size()) + ")");
@@ -170,6 +201,14 @@ MatRM Trace::encoder_attention(int layer, int head, bool scores) const {
   MatRM m(T, S);
   for (int r = 0; r < T; ++r) t.values((int64_t(head) * T + r) * S, S, m.data() + size_t(r) * S);
   return m;
+}
+
+std::vector<uint8_t> Trace::encoder_mask(int rows, int cols) const {
+  std::vector<uint8_t> mask(size_t(std::max(rows, 0)) * size_t(std::max(cols, 0)));
+  for (int r = 0; r < rows; ++r)
+    for (int j = 0; j < cols; ++j)
+      mask[size_t(r) * size_t(cols) + size_t(j)] = may_attend(AttnKind::Bidirectional, r, j, source, config.pad_id);
+  return mask;
 }
 
 // ---- JSON

@@ -121,8 +121,19 @@ struct Trace {
   // of its scores. No rows (rows() == 0) when the step did not record the matrix;
   // throws ds::Error when the recorded tensor has the wrong shape.
   MatRM step_attention(int layer, int head, int step, bool cross = false, bool scores = false) const;
+  // Which cells of that matrix a query may read: [T, S] row-major as step_attention's
+  // rows, 1 where it may. The one place that answers it for a recorded step: the
+  // recorded mask (attn.mask) when the step kept it; else where the recorded scores
+  // are finite (a compact trace drops the mask once the layer's scores arrive); else
+  // the rule (model/mask.h) with the layer's sliding window. Cells of a recorded mask
+  // or scores tensor that are not there (a smaller tensor) stay 0. Throws ds::Error
+  // for a step the trace does not have.
+  std::vector<uint8_t> step_mask(int layer, int step, bool cross = false) const;
   // Encoder self-attention [S, S] of one layer and head.
   MatRM encoder_attention(int layer, int head, bool scores = false) const;
+  // Which cells of a [rows, cols] encoder self-attention matrix a query may read,
+  // row-major, 1 where it may: the rule (model/mask.h), every source key but padding.
+  std::vector<uint8_t> encoder_mask(int rows, int cols) const;
 
   // Heap bytes held by every recorded tensor and candidate table (an estimate that
   // counts the values, not the allocator's bookkeeping).

@@ -15,7 +15,7 @@ constexpr size_t kMaxVocab = size_t{1} << 24;
 constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 
 // A name from the file in a message: 'name', control bytes escaped, kept short.
-std::string quoted(std::string_view s) { return "'" + excerpt(s) + "'"; }
+std::string in_quotes(std::string_view s) { return "'" + excerpt(s) + "'"; }
 
 // The byte of a SentencePiece byte token "<0xXX>", or -1.
 int byte_token_value(std::string_view t) {
@@ -75,7 +75,7 @@ VocabTokenizer::VocabTokenizer(const VocabData& v) {
   } else if (v.model == "gpt2") {
     kind_ = Kind::ByteLevel;
   } else {
-    throw Error("tokenizer.ggml.model " + quoted(v.model) +
+    throw Error("tokenizer.ggml.model " + in_quotes(v.model) +
                 " is not supported; supported: llama (SentencePiece), gpt2 (byte-level BPE)");
   }
   const size_t n = v.tokens.size();
@@ -92,7 +92,7 @@ VocabTokenizer::VocabTokenizer(const VocabData& v) {
   types_.assign(n, TokenType::Normal);
   for (size_t i = 0; i < v.types.size(); ++i) {
     if (v.types[i] < 0 || v.types[i] > static_cast<int32_t>(TokenType::Byte))
-      throw Error("tokenizer.ggml.token_type[" + std::to_string(i) + "] (token " + quoted(v.tokens[i]) + ") is " +
+      throw Error("tokenizer.ggml.token_type[" + std::to_string(i) + "] (token " + in_quotes(v.tokens[i]) + ") is " +
                   std::to_string(v.types[i]) + ", outside 0..6");
     types_[i] = static_cast<TokenType>(v.types[i]);
   }
@@ -138,7 +138,7 @@ void VocabTokenizer::init_sentencepiece(const VocabData& v) {
     throw Error("tokenizer.ggml.scores is missing: the SentencePiece model 'llama' merges by score");
   for (size_t i = 0; i < n; ++i)
     if (std::isnan(v.scores[i]))
-      throw Error("tokenizer.ggml.scores[" + std::to_string(i) + "] (token " + quoted(tokens_[i]) + ") is NaN");
+      throw Error("tokenizer.ggml.scores[" + std::to_string(i) + "] (token " + in_quotes(tokens_[i]) + ") is NaN");
   scores_ = v.scores;
   add_bos_ = v.add_bos != 0;  // SentencePiece models start with BOS unless told otherwise
   add_space_prefix_ = v.add_space_prefix != 0;
@@ -180,7 +180,7 @@ void VocabTokenizer::init_byte_level(const VocabData& v) {
   if (!found) {
     std::string names;
     for (const PreName& p : kPreNames) names += (names.empty() ? "" : ", ") + std::string(p.name);
-    throw Error("tokenizer.ggml.pre " + quoted(pre) + " is not supported; supported: " + names);
+    throw Error("tokenizer.ggml.pre " + in_quotes(pre) + " is not supported; supported: " + names);
   }
   pre_ = found->kind;
   ignore_merges_ = pre_ == PreTokenizer::Llama3;
@@ -192,7 +192,7 @@ void VocabTokenizer::init_byte_level(const VocabData& v) {
     unicode::append_utf8(sym, unicode::byte_to_codepoint(static_cast<unsigned char>(b)));
     byte_id_[b] = find(sym);
     if (byte_id_[b] < 0)
-      throw Error("tokenizer.ggml.tokens lacks " + quoted(sym) + ", the symbol of byte " +
+      throw Error("tokenizer.ggml.tokens lacks " + in_quotes(sym) + ", the symbol of byte " +
                   byte_token_name(static_cast<unsigned char>(b)).substr(1, 4) + " (not a byte-level BPE vocabulary?)");
   }
   // Ranks are compared as floats (Candidate::priority): exact below 2^24.
@@ -202,15 +202,15 @@ void VocabTokenizer::init_byte_level(const VocabData& v) {
   merges_.reserve(v.merges.size());
   for (size_t i = 0; i < v.merges.size(); ++i) {
     const std::string& m = v.merges[i];
-    const std::string where = "tokenizer.ggml.merges[" + std::to_string(i) + "] " + quoted(m);
+    const std::string where = "tokenizer.ggml.merges[" + std::to_string(i) + "] " + in_quotes(m);
     const size_t sp = m.size() > 1 ? m.find(' ', 1) : std::string::npos;
     if (sp == std::string::npos || sp + 1 == m.size()) throw Error(where + " is not two tokens separated by a space");
     const std::string_view a = std::string_view(m).substr(0, sp), b = std::string_view(m).substr(sp + 1);
     const int ia = find(a), ib = find(b);
-    if (ia < 0) throw Error(where + ": " + quoted(a) + " is not a token");
-    if (ib < 0) throw Error(where + ": " + quoted(b) + " is not a token");
+    if (ia < 0) throw Error(where + ": " + in_quotes(a) + " is not a token");
+    if (ib < 0) throw Error(where + ": " + in_quotes(b) + " is not a token");
     const int iab = find(std::string(a) + std::string(b));
-    if (iab < 0) throw Error(where + ": the result " + quoted(std::string(a) + std::string(b)) + " is not a token");
+    if (iab < 0) throw Error(where + ": the result " + in_quotes(std::string(a) + std::string(b)) + " is not a token");
     const uint64_t key = static_cast<uint64_t>(ia) << 32 | static_cast<uint32_t>(ib);
     merges_.emplace(key, std::make_pair(static_cast<int>(i), iab));  // the first of duplicates
   }

@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <limits>
 
-#include "model/mask.h"
 #include "util/error.h"
 
 namespace dsgui {
@@ -57,7 +56,6 @@ Matrix attention_step_rows(const ds::Trace& t, int layer, int head, int step, bo
     m.error = "this model is decoder-only: it has no cross-attention";
     return m;
   }
-  const ds::TraceStep& st = t.steps[step];
   const std::string base = "blocks." + std::to_string(layer) + (cross ? ".cross_attn." : ".attn.");
   ds::MatRM rows;
   try {
@@ -74,28 +72,8 @@ Matrix attention_step_rows(const ds::Trace& t, int layer, int head, int step, bo
   m.rows = T;
   m.cols = S;
   m.v.assign(rows.data(), rows.data() + rows.size());
-  const ds::Tensor* sc = find(st, base + "scores");
-  // The mask: recorded (attn.mask), else where the scores are -inf, else the rule.
-  // Cells the step did not publish stay masked.
-  m.mask.assign(size_t(T) * S, 0);
-  const ds::Tensor* mk = find(st, base + "mask");
-  if (mk && mk->shape.size() == 2 && mk->has_values()) {
-    const int Tm = mk->shape[0], Sm = mk->shape[1];
-    for (int r = 0; r < Tm && r < T; ++r)
-      for (int j = 0; j < Sm && j < S; ++j) m.mask[size_t(r) * S + j] = mk->at(int64_t(r) * Sm + j) != 0;
-  } else if (sc && sc->shape.size() == 3 && sc->has_values()) {
-    const int Ts = sc->shape[1], Ss = sc->shape[2];
-    for (int r = 0; r < Ts && r < T; ++r)
-      for (int j = 0; j < Ss && j < S; ++j) m.mask[size_t(r) * S + j] = std::isfinite(sc->at(int64_t(r) * Ss + j));
-  } else {
-    // The rule, with the sliding window of the layer when it has one (cross-attention never).
-    const ds::AttnKind kind = cross ? ds::AttnKind::Cross : ds::AttnKind::Causal;
-    const int window = !cross && cfg.sliding(layer) ? cfg.sliding_window : 0;
-    for (int r = 0; r < T; ++r)
-      for (int j = 0; j < S; ++j)
-        m.mask[size_t(r) * S + j] = ds::may_attend(kind, st.pos0 + r, j, t.source, cfg.pad_id, window);
-  }
-  if (scores)  // masked scores are -inf; keep the texture finite
+  m.mask = t.step_mask(layer, step, cross);  // recorded, else from the scores, else the rule
+  if (scores)                                // masked scores are -inf; keep the texture finite
     for (float& v : m.v)
       if (!std::isfinite(v)) v = 0;
   finish_range(m, scores);
@@ -188,11 +166,7 @@ Matrix encoder_matrix(const ds::Trace& t, int layer, int head) {
     m.error = e.what();
     return m;
   }
-  m.mask.assign(size_t(m.rows) * m.cols, 1);
-  const int pad = t.config.pad_id;
-  for (int r = 0; r < m.rows; ++r)
-    for (int j = 0; j < m.cols; ++j)
-      if (pad >= 0 && j < int(t.source.size()) && t.source[j] == pad) m.mask[size_t(r) * m.cols + j] = 0;
+  m.mask = t.encoder_mask(m.rows, m.cols);
   finish_range(m, false);
   return m;
 }

@@ -114,11 +114,24 @@ int Trace::step_of(int pos) const {
   return -1;
 }
 
-MatRM Trace::step_attention(int layer, int head, int step, bool cross, bool scores) const {
+namespace {
+
+void check_step(const std::vector<TraceStep>& steps, int step) {
   if (step < 0 || step >= int(steps.size()))
     throw Error("trace has no step " + std::to_string(step) + " (it has " + std::to_string(steps.size()) + ")");
+}
+
+// "blocks.{layer}.attn." or "blocks.{layer}.cross_attn.": the hook names of a layer's attention.
+std::string attn_prefix(int layer, bool cross) {
+  return "blocks." + std::to_string(layer) + (cross ? ".cross_attn." : ".attn.");
+}
+
+}  // namespace
+
+MatRM Trace::step_attention(int layer, int head, int step, bool cross, bool scores) const {
+  check_step(steps, step);
   const TraceStep& st = steps[size_t(step)];
-  const std::string base = "blocks." + std::to_string(layer) + (cross ? ".cross_attn." : ".attn.");
+  const std::string base = attn_prefix(layer, cross);
   auto it = st.tensors.find(base + (scores ? "scores" : "pattern"));
   const bool derive = it == st.tensors.end() && !scores;  // a compact trace: softmax of the scores
   if (derive) it = st.tensors.find(base + "scores");
@@ -142,10 +155,9 @@ MatRM Trace::step_attention(int layer, int head, int step, bool cross, bool scor
 }
 
 std::vector<uint8_t> Trace::step_mask(int layer, int step, bool cross) const {
-  if (step < 0 || step >= int(steps.size()))
-    throw Error("trace has no step " + std::to_string(step) + " (it has " + std::to_string(steps.size()) + ")");
+  check_step(steps, step);
   const TraceStep& st = steps[size_t(step)];
-  const std::string base = "blocks." + std::to_string(layer) + (cross ? ".cross_attn." : ".attn.");
+  const std::string base = attn_prefix(layer, cross);
   const int T = int(st.input.size()), S = cross ? int(source.size()) : positions(step);
   std::vector<uint8_t> mask(size_t(T) * size_t(S), 0);
   auto recorded = [&](const char* name, size_t rank) -> const Tensor* {
@@ -172,8 +184,7 @@ std::vector<uint8_t> Trace::step_mask(int layer, int step, bool cross) const {
 }
 
 MatRM Trace::attention(int layer, int head, int step, bool cross, bool scores) const {
-  if (step < 0 || step >= int(steps.size()))
-    throw Error("trace has no step " + std::to_string(step) + " (it has " + std::to_string(steps.size()) + ")");
+  check_step(steps, step);
   const int Q = positions(step), S = cross ? int(source.size()) : Q;
   MatRM m = MatRM::Constant(Q, S, scores ? -std::numeric_limits<float>::infinity() : 0.0f);
   bool found = false;
@@ -184,9 +195,7 @@ MatRM Trace::attention(int layer, int head, int step, bool cross, bool scores) c
       for (int j = 0; j < rows.cols() && j < S; ++j) m(steps[size_t(i)].pos0 + r, j) = rows(r, j);
     found = true;
   }
-  if (!found)
-    throw Error("the trace did not record blocks." + std::to_string(layer) + (cross ? ".cross_attn." : ".attn.") +
-                (scores ? "scores" : "pattern"));
+  if (!found) throw Error("the trace did not record " + attn_prefix(layer, cross) + (scores ? "scores" : "pattern"));
   return m;
 }
 

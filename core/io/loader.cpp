@@ -66,6 +66,19 @@ LoadedModel load_gguf(const std::string& path, const std::string& tokenizer_path
   return out;
 }
 
+// A Hugging Face folder of the llama family: its tokenizer.json (or tokenizer_path's),
+// when there is one; without, the model runs on prompt ids.
+LoadedModel finish_hf_folder(FolderModel f, const std::string& dir, const std::string& tokenizer_path,
+                             LoadedModel out) {
+  out.kind = "hf " + f.arch;
+  out.storage = f.dtype;
+  out.stop_ids = f.stop_ids;
+  (void)dir;
+  (void)tokenizer_path;
+  out.model = std::make_shared<const Model>(std::move(f.cfg), std::move(f.w));
+  return out;
+}
+
 LoadedModel load_folder_model(const std::string& dir, const std::string& tokenizer_path, const std::string& name,
                               Precision precision, bool in_place) {
   FolderModel f = load_model_folder(dir, precision, true, in_place);  // in place, or in tiles as it reads
@@ -75,6 +88,7 @@ LoadedModel load_folder_model(const std::string& dir, const std::string& tokeniz
   out.name = name;
   out.training = f.training;
   if (f.cfg.eos_id >= 0) out.stop_ids = {f.cfg.eos_id};
+  if (f.format == "hf") return finish_hf_folder(std::move(f), dir, tokenizer_path, std::move(out));
   if (f.tokenizer_kind == "chars") {
     if (!tokenizer_path.empty())
       throw Error(dir + " carries its own character vocabulary; no separate tokenizer can be given");

@@ -13,13 +13,14 @@ namespace ds {
 struct LoadedModel {
   std::shared_ptr<const Model> model;
   std::shared_ptr<const Tokenizer> tokenizer;  // null when none was found
-  std::string kind;                            // "llama2c", "gpt2", "decoderscope" or "gguf ARCH"
+  std::string kind;                            // "llama2c", "gpt2", "decoderscope", "gguf ARCH" or "hf ARCH"
   std::string name;                            // file or folder name, for titles
   std::vector<int> stop_ids;                   // tokens that end generation
   bool bos_prompt = false;                     // the tokenizer's encode starts with BOS
   std::string training;                        // decoderscope folders: the "training" JSON, or ""
   Precision precision = Precision::F32;        // storage of the large weight matrices (GGUF: the main one)
-  std::string storage;                         // GGUF: every storage type's share, e.g. "Q4_K 85% + Q6_K 15%"
+  std::string storage;                         // GGUF: every storage type's share, e.g. "Q4_K 85% + Q6_K 15%";
+                                               // Hugging Face folders: the files' dtypes, e.g. "BF16"
 };
 
 // path:
@@ -27,7 +28,9 @@ struct LoadedModel {
 //    metadata describes;
 //  * a llama2.c .bin checkpoint; tokenizer_path: a tokenizer.bin, or when empty the
 //    tokenizer.bin beside the model if present;
-//  * a model folder (see io/model_folder.h): a Hugging Face GPT-2 folder (GPT-2 BPE
+//  * a model folder (see io/model_folder.h): a Hugging Face folder of the llama family
+//    (io/hf_model.h; tokenizer.json from the folder, or from tokenizer_path, when there);
+//    a Hugging Face GPT-2 folder (GPT-2 BPE
 //    tokenizer from the folder, or from the folder tokenizer_path when given) or
 //    decoderscope's own (its tokenizer);
 //  * "builtin:NAME": the folder assets/models/NAME, looked up under

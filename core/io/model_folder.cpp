@@ -14,6 +14,7 @@
 #include <set>
 #include <tuple>
 
+#include "io/hf_model.h"
 #include "io/safetensors.h"
 #include "io/tensor_fill.h"
 #include "model/config_json.h"
@@ -43,7 +44,8 @@ Config gpt2_config_from(const json& j, const std::string& path) {
       const std::string mt = json_string(j, "model_type");
       if (mt != "gpt2")
         throw Error("model_type " + excerpt(json(mt).dump(-1, ' ', true, json::error_handler_t::replace)) +
-                    " is not supported (decoderscope reads GPT-2 folders and its own)");
+                    " is not supported (decoderscope reads GPT-2 folders, its own, and the architectures " +
+                    hf_architectures() + ")");
     }
     const int d = json_int(j, "n_embd");
     const int n_layer = json_int(j, "n_layer");
@@ -383,6 +385,20 @@ void load_own(FolderModel& m, const json& j, const std::string& config_path, con
   if (tiles) w.mark_tiles();
 }
 
+FolderModel load_hf_folder(const std::string& dir, const json& j, Precision precision, bool tiles) {
+  HfModel h = load_hf_model(dir, j, precision, tiles);
+  FolderModel m;
+  m.dir = dir;
+  m.format = "hf";
+  m.tokenizer_kind = "hf";
+  m.cfg = std::move(h.cfg);
+  m.w = std::move(h.w);
+  m.arch = std::move(h.arch);
+  m.dtype = std::move(h.dtype);
+  m.stop_ids = std::move(h.stop_ids);
+  return m;
+}
+
 }  // namespace
 
 FolderModel load_model_folder(const std::string& dir, Precision precision, bool tiles, bool in_place) {
@@ -391,6 +407,10 @@ FolderModel load_model_folder(const std::string& dir, Precision precision, bool 
   const fs::path d(dir);
   const std::string config_path = (d / "config.json").string();
   const std::string st_path = (d / "model.safetensors").string();
+  if (fs::exists(config_path, ec)) {
+    json j = read_json_file(config_path);
+    if (!j.contains("format") && is_hf_llama_family(j)) return load_hf_folder(dir, j, precision, tiles);
+  }
   if (!fs::exists(st_path, ec)) {
     if (fs::exists(d / "pytorch_model.bin", ec))
       throw Error(dir +
@@ -398,8 +418,9 @@ FolderModel load_model_folder(const std::string& dir, Precision precision, bool 
                   "same model page)");
     if (fs::exists(d / "model.safetensors.index.json", ec))
       throw Error(dir +
-                  " holds a sharded checkpoint (model.safetensors.index.json); decoderscope reads a single "
-                  "model.safetensors");
+                  " holds a sharded checkpoint (model.safetensors.index.json); decoderscope reads shards for the "
+                  "architectures " +
+                  hf_architectures() + ", and a single model.safetensors otherwise");
     throw Error(dir + ": no model.safetensors (a model folder holds config.json and model.safetensors)");
   }
   if (!fs::exists(config_path, ec))

@@ -1,7 +1,9 @@
 #pragma once
 // Model folders: config.json + model.safetensors.
 //
-// Two kinds are read:
+// Three kinds are read:
+//  * Hugging Face folders of the llama family (Llama, Mistral, Qwen2, Qwen3, Gemma 3):
+//    io/hf_model.h; their tokenizer is tokenizer.json beside the weights;
 //  * Hugging Face GPT-2 folders (gpt2, distilgpt2, gpt2-medium/large/xl): the HF
 //    config keys (n_embd, n_layer, n_head, n_positions or n_ctx, vocab_size,
 //    layer_norm_epsilon, activation_function, n_inner) and the GPT2Model tensor
@@ -38,12 +40,16 @@ namespace ds {
 struct FolderModel {
   Config cfg;
   Weights w;
-  std::string format;                    // "gpt2" or "decoderscope"
-  std::string tokenizer_kind;            // "gpt2-bpe", "chars" or "words"
+  std::string format;                    // "gpt2", "decoderscope" or "hf" (io/hf_model.h)
+  std::string tokenizer_kind;            // "gpt2-bpe", "chars", "words" or "hf" (tokenizer.json)
   std::vector<std::string> chars_vocab;  // for "chars": one entry per id
   std::vector<std::string> words_vocab;  // for "words": one entry per id
   std::string training;                  // the "training" object of our own format as JSON text, or ""
   std::string dir;
+  // "hf" folders: the architecture ("Qwen2ForCausalLM", ...), the weights' dtypes in the
+  // files ("BF16"), and the ids that end generation (eos_token_id, one or several).
+  std::string arch, dtype;
+  std::vector<int> stop_ids;
 };
 
 // Throws ds::Error naming the folder or file and the problem: missing files (with a

@@ -190,7 +190,7 @@ std::string list_names(const std::vector<std::string>& names) {
   return o;
 }
 
-json read_json_file(const std::string& path) {
+json read_json_file(const std::string& path, const json::parser_callback_t& cb) {
   std::error_code ec;
   const auto size = fs::file_size(path, ec);
   if (ec) throw Error(path + ": cannot read (" + ec.message() + ")");
@@ -204,7 +204,7 @@ json read_json_file(const std::string& path) {
   if (f.gcount() != static_cast<std::streamsize>(size)) throw Error(path + ": read failed");
   json j;
   try {
-    j = json::parse(text);
+    j = json::parse(text, cb);
   } catch (const json::exception& e) {
     std::string what = shorten_json_error(e.what());
     for (char& c : what)

@@ -23,8 +23,9 @@ using Shape = std::vector<int64_t>;
 std::string shape_str(const Shape& s);
 // Up to 8 names, quoted and shortened, then "and N more".
 std::string list_names(const std::vector<std::string>& names);
-// A JSON object from a file of at most 64 MB; throws ds::Error naming the file.
-nlohmann::json read_json_file(const std::string& path);
+// A JSON object from a file of at most 64 MB; throws ds::Error naming the file. cb, when
+// given, sees the parse as nlohmann::json::parse's callback does.
+nlohmann::json read_json_file(const std::string& path, const nlohmann::json::parser_callback_t& cb = nullptr);
 
 // Where one tensor's values go: float32, or 16-bit floats of type `type`.
 struct Dest {

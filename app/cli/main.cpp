@@ -30,6 +30,7 @@
 #include "session/session.h"
 #include "text/gguf_tokenizer.h"
 #include "text/gpt2_tokenizer.h"
+#include "text/hf_tokenizer.h"
 #include "train_cmds.h"
 #include "util/error.h"
 
@@ -124,9 +125,13 @@ bench: the machine's read bandwidth, the floor it sets for one token (weight and
   a --prefill token prompt (default 512; 0 skips) against as many single steps, and with
   --trace-tokens N the memory of the trace after generating N positions. --copy: float32
   weights are read into memory (in tiles) instead of used in place in the mapped file.
-tokenize: prints the ids of TEXT on one line. --tokenizer alone: a GPT-2 tokenizer
-  folder (vocab.json + merges.txt, or tokenizer.json) or a GGUF file's tokenizer (its
-  tokenizer.ggml.* keys; the ids of the text alone, no BOS). --jsonl: reads {"text": ...}
+tokenize: prints the ids of TEXT on one line. --tokenizer alone: a Hugging Face folder
+  with tokenizer.json (+ tokenizer_config.json) of the llama family (byte-level BPE as in
+  Llama 3, Qwen2/3, SmolLM; SentencePiece-style BPE as in Llama 2, Mistral, TinyLlama;
+  added tokens such as <|im_start|> in TEXT are taken as themselves), or that
+  tokenizer.json file, a GPT-2 tokenizer folder (vocab.json + merges.txt, or GPT-2's
+  tokenizer.json), or a GGUF file's tokenizer (its tokenizer.ggml.* keys); the ids of the
+  text alone, no BOS. --jsonl: reads {"text": ...}
   lines on standard input and writes {"text": ..., "ids": [...]} lines: the text's ids alone
   for every kind of tokenizer (no BOS), as tokenizer test suites compare them.
 random: writes a llama2.c checkpoint with random weights (for benchmarks); with --arch gpt2
@@ -801,11 +806,13 @@ int cmd_tokenize(const Args& a) {
     tok = m.tokenizer;
     bos = m.bos_prompt;
   } else if (a.has("tokenizer")) {
-    // Without a model only GPT-2 tokenizers and GGUF files: a llama2.c tokenizer.bin does
-    // not say its vocabulary size. The ids are the text's alone (no BOS).
+    // Without a model only Hugging Face / GPT-2 tokenizers and GGUF files: a llama2.c
+    // tokenizer.bin does not say its vocabulary size. The ids are the text's alone (no BOS).
     const std::string path = a.str("tokenizer");
     std::error_code ec;
-    if (std::filesystem::is_directory(path, ec)) {
+    if (ds::is_hf_tokenizer(path)) {
+      tok = ds::load_hf_tokenizer(path).tokenizer;
+    } else if (std::filesystem::is_directory(path, ec)) {
       tok = ds::load_gpt2_tokenizer_dir(path);
     } else if (std::filesystem::is_regular_file(path, ec) && ds::is_gguf_file(path)) {
       tok = ds::make_vocab_tokenizer(ds::read_gguf_vocab(path));

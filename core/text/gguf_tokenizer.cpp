@@ -109,9 +109,27 @@ VocabTokenizer::VocabTokenizer(const VocabData& v) {
                 ") but tokenizer.ggml.bos_token_id is missing");
   if (add_eos_ && eos_id_ < 0)
     throw Error("tokenizer.ggml.add_eos_token is true but tokenizer.ggml.eos_token_id is missing");
-  for (size_t i = 0; i < n; ++i)
-    if (types_[i] == TokenType::UserDefined && !tokens_[i].empty())
-      user_defined_[static_cast<unsigned char>(tokens_[i][0])].push_back(static_cast<int>(i));
+  init_matched(v);
+}
+
+void VocabTokenizer::init_matched(const VocabData& v) {
+  const size_t n = tokens_.size();
+  match_flags_.assign(n, 0);
+  auto add = [&](size_t id) {
+    if (!tokens_[id].empty()) user_defined_[static_cast<unsigned char>(tokens_[id][0])].push_back(static_cast<int>(id));
+  };
+  if (v.hf.added.empty()) {
+    for (size_t i = 0; i < n; ++i)
+      if (types_[i] == TokenType::UserDefined) add(i);
+  }
+  for (const VocabData::AddedToken& a : v.hf.added) {
+    check_id(a.id);
+    const auto id = static_cast<size_t>(a.id);
+    if (match_flags_[id] & 128) continue;  // listed twice
+    match_flags_[id] = static_cast<uint8_t>(128 | (a.lstrip ? kLstrip : 0) | (a.rstrip ? kRstrip : 0) |
+                                            (a.single_word ? kSingleWord : 0));
+    add(id);
+  }
   for (std::vector<int>& ids : user_defined_)
     std::stable_sort(ids.begin(), ids.end(), [&](int a, int b) { return tokens_[a].size() > tokens_[b].size(); });
 }
@@ -134,23 +152,31 @@ void VocabTokenizer::init_special(const VocabData& v) {
 
 void VocabTokenizer::init_sentencepiece(const VocabData& v) {
   const size_t n = tokens_.size();
-  if (v.scores.empty())
-    throw Error("tokenizer.ggml.scores is missing: the SentencePiece model 'llama' merges by score");
-  for (size_t i = 0; i < n; ++i)
-    if (std::isnan(v.scores[i]))
-      throw Error("tokenizer.ggml.scores[" + std::to_string(i) + "] (token " + in_quotes(tokens_[i]) + ") is NaN");
-  scores_ = v.scores;
+  by_rank_ = !v.hf.merge_ids.empty();
+  if (by_rank_) {
+    init_merges(v);
+  } else {
+    if (v.scores.empty())
+      throw Error("tokenizer.ggml.scores is missing: the SentencePiece model 'llama' merges by score");
+    for (size_t i = 0; i < n; ++i)
+      if (std::isnan(v.scores[i]))
+        throw Error("tokenizer.ggml.scores[" + std::to_string(i) + "] (token " + in_quotes(tokens_[i]) + ") is NaN");
+    scores_ = v.scores;
+  }
   add_bos_ = v.add_bos != 0;  // SentencePiece models start with BOS unless told otherwise
   add_space_prefix_ = v.add_space_prefix != 0;
+  metaspace_ = v.hf.metaspace;
+  first_only_ = v.hf.first_only;
+  split_ = v.hf.split;
   int missing = -1;
   for (unsigned b = 0; b < 256; ++b) {
-    byte_id_[b] = find(byte_token_name(static_cast<unsigned char>(b)));
+    byte_id_[b] = v.hf.byte_fallback ? find(byte_token_name(static_cast<unsigned char>(b))) : -1;
     if (byte_id_[b] < 0 && missing < 0) missing = static_cast<int>(b);
   }
   if (missing >= 0 && unk_id_ < 0)
     throw Error("the SentencePiece vocabulary has neither the byte token " +
-                byte_token_name(static_cast<unsigned char>(missing)) +
-                " (byte fallback) nor tokenizer.ggml.unknown_token_id for text that is no token");
+                byte_token_name(static_cast<unsigned char>(missing)) + " (byte fallback) nor " +
+                (by_rank_ ? "model.unk_token" : "tokenizer.ggml.unknown_token_id") + " for text that is no token");
   bytes_.resize(n);
   for (size_t i = 0; i < n; ++i) {
     const std::string& t = tokens_[i];
@@ -183,7 +209,7 @@ void VocabTokenizer::init_byte_level(const VocabData& v) {
     throw Error("tokenizer.ggml.pre " + in_quotes(pre) + " is not supported; supported: " + names);
   }
   pre_ = found->kind;
-  ignore_merges_ = pre_ == PreTokenizer::Llama3;
+  ignore_merges_ = v.hf.ignore_merges < 0 ? pre_ == PreTokenizer::Llama3 : v.hf.ignore_merges != 0;
   add_bos_ = v.add_bos < 0 ? pre_ == PreTokenizer::Llama3 : v.add_bos != 0;  // llama.cpp's defaults
   add_space_prefix_ = false;
   std::string sym;
@@ -195,7 +221,31 @@ void VocabTokenizer::init_byte_level(const VocabData& v) {
       throw Error("tokenizer.ggml.tokens lacks " + in_quotes(sym) + ", the symbol of byte " +
                   byte_token_name(static_cast<unsigned char>(b)).substr(1, 4) + " (not a byte-level BPE vocabulary?)");
   }
+  init_merges(v);
+  bytes_.resize(tokens_.size());
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    const bool plain = is_special_type(types_[i]) || types_[i] == TokenType::UserDefined;
+    if (plain || !unicode::alphabet_to_bytes(tokens_[i], bytes_[i])) bytes_[i] = tokens_[i];
+  }
+}
+
+void VocabTokenizer::init_merges(const VocabData& v) {
   // Ranks are compared as floats (Candidate::priority): exact below 2^24.
+  if (v.hf.merge_ids.size() > kMaxVocab)
+    throw Error("the tokenizer has " + std::to_string(v.hf.merge_ids.size()) + " merges, more than " +
+                std::to_string(kMaxVocab));
+  merges_.reserve(v.hf.merge_ids.empty() ? v.merges.size() : v.hf.merge_ids.size());
+  for (size_t i = 0; i < v.hf.merge_ids.size(); ++i) {
+    const auto [ia, ib] = v.hf.merge_ids[i];
+    check_id(ia);
+    check_id(ib);
+    const std::string ab = tokens_[static_cast<size_t>(ia)] + tokens_[static_cast<size_t>(ib)];
+    const int iab = find(ab);
+    if (iab < 0) throw Error("merge " + std::to_string(i) + ": the result " + in_quotes(ab) + " is not a token");
+    const uint64_t key = static_cast<uint64_t>(ia) << 32 | static_cast<uint32_t>(ib);
+    merges_.emplace(key, std::make_pair(static_cast<int>(i), iab));  // the first of duplicates
+  }
+  if (!v.hf.merge_ids.empty()) return;
   if (v.merges.size() > kMaxVocab)
     throw Error("tokenizer.ggml.merges has " + std::to_string(v.merges.size()) + " entries, more than " +
                 std::to_string(kMaxVocab));
@@ -213,11 +263,6 @@ void VocabTokenizer::init_byte_level(const VocabData& v) {
     if (iab < 0) throw Error(where + ": the result " + in_quotes(std::string(a) + std::string(b)) + " is not a token");
     const uint64_t key = static_cast<uint64_t>(ia) << 32 | static_cast<uint32_t>(ib);
     merges_.emplace(key, std::make_pair(static_cast<int>(i), iab));  // the first of duplicates
-  }
-  bytes_.resize(tokens_.size());
-  for (size_t i = 0; i < tokens_.size(); ++i) {
-    const bool plain = is_special_type(types_[i]) || types_[i] == TokenType::UserDefined;
-    if (plain || !unicode::alphabet_to_bytes(tokens_[i], bytes_[i])) bytes_[i] = tokens_[i];
   }
 }
 
@@ -261,25 +306,65 @@ std::string VocabTokenizer::decode(int prev, int id) const {
 
 // ---------------------------------------------------------------- encoding
 
+namespace {
+
+// The code point before text[end] (its first byte into start), or kInvalid at lo.
+uint32_t char_before(std::string_view text, size_t lo, size_t end, size_t& start) {
+  if (end <= lo) return unicode::kInvalid;
+  start = end - 1;
+  while (start > lo && end - start < 4 && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;
+  size_t len;
+  const uint32_t cp = unicode::decode_utf8(text, start, len);
+  if (start + len == end) return cp;
+  start = end - 1;
+  return unicode::kInvalid;
+}
+
+// A letter, digit or '_' (the tokenizers library's word characters for single_word).
+bool is_word_char(uint32_t cp) {
+  return cp != unicode::kInvalid &&
+         (cp == '_' || unicode::classify(cp) == unicode::kLetter || unicode::classify(cp) == unicode::kNumber);
+}
+
+bool is_space(uint32_t cp) { return cp != unicode::kInvalid && unicode::classify(cp) == unicode::kSpace; }
+
+}  // namespace
+
+int VocabTokenizer::match_at(std::string_view text, size_t gap, size_t i, size_t& begin, size_t& end) const {
+  for (int id : user_defined_[static_cast<unsigned char>(text[i])]) {
+    const std::string& t = tokens_[static_cast<size_t>(id)];
+    if (text.compare(i, t.size(), t) != 0) continue;
+    const uint8_t flags = match_flags_[static_cast<size_t>(id)];
+    begin = i;
+    end = i + t.size();
+    size_t len = 0, before = 0;
+    if (flags & kSingleWord) {
+      const bool word_after = end < text.size() && is_word_char(unicode::decode_utf8(text, end, len));
+      if (is_word_char(char_before(text, 0, i, before)) || word_after) return -1;  // as the library: no shorter try
+    }
+    if (flags & kLstrip)
+      while (is_space(char_before(text, gap, begin, before))) begin = before;
+    if (flags & kRstrip)
+      while (end < text.size() && is_space(unicode::decode_utf8(text, end, len))) end += len;
+    return id;
+  }
+  return -1;
+}
+
 std::vector<std::pair<int, std::string_view>> VocabTokenizer::partition(std::string_view text) const {
   std::vector<std::pair<int, std::string_view>> parts;
   size_t gap = 0;  // start of the text fragment before i
   for (size_t i = 0; i < text.size();) {
-    int hit = -1;
-    for (int id : user_defined_[static_cast<unsigned char>(text[i])]) {
-      const std::string& t = tokens_[static_cast<size_t>(id)];
-      if (text.compare(i, t.size(), t) == 0) {
-        hit = id;
-        break;
-      }
-    }
+    size_t begin = i, end = i;
+    const int hit =
+        user_defined_[static_cast<unsigned char>(text[i])].empty() ? -1 : match_at(text, gap, i, begin, end);
     if (hit < 0) {
       ++i;
       continue;
     }
-    if (i > gap) parts.emplace_back(-1, text.substr(gap, i - gap));
+    if (begin > gap) parts.emplace_back(-1, text.substr(gap, begin - gap));
     parts.emplace_back(hit, std::string_view());
-    i = gap = i + tokens_[static_cast<size_t>(hit)].size();
+    i = gap = end;
   }
   if (text.size() > gap) parts.emplace_back(-1, text.substr(gap));
   return parts;
@@ -289,18 +374,18 @@ std::vector<int> VocabTokenizer::encode(std::string_view text, bool bos) const {
   std::vector<int> ids;
   ids.reserve(text.size() / 3 + 2);
   if (bos && add_bos_) ids.push_back(bos_id_);
-  bool after_token = true;  // SentencePiece: a fragment at the start or after a token gets the prefix
   for (const auto& [id, fragment] : partition(text)) {
     if (id >= 0) {
       ids.push_back(id);
-      after_token = true;
-      continue;
-    }
-    if (kind_ == Kind::SentencePiece)
-      encode_spm(fragment, after_token && add_space_prefix_, ids);
-    else
+    } else if (kind_ == Kind::SentencePiece) {
+      // Every fragment (each starts the text or follows a token) gets the prefix, but for
+      // Metaspace's "first" only the text's first one, and not one starting with a space.
+      bool prefix = add_space_prefix_ && (!first_only_ || fragment.data() == text.data());
+      if (metaspace_ && fragment[0] == ' ') prefix = false;
+      encode_spm(fragment, prefix, ids);
+    } else {
       encode_bpe(fragment, ids);
-    after_token = false;
+    }
   }
   if (bos && add_eos_) ids.push_back(eos_id_);
   return ids;
@@ -311,6 +396,21 @@ void VocabTokenizer::encode_spm(std::string_view fragment, bool prefix, std::vec
   s.reserve(fragment.size() + 3);
   if (prefix) s += kSpaceMark;
   for (char c : fragment) c == ' ' ? s += kSpaceMark : s += c;
+  if (!split_) {
+    spm_merge(s, out);
+    return;
+  }
+  // Metaspace's split: each "▁" starts a piece (merged with what follows it).
+  const std::string_view all(s);
+  size_t start = 0;
+  for (size_t at = all.find(kSpaceMark, 1); at != std::string_view::npos; at = all.find(kSpaceMark, at + 1)) {
+    spm_merge(all.substr(start, at - start), out);
+    start = at;
+  }
+  spm_merge(all.substr(start), out);
+}
+
+void VocabTokenizer::spm_merge(std::string_view s, std::vector<int>& out) const {
   // One symbol per UTF-8 character (a malformed byte is one of its own).
   std::vector<Symbol> sym;
   for (size_t i = 0; i < s.size();) {
@@ -326,6 +426,14 @@ void VocabTokenizer::encode_spm(std::string_view fragment, bool prefix, std::vec
   auto push = [&](int l) {
     if (l < 0 || sym[static_cast<size_t>(l)].next < 0) return;
     const Symbol &a = sym[static_cast<size_t>(l)], &b = sym[static_cast<size_t>(a.next)];
+    if (by_rank_) {  // the pair must be a merge of the file; its rank orders it
+      const int ia = find(text_of(a, a.len)), ib = ia < 0 ? -1 : find(text_of(b, b.len));
+      auto it = ib < 0 ? merges_.end() : merges_.find(static_cast<uint64_t>(ia) << 32 | static_cast<uint32_t>(ib));
+      if (it == merges_.end()) return;
+      heap.push_back({-static_cast<float>(it->second.first), l, a.len, b.len, it->second.second});
+      std::push_heap(heap.begin(), heap.end());
+      return;
+    }
     const int id = find(text_of(a, a.len + b.len));
     if (id < 0 || !mergeable(id)) return;
     heap.push_back({scores_[static_cast<size_t>(id)], l, a.len, b.len, id});

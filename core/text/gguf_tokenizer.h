@@ -19,6 +19,12 @@
 // rest is tokenized (as SentencePiece, the Hugging Face tokenizers and llama.cpp do);
 // control tokens (type 3, e.g. "<|endoftext|>", "<s>") are never produced from text: their
 // text is encoded as plain text.
+//
+// A Hugging Face tokenizer.json (text/hf_tokenizer.h) fills VocabData::hf: then the added
+// tokens, control ones included, are taken as themselves in text (longest first at the
+// leftmost place, with their lstrip/rstrip/single_word), "llama" merges by the rank of
+// each pair in its merges, as the tokenizers library's BPE model does, and the Metaspace
+// options decide where "▁" is put in front.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -73,20 +79,31 @@ class VocabTokenizer final : public Tokenizer {
     size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
 
+  // Flags of a token matched in text (VocabData::AddedToken).
+  enum : uint8_t { kLstrip = 1, kRstrip = 2, kSingleWord = 4 };
+
   void check_id(int id) const;
   void init_special(const VocabData& v);
+  void init_matched(const VocabData& v);
   void init_sentencepiece(const VocabData& v);
   void init_byte_level(const VocabData& v);
+  void init_merges(const VocabData& v);
   bool mergeable(int id) const;
+  // The id of the matched token at text[i] (its extent, whitespace taken by lstrip and
+  // rstrip included, into [begin, end)), or -1; gap is the start of the text not yet taken.
+  int match_at(std::string_view text, size_t gap, size_t i, size_t& begin, size_t& end) const;
   // Text fragments and user-defined token ids of text, in order: (-1, fragment) or (id, "").
   std::vector<std::pair<int, std::string_view>> partition(std::string_view text) const;
   void encode_spm(std::string_view fragment, bool prefix, std::vector<int>& out) const;
+  void spm_merge(std::string_view s, std::vector<int>& out) const;
   void encode_bpe(std::string_view fragment, std::vector<int>& out) const;
   void bpe(std::string_view piece, std::vector<int>& out) const;
 
   Kind kind_ = Kind::SentencePiece;
   PreTokenizer pre_ = PreTokenizer::Default;
   bool ignore_merges_ = false;
+  bool by_rank_ = false;  // "llama": merge by the rank of a pair in merges_ rather than by score
+  bool metaspace_ = false, first_only_ = false, split_ = false;  // VocabData::Hf
   bool add_bos_ = false, add_eos_ = false, add_space_prefix_ = true;
   int bos_id_ = -1, eos_id_ = -1, unk_id_ = -1;
   std::vector<std::string> tokens_;  // id -> vocabulary entry
@@ -94,11 +111,13 @@ class VocabTokenizer final : public Tokenizer {
   std::vector<float> scores_;        // SentencePiece: id -> score
   std::vector<TokenType> types_;     // id -> type (Normal when the file has none)
   std::unordered_map<std::string, int, Hash, std::equal_to<>> index_;
-  // Byte-level: (left id << 32 | right id) -> (rank, merged id).
+  // (left id << 32 | right id) -> (rank, merged id): byte-level, or "llama" by rank.
   std::unordered_map<uint64_t, std::pair<int, int>> merges_;
   int byte_id_[256] = {};  // the id of each byte's symbol (byte-level) or <0xXX> (-1: none)
-  // The ids of the user-defined tokens by their first byte, longest text first.
+  // The ids of the tokens matched in text (user-defined, or VocabData::hf.added) by their
+  // first byte, longest text first, and id -> kLstrip | kRstrip | kSingleWord.
   std::vector<int> user_defined_[256];
+  std::vector<uint8_t> match_flags_;
 };
 
 // The tokenizer of v (throws ds::Error as VocabTokenizer's constructor does).

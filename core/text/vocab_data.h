@@ -3,6 +3,7 @@
 // plain containers so that the text layer needs no file reader: io/gguf.cpp fills it.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ds {
@@ -30,6 +31,30 @@ struct VocabData {
   // (the tokenizer then uses the model kind's default).
   int add_bos = -1, add_eos = -1, add_space_prefix = -1;
   std::string chat_template;  // tokenizer.chat_template, "" when absent
+
+  // What only a Hugging Face tokenizer.json says (text/hf_tokenizer.cpp fills it); a GGUF
+  // file leaves these defaults, which are llama.cpp's behaviour.
+  struct AddedToken {
+    int32_t id = -1;
+    bool lstrip = false, rstrip = false, single_word = false;
+  };
+  struct Hf {
+    // The merges as (left id, right id) in rank order; when non-empty they replace
+    // `merges`, and "llama" merges adjacent symbols by the rank of their pair (a BPE model
+    // with byte fallback) rather than by the score of their concatenation.
+    std::vector<std::pair<int32_t, int32_t>> merge_ids;
+    // model.ignore_merges (byte-level): -1 = the pre-tokenizer's default (llama-bpe: true).
+    int ignore_merges = -1;
+    // "llama": a character that is no token becomes its <0xXX> tokens (else unk).
+    bool byte_fallback = true;
+    // "llama", the Metaspace pre-tokenizer: no "▁" is put in front of a fragment that
+    // already starts with a space; first_only: only in front of the text's first fragment
+    // (prepend_scheme "first"); split: BPE runs within each piece that a "▁" starts.
+    bool metaspace = false, first_only = false, split = false;
+    // added_tokens: when non-empty, these (control tokens included) are the tokens taken
+    // as themselves in text, instead of the user-defined ones.
+    std::vector<AddedToken> added;
+  } hf;
 };
 
 }  // namespace ds

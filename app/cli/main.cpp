@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -28,6 +29,7 @@
 #include "probe/lens.h"
 #include "session/beam.h"
 #include "session/session.h"
+#include "text/chat_template.h"
 #include "text/gguf_tokenizer.h"
 #include "text/gpt2_tokenizer.h"
 #include "text/hf_tokenizer.h"
@@ -49,6 +51,10 @@ usage:
                             [--no-kv-cache]
   decoderscope-cli generate --beam W [--length-penalty A] [--all-beams] (model, prompt, source, --steps,
                             --ids, --threads as above)
+  decoderscope-cli generate --chat QUESTION [--system TEXT] (model and sampling options as above)
+  decoderscope-cli chat     --model PATH|--tokenizer DIR|FILE.gguf --messages FILE.json [--render]
+                            [--steps N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--ids]
+                            [--threads N] [--precision P]
   decoderscope-cli hooks    --model PATH
   decoderscope-cli lens     --model PATH [--tokenizer FILE] [--prompt TEXT | --prompt-ids "..."]
                             [--source TEXT | --source-ids "..."] [--top-k K] [--position P] [--steps N]
@@ -95,6 +101,17 @@ generate --beam W: beam search with W hypotheses, as Hugging Face's generate(num
   "blocks.*.attn.hook_pattern,blocks.*.hook_resid_post".
   Without --hooks the trace also holds the logit lens of every position (top 10 tokens
   of each layer).
+generate --chat QUESTION [--system TEXT]: asks an instruct model a question inside its chat
+  template (as chat does with [{"role": "system", ...}, {"role": "user", ...}]) and prints
+  the answer alone.
+chat: --messages FILE.json holds a list of {"role": "system"|"user"|"assistant", "content":
+  TEXT}. --render prints the prompt the tokenizer's chat template makes of them with the
+  generation prompt added (exactly what the transformers library's apply_chat_template(...,
+  add_generation_prompt=True, tokenize=False) gives: the template runs in decoderscope's
+  Jinja interpreter); without --render the model generates the answer, which is printed
+  (--ids: its ids). The template is tokenizer_config.json's chat_template (Hugging Face
+  folders) or tokenizer.chat_template (GGUF files); special tokens the template writes, such
+  as <|im_start|>, are read as those tokens.
 hooks: lists every hook point of the model, with TransformerLens's name for it.
 lens: the logit lens. Runs the prompt and prints, for each layer (the embedding, then the
   output of every layer), the --top-k tokens (default 10) that the final norm and the output
@@ -239,6 +256,7 @@ struct Args {
 };
 
 const char* kFlags[] = {"ids",
+                        "render",
                         "help",
                         "jsonl",
                         "json",
@@ -316,9 +334,26 @@ ds::LoadedModel open_model(const Args& a) {
   return ds::load_model(a.str("model"), a.str("tokenizer"), p);
 }
 
+// The ids of messages inside the model's chat template.
+std::vector<int> chat_ids(const ds::LoadedModel& m, const nlohmann::json& messages) {
+  if (!m.tokenizer) throw Error(m.name + ": a chat needs the model's tokenizer (tokenizer.json beside it)");
+  const std::string text = ds::render_chat(m.chat, messages, m.name);
+  std::vector<int> ids = ds::encode_chat(*m.tokenizer, m.chat, m.special_ids, text);
+  if (ids.empty()) throw Error("the chat template made an empty prompt");
+  return ids;
+}
+
 std::vector<int> prompt_of(const Args& a, const ds::LoadedModel& m) {
   const ds::Config& c = m.model->cfg;
-  if (a.has("prompt") && a.has("prompt-ids")) throw Error("give --prompt or --prompt-ids, not both");
+  if (int(a.has("prompt")) + int(a.has("prompt-ids")) + int(a.has("chat")) > 1)
+    throw Error("give one of --prompt, --prompt-ids and --chat");
+  if (a.has("system") && !a.has("chat")) throw Error("--system goes with --chat QUESTION");
+  if (a.has("chat")) {
+    nlohmann::json msgs = nlohmann::json::array();
+    if (a.has("system")) msgs.push_back({{"role", "system"}, {"content", a.str("system")}});
+    msgs.push_back({{"role", "user"}, {"content", a.str("chat")}});
+    return chat_ids(m, msgs);
+  }
   if (a.has("prompt-ids")) {
     auto ids = parse_ids(a.str("prompt-ids"), "--prompt-ids");
     if (ids.empty()) throw Error("--prompt-ids is empty");
@@ -505,7 +540,8 @@ int cmd_generate(const Args& a) {
            "prompt-ids",    "source",      "source-ids", "temperature",
            "top-k",         "top-p",       "seed",       "ids",
            "trace",         "hooks",       "threads",    "repetition-penalty",
-           "penalty-alpha", "no-kv-cache", "precision",  "window-recording"});
+           "penalty-alpha", "no-kv-cache", "precision",  "window-recording",
+           "chat",          "system"});
   auto m = open_model(a);
   ds::SessionOptions o;
   o.kv_cache = !a.has("no-kv-cache");
@@ -531,7 +567,7 @@ int cmd_generate(const Args& a) {
   if (!a.has("ids") && !m.tokenizer)
     std::fprintf(stderr, "note: no tokenizer found (--tokenizer FILE); printing token ids\n");
   std::vector<int> seq = s.prompt();
-  if (!print_ids)
+  if (!print_ids && !a.has("chat"))  // a chat prints the answer alone
     for (size_t i = 1; i < seq.size(); ++i) std::fputs(m.tokenizer->decode(seq[i - 1], seq[i]).c_str(), stdout);
   bool first = true;
   while (!s.done()) {
@@ -555,6 +591,86 @@ int cmd_generate(const Args& a) {
     t.save(a.str("trace"));
   }
   if (!o.kv_cache) compare_with_cache(m, o, s, source);
+  return 0;
+}
+
+// The chat template, special tokens and tokenizer of --tokenizer DIR|FILE.gguf alone.
+ds::LoadedModel tokenizer_only(const std::string& path) {
+  ds::LoadedModel m;
+  m.name = path;
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(path, ec) && ds::is_gguf_file(path)) {
+    const ds::VocabData v = ds::read_gguf_vocab(path);
+    auto tok = std::make_shared<const ds::VocabTokenizer>(v);
+    auto text = [&](int id) { return id >= 0 && size_t(id) < v.tokens.size() ? v.tokens[size_t(id)] : ""; };
+    m.chat = {v.chat_template, text(v.bos_id), text(v.eos_id), false};
+    for (int id = 0; id < tok->vocab_size(); ++id)
+      if (tok->type(id) == ds::TokenType::Control) m.special_ids.push_back(id);
+    m.tokenizer = tok;
+    return m;
+  }
+  ds::HfTokenizerInfo info = ds::load_hf_tokenizer(path);
+  m.chat = {info.chat_template, info.bos_token, info.eos_token, true};
+  m.special_ids = info.special_ids;
+  m.tokenizer = info.tokenizer;
+  return m;
+}
+
+nlohmann::json read_messages(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("--messages " + path + ": cannot open");
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::exception&) {
+    throw Error("--messages " + path + ": not valid JSON");
+  }
+  if (j.is_object() && j.contains("messages")) j = j["messages"];
+  try {
+    return ds::chat_messages(j);
+  } catch (const Error& e) {
+    throw Error("--messages " + path + ": " + e.what());
+  }
+}
+
+// chat --messages FILE.json [--render]: the template's prompt, or the model's answer.
+int cmd_chat(const Args& a) {
+  only(a, {"model", "tokenizer", "messages", "render", "steps", "temperature", "top-k", "top-p", "seed", "ids",
+           "threads", "precision"});
+  if (!a.has("messages")) throw Error("chat needs --messages FILE.json ([{\"role\": ..., \"content\": ...}, ...])");
+  const nlohmann::json msgs = read_messages(a.str("messages"));
+  if (a.has("render")) {
+    if (!a.has("model") && !a.has("tokenizer")) throw Error("chat needs --model PATH or --tokenizer DIR|FILE.gguf");
+    const ds::LoadedModel m = a.has("model") ? open_model(a) : tokenizer_only(a.str("tokenizer"));
+    const std::string text = ds::render_chat(m.chat, msgs, m.name);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return 0;
+  }
+  if (!a.has("model")) throw Error("chat without --render generates the answer: give --model PATH");
+  const ds::LoadedModel m = open_model(a);
+  ds::SessionOptions o;
+  o.sampler = sampler_of(a);
+  o.steps = int(a.integer("steps", 0, 0, 1 << 24));
+  o.stop_ids = m.stop_ids;
+  o.threads = int(a.integer("threads", 1, 1, 256));
+  ds::Session s(m.model, m.tokenizer, o);
+  s.start(chat_ids(m, msgs), {});
+  int prev = s.prompt().back();
+  bool first = true;
+  while (!s.done()) {
+    const int t = s.step();
+    if (t < 0 || s.stopped_on_token()) break;
+    if (a.has("ids"))
+      std::printf(first ? "%d" : " %d", t);
+    else
+      std::fputs(m.tokenizer->decode(prev, t).c_str(), stdout);
+    std::fflush(stdout);
+    prev = t;
+    first = false;
+  }
+  std::printf("\n");
   return 0;
 }
 
@@ -957,6 +1073,7 @@ int main(int argc, char** argv) {
     if (a.cmd == "hooks") return cmd_hooks(a);
     if (a.cmd == "inspect") return cmd_inspect(a);
     if (a.cmd == "tokenize") return cmd_tokenize(a);
+    if (a.cmd == "chat") return cmd_chat(a);
     if (a.cmd == "random") return cmd_random(a);
     if (a.cmd == "convert") return cmd_convert(a);
     throw Error("unknown command '" + a.cmd + "'; try decoderscope-cli --help");

@@ -400,6 +400,18 @@ HfModel load_hf_model(const std::string& dir, const json& j, Precision precision
   } catch (const Error& e) {
     throw Error(config_path + ": " + e.what());
   }
+  // generation_config.json's eos_token_id (Llama 3 instruct models list the end of a turn
+  // there too) adds to the stop ids.
+  const fs::path gen = fs::path(dir) / "generation_config.json";
+  std::error_code ec;
+  if (fs::exists(gen, ec)) {
+    try {
+      for (int id : token_ids(read_json_file(gen.string()), "eos_token_id", m.cfg.vocab_size))
+        if (std::find(m.stop_ids.begin(), m.stop_ids.end(), id) == m.stop_ids.end()) m.stop_ids.push_back(id);
+    } catch (const Error& e) {
+      throw Error(gen.string() + ": " + e.what());
+    }
+  }
   const Shards sh(dir);
   // A checkpoint may carry lm_head.weight although the embeddings are tied: it is then
   // read as a head of its own.

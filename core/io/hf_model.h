@@ -52,7 +52,7 @@ struct HfModel {
   Weights w;
   std::string arch;           // the "architectures" entry, e.g. "Qwen2ForCausalLM"
   std::string dtype;          // the weights' dtypes in the files, e.g. "BF16" or "F32 + BF16"
-  std::vector<int> stop_ids;  // eos_token_id (one id or a list), in the vocabulary
+  std::vector<int> stop_ids;  // eos_token_id (one id or a list) of config.json and generation_config.json
 };
 
 // Reads config.json (already parsed) and the weights of dir. precision: how the large

@@ -9,8 +9,10 @@
 #include "io/llama2c.h"
 #include "io/model_folder.h"
 #include "text/char_tokenizer.h"
+#include "text/chat_template.h"
 #include "text/gguf_tokenizer.h"
 #include "text/gpt2_tokenizer.h"
+#include "text/hf_tokenizer.h"
 #include "text/llama_tokenizer.h"
 #include "text/word_tokenizer.h"
 #include "util/error.h"
@@ -22,6 +24,20 @@ namespace ds {
 namespace {
 
 constexpr const char* kBuiltin = "builtin:";
+
+// Adds id to the stop ids when it is not there yet.
+void add_stop(std::vector<int>& stops, int id) {
+  if (id >= 0 && std::find(stops.begin(), stops.end(), id) == stops.end()) stops.push_back(id);
+}
+
+// The tokens instruct models end a turn with, when the vocabulary has them as control or
+// special tokens: generation stops there as the models' generation_config.json files say.
+void add_turn_ends(const VocabTokenizer& tok, std::vector<int>& stops) {
+  for (const char* end : {"<|eot_id|>", "<|im_end|>", "<end_of_turn>", "<|end|>", "<|endoftext|>", "</s>"}) {
+    const int id = tok.find(end);
+    if (id >= 0 && tok.type(id) == TokenType::Control) add_stop(stops, id);
+  }
+}
 
 LoadedModel load_llama2c_model(const std::string& path, const std::string& tokenizer_path, Precision precision,
                                bool in_place) {
@@ -59,9 +75,11 @@ LoadedModel load_gguf(const std::string& path, const std::string& tokenizer_path
                 std::to_string(g.cfg.vocab_size));
   out.bos_prompt = tok->adds_bos();  // the tokenizer adds BOS when the file says so
   out.tokenizer = tok;
-  for (int id : {g.vocab.eos_id, g.vocab.eot_id})
-    if (id >= 0 && std::find(out.stop_ids.begin(), out.stop_ids.end(), id) == out.stop_ids.end())
-      out.stop_ids.push_back(id);
+  for (int id : {g.vocab.eos_id, g.vocab.eot_id}) add_stop(out.stop_ids, id);
+  auto text = [&](int id) { return id >= 0 && size_t(id) < g.vocab.tokens.size() ? g.vocab.tokens[size_t(id)] : ""; };
+  out.chat = {g.vocab.chat_template, text(g.vocab.bos_id), text(g.vocab.eos_id), false};
+  for (int id = 0; id < tok->vocab_size(); ++id)
+    if (tok->type(id) == TokenType::Control || tok->type(id) == TokenType::UserDefined) out.special_ids.push_back(id);
   out.model = std::make_shared<const Model>(std::move(g.cfg), std::move(g.w));
   return out;
 }
@@ -73,8 +91,20 @@ LoadedModel finish_hf_folder(FolderModel f, const std::string& dir, const std::s
   out.kind = "hf " + f.arch;
   out.storage = f.dtype;
   out.stop_ids = f.stop_ids;
-  (void)dir;
-  (void)tokenizer_path;
+  const std::string tp = tokenizer_path.empty() ? dir : tokenizer_path;
+  std::error_code ec;
+  if (!tokenizer_path.empty() || fs::exists(fs::path(dir) / "tokenizer.json", ec)) {
+    HfTokenizerInfo info = load_hf_tokenizer(tp);
+    if (info.tokenizer->vocab_size() > f.cfg.vocab_size)
+      throw Error(tp + ": the tokenizer has " + std::to_string(info.tokenizer->vocab_size()) +
+                  " tokens but the model only " + std::to_string(f.cfg.vocab_size));
+    out.tokenizer = info.tokenizer;
+    out.bos_prompt = info.add_bos;
+    out.chat = {info.chat_template, info.bos_token, info.eos_token, true};
+    out.special_ids = info.special_ids;
+    add_stop(out.stop_ids, info.eos_id);
+    if (const auto* vt = dynamic_cast<const VocabTokenizer*>(info.tokenizer.get())) add_turn_ends(*vt, out.stop_ids);
+  }
   out.model = std::make_shared<const Model>(std::move(f.cfg), std::move(f.w));
   return out;
 }
@@ -163,6 +193,51 @@ std::vector<int> encode_prompt(const LoadedModel& m, std::string_view text) {
   std::vector<int> ids = m.tokenizer->encode(text, m.bos_prompt);
   if (ids.empty() && m.model && m.model->cfg.eos_id >= 0) ids.push_back(m.model->cfg.eos_id);
   return ids;
+}
+
+std::string render_chat(const LoadedModel::Chat& chat, const nlohmann::json& messages, const std::string& name) {
+  if (chat.template_text.empty())
+    throw Error(name +
+                ": the tokenizer carries no chat template (tokenizer_config.json's chat_template or GGUF's "
+                "tokenizer.chat_template); use --prompt for plain text");
+  ChatTemplateInput in;
+  in.messages = messages;
+  in.bos_token = chat.bos_token;
+  in.eos_token = chat.eos_token;
+  in.add_generation_prompt = true;
+  return render_chat_template(chat.template_text, in);
+}
+
+std::vector<int> encode_chat(const Tokenizer& tok, const LoadedModel::Chat& chat, const std::vector<int>& special_ids,
+                             std::string_view text) {
+  if (chat.tokenizer_matches_specials) return tok.encode(text, false);
+  std::vector<std::pair<std::string, int>> specials;  // longest text first
+  for (int id : special_ids)
+    if (std::string p = tok.piece(id); !p.empty()) specials.emplace_back(std::move(p), id);
+  std::stable_sort(specials.begin(), specials.end(),
+                   [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  std::vector<int> out;
+  size_t from = 0;
+  auto flush = [&](size_t to) {
+    if (to > from) {
+      const std::vector<int> ids = tok.encode(text.substr(from, to - from), false);
+      out.insert(out.end(), ids.begin(), ids.end());
+    }
+  };
+  for (size_t i = 0; i < text.size();) {
+    const auto hit = std::find_if(specials.begin(), specials.end(),
+                                  [&](const auto& s) { return text.compare(i, s.first.size(), s.first) == 0; });
+    if (hit == specials.end()) {
+      ++i;
+      continue;
+    }
+    flush(i);
+    out.push_back(hit->second);
+    i += hit->first.size();
+    from = i;
+  }
+  flush(text.size());
+  return out;
 }
 
 }  // namespace ds

@@ -1,6 +1,8 @@
 #pragma once
 // Opens any model the engine knows from a path, with its tokenizer.
 #include <memory>
+
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,8 +21,17 @@ struct LoadedModel {
   bool bos_prompt = false;                     // the tokenizer's encode starts with BOS
   std::string training;                        // decoderscope folders: the "training" JSON, or ""
   Precision precision = Precision::F32;        // storage of the large weight matrices (GGUF: the main one)
-  std::string storage;                         // GGUF: every storage type's share, e.g. "Q4_K 85% + Q6_K 15%";
-                                               // Hugging Face folders: the files' dtypes, e.g. "BF16"
+  // The chat template (text/chat_template.h) the tokenizer's files carry, with the texts
+  // of their bos and eos tokens; template "" when there is none.
+  struct Chat {
+    std::string template_text, bos_token, eos_token;
+    // The tokenizer takes special tokens' texts as those tokens itself (Hugging Face
+    // tokenizers do; a GGUF file's tokenizer leaves control tokens to encode_chat).
+    bool tokenizer_matches_specials = false;
+  } chat;
+  std::vector<int> special_ids;  // control and added special tokens, ascending (the window colours them)
+  std::string storage;           // GGUF: every storage type's share, e.g. "Q4_K 85% + Q6_K 15%";
+                                 // Hugging Face folders: the files' dtypes, e.g. "BF16"
 };
 
 // path:
@@ -53,5 +64,18 @@ std::string resolve_builtin(const std::string& name);
 // prompts carry no BOS (GPT-2 starts from <|endoftext|>). Throws ds::Error when the
 // model has no tokenizer.
 std::vector<int> encode_prompt(const LoadedModel& m, std::string_view text);
+
+// The prompt a chat template makes of messages ([{"role", "content"}, ...]) with the
+// generation prompt added, as the transformers library's apply_chat_template(...,
+// add_generation_prompt=True, tokenize=False) renders it (text/chat_template.h). Throws
+// ds::Error when there is no template (naming the model) or the template or the messages
+// are refused.
+std::string render_chat(const LoadedModel::Chat& chat, const nlohmann::json& messages, const std::string& name);
+
+// The ids of a rendered chat prompt, as apply_chat_template(..., tokenize=True) makes
+// them: the texts of the special tokens (special_ids) written by the template become
+// those tokens, the text between is encoded without BOS (the template writes it).
+std::vector<int> encode_chat(const Tokenizer& tok, const LoadedModel::Chat& chat, const std::vector<int>& special_ids,
+                             std::string_view text);
 
 }  // namespace ds

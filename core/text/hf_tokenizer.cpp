@@ -105,8 +105,8 @@ class Doc {
   }
   int64_t id(const json& j, const std::string& where) const {
     if (!j.is_number_integer()) fail(where, std::string("must be an integer id, got ") + describe(j));
-    if (j.is_number_unsigned() ? j.get<uint64_t>() > static_cast<uint64_t>(kMaxId) : j.get<int64_t>() < 0 ||
-                                                                                          j.get<int64_t>() > kMaxId)
+    if (j.is_number_unsigned() ? j.get<uint64_t>() > static_cast<uint64_t>(kMaxId)
+                               : j.get<int64_t>() < 0 || j.get<int64_t>() > kMaxId)
       fail(where, "is " + j.dump() + ", outside 0.." + std::to_string(kMaxId));
     return j.get<int64_t>();
   }
@@ -244,8 +244,10 @@ std::vector<std::pair<int32_t, int32_t>> read_merges(const Doc& d, const json& m
       d.fail(where, std::string("must be a string \"a b\" or a pair [\"a\", \"b\"], got ") + describe(m));
     }
     auto ia = v.model_index.find(a), ib = v.model_index.find(b);
-    if (ia == v.model_index.end()) d.fail(where, "names " + quoted_excerpt(a) + ", which is not a token of model.vocab");
-    if (ib == v.model_index.end()) d.fail(where, "names " + quoted_excerpt(b) + ", which is not a token of model.vocab");
+    if (ia == v.model_index.end())
+      d.fail(where, "names " + quoted_excerpt(a) + ", which is not a token of model.vocab");
+    if (ib == v.model_index.end())
+      d.fail(where, "names " + quoted_excerpt(b) + ", which is not a token of model.vocab");
     if (!v.model_index.count(a + b))
       d.fail(where, "makes " + quoted_excerpt(a + b) + ", which is not a token of model.vocab");
     out.emplace_back(ia->second, ib->second);
@@ -259,7 +261,7 @@ enum class Family { Unknown, ByteLevel, SentencePiece };
 
 struct Setup {
   Family family = Family::Unknown;
-  std::string pre;  // byte-level: VocabData::pre
+  std::string pre;                              // byte-level: VocabData::pre
   bool replace_space = false, prepend = false;  // normalizer Replace(" ", "▁"), Prepend("▁")
   bool metaspace = false, first_only = false, split = false;
   int post_bos = -1, post_eos = -1;  // the tokens the post_processor puts around the text
@@ -339,12 +341,15 @@ void read_pre_tokenizer(const Doc& d, const json& p, Setup& s) {
     s.pre = "gpt-2";
     return;
   }
-  const json* list = type == "Sequence" ? &d.array(d.need(p, "pretokenizers", where), where + ".pretokenizers") : nullptr;
+  const json* list =
+      type == "Sequence" ? &d.array(d.need(p, "pretokenizers", where), where + ".pretokenizers") : nullptr;
   if (!list)
-    d.fail(where + ".type", quoted_excerpt(type) + " is not supported; supported: Sequence[Split, ByteLevel], "
-                                                   "Sequence[Digits, ByteLevel], ByteLevel, Metaspace");
+    d.fail(where + ".type", quoted_excerpt(type) +
+                                " is not supported; supported: Sequence[Split, ByteLevel], "
+                                "Sequence[Digits, ByteLevel], ByteLevel, Metaspace");
   const std::string w0 = where + ".pretokenizers[0]", w1 = where + ".pretokenizers[1]";
-  const std::string t0 = list->size() == 2 ? d.type((*list)[0], w0) : "", t1 = list->size() == 2 ? d.type((*list)[1], w1) : "";
+  const std::string t0 = list->size() == 2 ? d.type((*list)[0], w0) : "",
+                    t1 = list->size() == 2 ? d.type((*list)[1], w1) : "";
   if (t0 == "Split" && t1 == "ByteLevel") {
     s.pre = read_split(d, (*list)[0], w0);
     read_byte_level(d, (*list)[1], w1, false);
@@ -352,8 +357,9 @@ void read_pre_tokenizer(const Doc& d, const json& p, Setup& s) {
     s.pre = "smollm";
     read_byte_level(d, (*list)[1], w1, true);
   } else {
-    d.fail(where + ".pretokenizers", "is not [Split, ByteLevel] or [Digits(individual_digits), ByteLevel]: "
-                                     "only these sequences are supported");
+    d.fail(where + ".pretokenizers",
+           "is not [Split, ByteLevel] or [Digits(individual_digits), ByteLevel]: "
+           "only these sequences are supported");
   }
 }
 
@@ -384,8 +390,9 @@ void read_post_processor(const Doc& d, const json& p, const std::string& where, 
   }
   if (type == "ByteLevel") return;  // offsets only
   if (type != "TemplateProcessing")
-    d.fail(where + ".type", quoted_excerpt(type) + " is not supported; supported: TemplateProcessing, ByteLevel, "
-                                                   "Sequence");
+    d.fail(where + ".type", quoted_excerpt(type) +
+                                " is not supported; supported: TemplateProcessing, ByteLevel, "
+                                "Sequence");
   const json& single = d.array(d.need(p, "single", where), where + ".single");
   bool after = false;
   for (size_t i = 0; i < single.size(); ++i) {
@@ -397,7 +404,8 @@ void read_post_processor(const Doc& d, const json& p, const std::string& where, 
     }
     const int id = template_token(d, p, d.need(item, "SpecialToken", w), w + ".SpecialToken", v);
     int& slot = after ? s.post_eos : s.post_bos;
-    if (slot >= 0) d.fail(w, std::string("is a second token ") + (after ? "after" : "before") + " the text: not supported");
+    if (slot >= 0)
+      d.fail(w, std::string("is a second token ") + (after ? "after" : "before") + " the text: not supported");
     slot = id;
   }
 }
@@ -411,8 +419,9 @@ void check_decoder(const Doc& d, const json& p, const std::string& where) {
   }
   for (const char* known : {"ByteLevel", "Replace", "ByteFallback", "Fuse", "Strip", "Metaspace"})
     if (type == known) return;
-  d.fail(where + ".type", quoted_excerpt(type) + " is not supported; supported: ByteLevel, Metaspace, Sequence of "
-                                                 "Replace, ByteFallback, Fuse, Strip");
+  d.fail(where + ".type", quoted_excerpt(type) +
+                              " is not supported; supported: ByteLevel, Metaspace, Sequence of "
+                              "Replace, ByteFallback, Fuse, Strip");
 }
 
 // ---------------------------------------------------------------- tokenizer_config.json
@@ -474,8 +483,9 @@ Setup read_pipeline(const Doc& d, const json& root, const Vocab& v) {
   if (s.metaspace && s.replace_space)
     d.fail("normalizer", "replaces spaces as the Metaspace pre-tokenizer does too: not supported");
   if (s.family == Family::Unknown)
-    d.fail("", "is neither byte-level BPE (a ByteLevel pre-tokenizer) nor SentencePiece-style BPE (a Metaspace "
-               "pre-tokenizer, or a normalizer replacing \" \" by \"\xE2\x96\x81\")");
+    d.fail("",
+           "is neither byte-level BPE (a ByteLevel pre-tokenizer) nor SentencePiece-style BPE (a Metaspace "
+           "pre-tokenizer, or a normalizer replacing \" \" by \"\xE2\x96\x81\")");
   return s;
 }
 

@@ -18,7 +18,7 @@ using json = nlohmann::ordered_json;
 const std::string kMark = "\xE2\x96\x81";
 
 json added(int id, const char* text, bool special, bool lstrip, bool rstrip, bool single_word) {
-  return json{{"id", id},         {"content", text},      {"single_word", single_word}, {"lstrip", lstrip},
+  return json{{"id", id},         {"content", text},     {"single_word", single_word}, {"lstrip", lstrip},
               {"rstrip", rstrip}, {"normalized", false}, {"special", special}};
 }
 
@@ -35,21 +35,20 @@ std::string byte_level_json() {
   const int n = static_cast<int>(vocab.size());
   const char* regex =
       R"re((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
-  return json{{"added_tokens", json::array({added(n, "<|bos|>", true, false, false, false),
-                                            added(n + 1, "<think>", false, true, true, false),
-                                            added(n + 2, "[W]", false, false, false, true)})},
-              {"pre_tokenizer",
-               {{"type", "Sequence"},
-                {"pretokenizers", json::array({{{"type", "Split"},
-                                                {"pattern", {{"Regex", regex}}},
-                                                {"behavior", "Isolated"},
-                                                {"invert", false}},
-                                               {{"type", "ByteLevel"}, {"use_regex", false}}})}}},
-              {"post_processor",
-               {{"type", "TemplateProcessing"},
-                {"single", json::array({{{"SpecialToken", {{"id", "<|bos|>"}}}}, {{"Sequence", {{"id", "A"}}}}})}}},
-              {"decoder", {{"type", "ByteLevel"}}},
-              {"model", {{"type", "BPE"}, {"ignore_merges", true}, {"vocab", vocab}, {"merges", merges}}}}
+  return json{
+      {"added_tokens",
+       json::array({added(n, "<|bos|>", true, false, false, false), added(n + 1, "<think>", false, true, true, false),
+                    added(n + 2, "[W]", false, false, false, true)})},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         json::array({{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}},
+                      {{"type", "ByteLevel"}, {"use_regex", false}}})}}},
+      {"post_processor",
+       {{"type", "TemplateProcessing"},
+        {"single", json::array({{{"SpecialToken", {{"id", "<|bos|>"}}}}, {{"Sequence", {{"id", "A"}}}}})}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"model", {{"type", "BPE"}, {"ignore_merges", true}, {"vocab", vocab}, {"merges", merges}}}}
       .dump();
 }
 
@@ -62,9 +61,9 @@ std::string sentencepiece_json() {
     const size_t id = vocab.size();
     vocab[t] = id;
   }
-  return json{{"added_tokens", json::array({added(0, "<unk>", true, false, false, false),
-                                            added(1, "<s>", true, false, false, false),
-                                            added(2, "</s>", true, false, false, false)})},
+  return json{{"added_tokens",
+               json::array({added(0, "<unk>", true, false, false, false), added(1, "<s>", true, false, false, false),
+                            added(2, "</s>", true, false, false, false)})},
               {"pre_tokenizer", {{"type", "Metaspace"}, {"replacement", kMark}, {"prepend_scheme", "first"}}},
               {"decoder", {{"type", "Metaspace"}}},
               {"model",

@@ -96,8 +96,8 @@ std::string random_text(std::mt19937& rng, size_t n) {
       s.push_back(ascii[rng() % ascii.size()]);
       continue;
     }
-    static const uint32_t ranges[][2] = {{0x80, 0x7FF}, {0x800, 0x2580}, {0x2582, 0xD7FF}, {0xE000, 0xFFFF},
-                                         {0x10000, 0x10FFFF}};
+    static const uint32_t ranges[][2] = {
+        {0x80, 0x7FF}, {0x800, 0x2580}, {0x2582, 0xD7FF}, {0xE000, 0xFFFF}, {0x10000, 0x10FFFF}};
     const auto* r = ranges[rng() % 5];
     ds::unicode::append_utf8(s, r[0] + rng() % (r[1] - r[0] + 1));
   }
@@ -239,24 +239,22 @@ json tiny_byte_level() {
   }
   const int n = static_cast<int>(vocab.size());
   auto added = [](int id, const char* text, bool special, bool l = false, bool r = false, bool w = false) {
-    return json{{"id", id}, {"content", text}, {"single_word", w}, {"lstrip", l},
-                {"rstrip", r},  {"normalized", false}, {"special", special}};
+    return json{{"id", id},    {"content", text},     {"single_word", w},  {"lstrip", l},
+                {"rstrip", r}, {"normalized", false}, {"special", special}};
   };
   return json{
       {"version", "1.0"},
-      {"added_tokens", json::array({added(n, "<|bos|>", true), added(n + 1, "<|im_start|>", true),
-                                    added(n + 2, "<think>", false), added(n + 3, "<|l|>", true, true),
-                                    added(n + 4, "<|r|>", true, false, true), added(n + 5, "[W]", false, false, false, true),
-                                    added(n + 6, "<|im_start|>x", true)})},
+      {"added_tokens",
+       json::array({added(n, "<|bos|>", true), added(n + 1, "<|im_start|>", true), added(n + 2, "<think>", false),
+                    added(n + 3, "<|l|>", true, true), added(n + 4, "<|r|>", true, false, true),
+                    added(n + 5, "[W]", false, false, false, true), added(n + 6, "<|im_start|>x", true)})},
       {"normalizer", nullptr},
       {"pre_tokenizer",
        {{"type", "Sequence"},
         {"pretokenizers",
-         json::array({{{"type", "Split"},
-                       {"pattern", {{"Regex", kLlama3Regex}}},
-                       {"behavior", "Isolated"},
-                       {"invert", false}},
-                      {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}}},
+         json::array(
+             {{{"type", "Split"}, {"pattern", {{"Regex", kLlama3Regex}}}, {"behavior", "Isolated"}, {"invert", false}},
+              {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}}},
       {"post_processor", {{"type", "ByteLevel"}}},
       {"decoder", {{"type", "ByteLevel"}}},
       {"model", {{"type", "BPE"}, {"ignore_merges", false}, {"vocab", vocab}, {"merges", merges}}}};
@@ -269,15 +267,14 @@ json tiny_sentencepiece() {
   const char* hex = "0123456789ABCDEF";
   for (int b = 0; b < 256; ++b) vocab[std::string("<0x") + hex[b >> 4] + hex[b & 15] + ">"] = 3 + b;
   for (const std::string& t : {kMark, std::string("a"), std::string("b"), std::string("c"), kMark + "a",
-                               std::string("ab"), kMark + "ab", std::string("bc")})
-  {
+                               std::string("ab"), kMark + "ab", std::string("bc")}) {
     const size_t id = vocab.size();
     vocab[t] = id;
   }
   json merges = json::array({kMark + " a", "a b", kMark + "a b"});
   auto special = [](int id, const char* text) {
-    return json{{"id", id},           {"content", text}, {"single_word", false}, {"lstrip", false},
-                {"rstrip", false},    {"normalized", false}, {"special", true}};
+    return json{{"id", id},        {"content", text},     {"single_word", false}, {"lstrip", false},
+                {"rstrip", false}, {"normalized", false}, {"special", true}};
   };
   return json{
       {"version", "1.0"},
@@ -313,7 +310,7 @@ TEST(HfTokenizerAdded, StripAndSingleWordAndLongestFirst) {
   const int n = 259, start = n + 1, think = n + 2, l = n + 3, r = n + 4, w = n + 5, longer = n + 6;
   auto enc = [&](const std::string& s) { return t.encode(s, false); };
   EXPECT_EQ(info.special_ids, (std::vector<int>{n, start, l, r, longer}));  // <think>, [W]: not special
-  EXPECT_EQ(enc(" the"), std::vector<int>{258});                             // Ġ t, h e, Ġt he
+  EXPECT_EQ(enc(" the"), std::vector<int>{258});                            // Ġ t, h e, Ġt he
   EXPECT_EQ(enc("a<think>b"), cat({enc("a"), {think}, enc("b")}));
   // lstrip takes the whitespace before, rstrip the whitespace after.
   EXPECT_EQ(enc("x \t <|l|> y"), cat({enc("x"), {l}, enc(" y")}));
@@ -373,8 +370,8 @@ TEST(HfTokenizerSentencePiece, MergesByRankAndByteFallback) {
   const ds::HfTokenizerInfo info = ds::load_hf_tokenizer(write_folder(tmp, "t", tiny_sentencepiece()));
   const ds::Tokenizer& t = *info.tokenizer;
   const int mark = 259, a = 260, b = 261, c = 262, ab_ = 264, mark_ab = 265;
-  EXPECT_EQ(t.encode("ab", false), std::vector<int>{mark_ab});       // ▁ a -> ▁a, then ▁a b
-  EXPECT_EQ(t.encode("bc", false), (std::vector<int>{mark, b, c}));  // "bc" is a token but no merge makes it
+  EXPECT_EQ(t.encode("ab", false), std::vector<int>{mark_ab});         // ▁ a -> ▁a, then ▁a b
+  EXPECT_EQ(t.encode("bc", false), (std::vector<int>{mark, b, c}));    // "bc" is a token but no merge makes it
   EXPECT_EQ(t.encode("x", false), (std::vector<int>{mark, 3 + 'x'}));  // no "x": byte fallback
   EXPECT_EQ(t.encode("b ab", false), (std::vector<int>{mark, b, mark_ab}));
   EXPECT_EQ(t.encode("cab", false), (std::vector<int>{mark, c, ab_}));
@@ -447,10 +444,13 @@ TEST(HfTokenizerErrors, BadFilesGiveAMessage) {
   EXPECT_TRUE(contains(error(with(bl, [](json& j) { j["model"] = json::array(); })), "model must be an object"));
   EXPECT_TRUE(contains(error(with(bl, [](json& j) { j["model"]["type"] = "Unigram"; })), "\"Unigram\""));
   EXPECT_TRUE(contains(error(with(bl, [](json& j) { j["normalizer"] = {{"type", "NFKC"}}; })), "\"NFKC\""));
-  EXPECT_TRUE(contains(error(with(bl, [](json& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; })), "\"Whitespace\""));
-  const std::string regex = error(with(bl, [](json& j) {
-    j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+|[^\\w\\s]+";
-  }));
+  EXPECT_TRUE(contains(error(with(bl,
+                                  [](json& j) {
+                                    j["pre_tokenizer"] = {{"type", "Whitespace"}};
+                                  })),
+                       "\"Whitespace\""));
+  const std::string regex =
+      error(with(bl, [](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+|[^\\w\\s]+"; }));
   EXPECT_TRUE(contains(regex, "\\w+|[^\\w\\s]+")) << regex;
   EXPECT_TRUE(contains(regex, "not a known pattern")) << regex;
   EXPECT_TRUE(contains(error(with(bl, [](json& j) { j["added_tokens"][0]["id"] = 100000000; })), "outside"));
@@ -460,8 +460,8 @@ TEST(HfTokenizerErrors, BadFilesGiveAMessage) {
   EXPECT_TRUE(contains(error(with(bl, [](json& j) { j["added_tokens"][1]["id"] = 5; })), "model.vocab gives"));
   EXPECT_TRUE(contains(error(with(bl, [](json& j) { j["added_tokens"][0]["content"] = 5; })), "must be a string"));
   EXPECT_TRUE(contains(error(with(sp, [](json& j) { j["model"]["unk_token"] = "<nope>"; })), "model.unk_token"));
-  EXPECT_TRUE(contains(error(with(sp, [](json& j) { j["post_processor"]["type"] = "BertProcessing"; })),
-                       "\"BertProcessing\""));
+  EXPECT_TRUE(
+      contains(error(with(sp, [](json& j) { j["post_processor"]["type"] = "BertProcessing"; })), "\"BertProcessing\""));
   EXPECT_TRUE(contains(error(with(sp, [](json& j) { j["decoder"]["type"] = "WordPiece"; })), "\"WordPiece\""));
   EXPECT_TRUE(contains(error(with(sp, [](json& j) { j["normalizer"] = nullptr; })), "neither byte-level"));
   // A 10 MB token.
@@ -469,7 +469,7 @@ TEST(HfTokenizerErrors, BadFilesGiveAMessage) {
                        "bytes, more than"));
   // Not JSON, not an object, an empty file, no file.
   for (const std::string& text : {std::string("{\"model\": "), std::string("[1, 2]"), std::string(""),
-                                   std::string("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"\xff\": 0}}}")}) {
+                                  std::string("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"\xff\": 0}}}")}) {
     const std::string dir = tmp.sub("raw" + std::to_string(k++));
     std::ofstream(fs::path(dir) / "tokenizer.json") << text;
     const std::string e = error_of([&] { ds::load_hf_tokenizer(dir); });
@@ -499,7 +499,8 @@ TEST(HfTokenizerCli, TokenizeJsonlWithAFolder) {
     DS_NEED_FIXTURE(dir / "reference.jsonl", "decoderscope-cli tokenize with a tokenizer.json folder");
     const std::vector<Reference> refs = read_reference(dir / "reference.jsonl");
     std::string in;
-    for (const Reference& r : refs) in += nlohmann::json{{"text", r.text}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    for (const Reference& r : refs)
+      in += nlohmann::json{{"text", r.text}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     auto run = ds::test::run_cli("tokenize --jsonl --tokenizer " + ds::test::quoted(dir), in);
     ASSERT_EQ(run.code, 0) << run.err;
     std::istringstream lines(run.out);

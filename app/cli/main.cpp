@@ -885,13 +885,17 @@ int cmd_inspect(const Args& a) {
   auto m = open_model(a);
   const ds::Config& c = m.model->cfg;
   std::printf("model      %s (%s)\n", m.name.c_str(), m.kind.c_str());
-  if (m.storage.empty())
+  if (m.kind.rfind("hf ", 0) == 0)
+    std::printf("files      %s; kept as %s (%.1f MB of weights)\n", m.file_dtypes.c_str(),
+                ds::precision_name(m.precision), m.model->w.bytes() / 1e6);
+  else if (m.storage.empty())
     std::printf("precision  %s (%.1f MB of weights)\n", ds::precision_name(m.precision), m.model->w.bytes() / 1e6);
   else
     std::printf("storage    %s (%.1f MB of weights)\n", m.storage.c_str(), m.model->w.bytes() / 1e6);
   std::printf("arch       %s\n", c.describe().c_str());
   std::printf("params     %lld\n", (long long)m.model->w.parameter_count());
-  std::printf("tokenizer  %s\n", m.tokenizer ? "yes" : "none found");
+  std::printf("tokenizer  %s%s\n", m.tokenizer ? "yes" : "none found",
+              m.chat.template_text.empty() ? "" : ", with a chat template (chat, generate --chat)");
   auto& w = const_cast<ds::Weights&>(m.model->w);
   // Each storage type's tensors and bytes, then the memory a run takes: the weights and
   // the KV cache at the full context (float32 keys and values of every layer).

@@ -278,6 +278,8 @@ int run_loop(GLFWwindow* win, App& app, const Options& o, bool scripted) {
     app.inputs.keep_text = o.has_prompt || o.has_source;
     app.inputs.prompt = o.prompt;
     app.inputs.source = o.source;
+    app.inputs.chat = o.chat;
+    if (o.has_system) app.inputs.system = o.system;
     app.load_model(o.model.empty() ? default_model_spec() : o.model, o.tokenizer);
   }
   int gl_errors = 0, fw = 0, fh = 0;

@@ -89,7 +89,7 @@ LoadedModel load_gguf(const std::string& path, const std::string& tokenizer_path
 LoadedModel finish_hf_folder(FolderModel f, const std::string& dir, const std::string& tokenizer_path,
                              LoadedModel out) {
   out.kind = "hf " + f.arch;
-  out.storage = f.dtype;
+  out.file_dtypes = f.dtype;
   out.stop_ids = f.stop_ids;
   const std::string tp = tokenizer_path.empty() ? dir : tokenizer_path;
   std::error_code ec;

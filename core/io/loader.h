@@ -30,8 +30,8 @@ struct LoadedModel {
     bool tokenizer_matches_specials = false;
   } chat;
   std::vector<int> special_ids;  // control and added special tokens, ascending (the window colours them)
-  std::string storage;           // GGUF: every storage type's share, e.g. "Q4_K 85% + Q6_K 15%";
-                                 // Hugging Face folders: the files' dtypes, e.g. "BF16"
+  std::string storage;           // GGUF: every storage type's share, e.g. "Q4_K 85% + Q6_K 15%"
+  std::string file_dtypes;       // Hugging Face folders of the llama family: the files' dtypes, e.g. "BF16"
 };
 
 // path:

@@ -4,8 +4,8 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <functional>
 #include <map>
@@ -22,7 +22,7 @@ namespace ds {
 
 namespace {
 
-constexpr int kMaxDepth = 64;              // nesting of statements and of expressions
+constexpr int kMaxDepth = 64;             // nesting of statements and of expressions
 constexpr int64_t kMaxSteps = 1'000'000;  // loop iterations and nodes rendered
 
 // ------------------------------------------------------------------ values
@@ -99,26 +99,39 @@ struct Value {
 
 const char* type_name(const Value& v) {
   switch (v.k) {
-    case Value::K::Undefined: return "undefined";
-    case Value::K::None: return "none";
-    case Value::K::Bool: return "boolean";
-    case Value::K::Int: return "integer";
-    case Value::K::Float: return "number";
-    case Value::K::Str: return "string";
-    case Value::K::List: return "list";
-    case Value::K::Dict: return "dict";
+    case Value::K::Undefined:
+      return "undefined";
+    case Value::K::None:
+      return "none";
+    case Value::K::Bool:
+      return "boolean";
+    case Value::K::Int:
+      return "integer";
+    case Value::K::Float:
+      return "number";
+    case Value::K::Str:
+      return "string";
+    case Value::K::List:
+      return "list";
+    case Value::K::Dict:
+      return "dict";
   }
   return "?";
 }
 
 Value from_json(const json& j) {
   switch (j.type()) {
-    case json::value_t::null: return Value::none();
-    case json::value_t::boolean: return Value::boolean(j.get<bool>());
+    case json::value_t::null:
+      return Value::none();
+    case json::value_t::boolean:
+      return Value::boolean(j.get<bool>());
     case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return Value::integer(j.get<int64_t>());
-    case json::value_t::number_float: return Value::real(j.get<double>());
-    case json::value_t::string: return Value::str(j.get<std::string>());
+    case json::value_t::number_unsigned:
+      return Value::integer(j.get<int64_t>());
+    case json::value_t::number_float:
+      return Value::real(j.get<double>());
+    case json::value_t::string:
+      return Value::str(j.get<std::string>());
     case json::value_t::array: {
       List l;
       for (const json& x : j) l.push_back(from_json(x));
@@ -129,20 +142,28 @@ Value from_json(const json& j) {
       for (auto it = j.begin(); it != j.end(); ++it) d.emplace_back(it.key(), from_json(*it));
       return Value::of_dict(std::move(d));
     }
-    default: return Value::none();
+    default:
+      return Value::none();
   }
 }
 
 bool truthy(const Value& v) {
   switch (v.k) {
     case Value::K::Undefined:
-    case Value::K::None: return false;
-    case Value::K::Bool: return v.b;
-    case Value::K::Int: return v.i != 0;
-    case Value::K::Float: return v.f != 0;
-    case Value::K::Str: return !v.s.empty();
-    case Value::K::List: return !v.list->empty();
-    case Value::K::Dict: return !v.dict->empty();
+    case Value::K::None:
+      return false;
+    case Value::K::Bool:
+      return v.b;
+    case Value::K::Int:
+      return v.i != 0;
+    case Value::K::Float:
+      return v.f != 0;
+    case Value::K::Str:
+      return !v.s.empty();
+    case Value::K::List:
+      return !v.list->empty();
+    case Value::K::Dict:
+      return !v.dict->empty();
   }
   return false;
 }
@@ -164,13 +185,27 @@ std::string json_quote(const std::string& s) {
   std::string o = "\"";
   for (unsigned char c : s) {
     switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\r': o += "\\r"; break;
-      case '\t': o += "\\t"; break;
-      case '\b': o += "\\b"; break;
-      case '\f': o += "\\f"; break;
+      case '"':
+        o += "\\\"";
+        break;
+      case '\\':
+        o += "\\\\";
+        break;
+      case '\n':
+        o += "\\n";
+        break;
+      case '\r':
+        o += "\\r";
+        break;
+      case '\t':
+        o += "\\t";
+        break;
+      case '\b':
+        o += "\\b";
+        break;
+      case '\f':
+        o += "\\f";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -191,11 +226,16 @@ std::string to_str(const Value& v) { return repr(v, true); }
 
 std::string repr(const Value& v, bool top) {
   switch (v.k) {
-    case Value::K::Undefined: return "";
-    case Value::K::None: return "None";
-    case Value::K::Bool: return v.b ? "True" : "False";
-    case Value::K::Int: return std::to_string(v.i);
-    case Value::K::Float: return py_float(v.f);
+    case Value::K::Undefined:
+      return "";
+    case Value::K::None:
+      return "None";
+    case Value::K::Bool:
+      return v.b ? "True" : "False";
+    case Value::K::Int:
+      return std::to_string(v.i);
+    case Value::K::Float:
+      return py_float(v.f);
     case Value::K::Str: {
       if (top) return v.s;
       const bool dq = v.s.find('\'') != std::string::npos && v.s.find('"') == std::string::npos;
@@ -235,11 +275,16 @@ std::string to_json(const Value& v, int indent, int depth) {
   const std::string sep = indent > 0 ? "," : ", ";
   switch (v.k) {
     case Value::K::Undefined:
-    case Value::K::None: return "null";
-    case Value::K::Bool: return v.b ? "true" : "false";
-    case Value::K::Int: return std::to_string(v.i);
-    case Value::K::Float: return std::isfinite(v.f) ? py_float(v.f) : (std::isnan(v.f) ? "NaN" : "Infinity");
-    case Value::K::Str: return json_quote(v.s);
+    case Value::K::None:
+      return "null";
+    case Value::K::Bool:
+      return v.b ? "true" : "false";
+    case Value::K::Int:
+      return std::to_string(v.i);
+    case Value::K::Float:
+      return std::isfinite(v.f) ? py_float(v.f) : (std::isnan(v.f) ? "NaN" : "Infinity");
+    case Value::K::Str:
+      return json_quote(v.s);
     case Value::K::List: {
       if (v.list->empty()) return "[]";
       std::string o = "[";
@@ -267,14 +312,15 @@ bool equal(const Value& a, const Value& b) {
   if (a.k != b.k) return false;
   switch (a.k) {
     case Value::K::Undefined:
-    case Value::K::None: return true;
-    case Value::K::Bool: return a.b == b.b;
-    case Value::K::Str: return a.s == b.s;
+    case Value::K::None:
+      return true;
+    case Value::K::Bool:
+      return a.b == b.b;
+    case Value::K::Str:
+      return a.s == b.s;
     case Value::K::List:
-      return a.list->size() == b.list->size() &&
-             std::equal(a.list->begin(), a.list->end(), b.list->begin(), [](const Value& x, const Value& y) {
-               return equal(x, y);
-             });
+      return a.list->size() == b.list->size() && std::equal(a.list->begin(), a.list->end(), b.list->begin(),
+                                                            [](const Value& x, const Value& y) { return equal(x, y); });
     case Value::K::Dict: {
       if (a.dict->size() != b.dict->size()) return false;
       for (const auto& [key, x] : *a.dict) {
@@ -283,7 +329,8 @@ bool equal(const Value& a, const Value& b) {
       }
       return true;
     }
-    default: return false;
+    default:
+      return false;
   }
 }
 
@@ -340,7 +387,8 @@ std::vector<Seg> split_template(const std::string& t) {
       open = t.find('{', open + 1);
     if (open != std::string::npos && open + 1 >= t.size()) open = std::string::npos;
     std::string text = t.substr(i, open == std::string::npos ? std::string::npos : open - i);
-    if (strip_next) text.erase(0, std::min(text.size(), size_t(std::find_if_not(text.begin(), text.end(), is_ws) - text.begin())));
+    if (strip_next)
+      text.erase(0, std::min(text.size(), size_t(std::find_if_not(text.begin(), text.end(), is_ws) - text.begin())));
     if (open == std::string::npos) {
       if (!text.empty()) out.push_back({Seg::K::Text, text, line_at(t, i)});
       break;
@@ -358,7 +406,8 @@ std::vector<Seg> split_template(const std::string& t) {
     const char* close = kind == '{' ? "}}" : kind == '%' ? "%}" : "#}";
     const size_t body = open + 2 + ((mark == '-' || mark == '+') ? 1 : 0);
     const size_t end = tag_end(t, body, close, kind != '#');
-    if (end == std::string::npos) fail_at(line_at(t, open), std::string("a tag opened with {") + kind + " never closes");
+    if (end == std::string::npos)
+      fail_at(line_at(t, open), std::string("a tag opened with {") + kind + " never closes");
     const bool minus = end > body && t[end - 1] == '-', plus = end > body && t[end - 1] == '+';
     const std::string src = t.substr(body, end - body - ((minus || plus) ? 1 : 0));
     if (kind != '#') out.push_back({kind == '{' ? Seg::K::Expr : Seg::K::Stmt, src, line_at(t, open)});
@@ -424,14 +473,28 @@ std::vector<Tok> lex(const std::string& s, int line) {
         }
         const char x = s[++e];
         switch (x) {
-          case 'n': v += '\n'; break;
-          case 't': v += '\t'; break;
-          case 'r': v += '\r'; break;
-          case '\\': v += '\\'; break;
-          case '\'': v += '\''; break;
-          case '"': v += '"'; break;
-          case '\n': break;
-          default: v += '\\', v += x;
+          case 'n':
+            v += '\n';
+            break;
+          case 't':
+            v += '\t';
+            break;
+          case 'r':
+            v += '\r';
+            break;
+          case '\\':
+            v += '\\';
+            break;
+          case '\'':
+            v += '\'';
+            break;
+          case '"':
+            v += '"';
+            break;
+          case '\n':
+            break;
+          default:
+            v += '\\', v += x;
         }
       }
       if (e >= s.size()) fail_at(line, "a string never closes");
@@ -462,10 +525,10 @@ using ExprP = std::shared_ptr<const Expr>;
 struct Expr {
   enum class K { Lit, Name, Attr, Index, Slice, Call, Filter, Test, Not, Neg, Bin, And, Or, Cond, List, Dict } k;
   Value lit;
-  std::string name;            // Name, Attr, Filter, Test, Bin's operator
-  std::vector<ExprP> a;        // operands; Call: callee then arguments
+  std::string name;                               // Name, Attr, Filter, Test, Bin's operator
+  std::vector<ExprP> a;                           // operands; Call: callee then arguments
   std::vector<std::pair<std::string, ExprP>> kw;  // keyword arguments
-  bool negate = false;         // Test: "is not"
+  bool negate = false;                            // Test: "is not"
 };
 
 class ExprParser {
@@ -619,8 +682,12 @@ class ExprParser {
         while (t_[p_].k == Tok::K::Str) s += t_[p_++].text;  // adjacent strings join
         return lit(Value::str(s));
       }
-      case Tok::K::Int: ++p_; return lit(Value::integer(t.i));
-      case Tok::K::Float: ++p_; return lit(Value::real(t.f));
+      case Tok::K::Int:
+        ++p_;
+        return lit(Value::integer(t.i));
+      case Tok::K::Float:
+        ++p_;
+        return lit(Value::real(t.f));
       case Tok::K::Name: {
         ++p_;
         if (t.text == "true" || t.text == "True") return lit(Value::boolean(true));
@@ -673,7 +740,8 @@ class ExprParser {
           return node(Expr::K::Dict, items);
         }
         break;
-      case Tok::K::End: fail("the expression ends too soon");
+      case Tok::K::End:
+        fail("the expression ends too soon");
     }
     fail("unexpected " + excerpt(t.text));
   }
@@ -704,7 +772,7 @@ class ExprParser {
     need("]");
     if (!slice) return node(Expr::K::Index, {e, parts[0]});
     return node(Expr::K::Slice, {e, parts[0] ? parts[0] : lit(Value::none()), parts[1] ? parts[1] : lit(Value::none()),
-                                  parts[2] ? parts[2] : lit(Value::none())});
+                                 parts[2] ? parts[2] : lit(Value::none())});
   }
   // Arguments in parentheses: positional into a, keywords into kw.
   void arguments(Expr& e) {
@@ -773,12 +841,13 @@ struct Node {
   enum class K { Text, Out, If, For, Set, SetBlock, Break, Continue } k;
   std::string text;  // Text
   int line = 0;
-  ExprP e;           // Out; Set's value; For's iterable
-  std::vector<std::pair<ExprP, std::vector<Node>>> branches;  // If: (condition, body)...; For: the body, with no condition
-  std::vector<Node> other;                                    // If's else; For's else
-  std::vector<std::string> targets;                           // For: loop variables; Set: the name
-  std::string attr;                                           // Set: ns.attr
-  ExprP cond;                                                 // For's "if" filter
+  ExprP e;  // Out; Set's value; For's iterable
+  std::vector<std::pair<ExprP, std::vector<Node>>>
+      branches;                      // If: (condition, body)...; For: the body, with no condition
+  std::vector<Node> other;           // If's else; For's else
+  std::vector<std::string> targets;  // For: loop variables; Set: the name
+  std::string attr;                  // Set: ns.attr
+  ExprP cond;                        // For's "if" filter
 };
 
 Node make_node(Node::K k, int line, std::string text = "") {
@@ -945,11 +1014,21 @@ class Renderer {
     for (const Node& n : nodes) {
       step(n.line);
       switch (n.k) {
-        case Node::K::Text: emit(out, n.text); break;
-        case Node::K::Out: emit(out, to_str(eval(*n.e))); break;
-        case Node::K::If: render_if(n, out); break;
-        case Node::K::For: render_for(n, out); break;
-        case Node::K::Set: assign(n, eval(*n.e)); break;
+        case Node::K::Text:
+          emit(out, n.text);
+          break;
+        case Node::K::Out:
+          emit(out, to_str(eval(*n.e)));
+          break;
+        case Node::K::If:
+          render_if(n, out);
+          break;
+        case Node::K::For:
+          render_for(n, out);
+          break;
+        case Node::K::Set:
+          assign(n, eval(*n.e));
+          break;
         case Node::K::SetBlock: {
           std::string text;
           render(n.branches.front().second, text);
@@ -983,7 +1062,8 @@ class Renderer {
 
   List items_of(const Value& v) {
     switch (v.k) {
-      case Value::K::List: return *v.list;
+      case Value::K::List:
+        return *v.list;
       case Value::K::Dict: {
         List keys;
         for (const auto& [key, x] : *v.dict) keys.push_back(Value::str(key));
@@ -1005,8 +1085,10 @@ class Renderer {
         }
         return chars;
       }
-      case Value::K::Undefined: return {};
-      default: fail(std::string("cannot loop over a ") + type_name(v));
+      case Value::K::Undefined:
+        return {};
+      default:
+        fail(std::string("cannot loop over a ") + type_name(v));
     }
   }
 
@@ -1082,15 +1164,24 @@ class Renderer {
 
   Value eval(const Expr& e) {
     switch (e.k) {
-      case Expr::K::Lit: return e.lit;
-      case Expr::K::Name: return lookup(e.name);
-      case Expr::K::Attr: return attribute(eval(*e.a[0]), e.name);
-      case Expr::K::Index: return index(eval(*e.a[0]), eval(*e.a[1]));
-      case Expr::K::Slice: return slice(eval(*e.a[0]), eval(*e.a[1]), eval(*e.a[2]), eval(*e.a[3]));
-      case Expr::K::Call: return call(e);
-      case Expr::K::Filter: return filter(e);
-      case Expr::K::Test: return Value::boolean(test(e) != e.negate);
-      case Expr::K::Not: return Value::boolean(!truthy(eval(*e.a[0])));
+      case Expr::K::Lit:
+        return e.lit;
+      case Expr::K::Name:
+        return lookup(e.name);
+      case Expr::K::Attr:
+        return attribute(eval(*e.a[0]), e.name);
+      case Expr::K::Index:
+        return index(eval(*e.a[0]), eval(*e.a[1]));
+      case Expr::K::Slice:
+        return slice(eval(*e.a[0]), eval(*e.a[1]), eval(*e.a[2]), eval(*e.a[3]));
+      case Expr::K::Call:
+        return call(e);
+      case Expr::K::Filter:
+        return filter(e);
+      case Expr::K::Test:
+        return Value::boolean(test(e) != e.negate);
+      case Expr::K::Not:
+        return Value::boolean(!truthy(eval(*e.a[0])));
       case Expr::K::Neg: {
         const Value v = eval(*e.a[0]);
         if (v.k == Value::K::Int) return Value::integer(-v.i);
@@ -1105,7 +1196,8 @@ class Renderer {
         Value a = eval(*e.a[0]);
         return truthy(a) ? a : eval(*e.a[1]);
       }
-      case Expr::K::Cond: return truthy(eval(*e.a[0])) ? eval(*e.a[1]) : eval(*e.a[2]);
+      case Expr::K::Cond:
+        return truthy(eval(*e.a[0])) ? eval(*e.a[1]) : eval(*e.a[2]);
       case Expr::K::List: {
         List l;
         for (const ExprP& x : e.a) l.push_back(eval(*x));
@@ -1120,7 +1212,8 @@ class Renderer {
         }
         return d;
       }
-      case Expr::K::Bin: return binary(e.name, eval(*e.a[0]), eval(*e.a[1]));
+      case Expr::K::Bin:
+        return binary(e.name, eval(*e.a[0]), eval(*e.a[1]));
     }
     return Value();
   }
@@ -1188,7 +1281,8 @@ class Renderer {
     }
     if (o == "<" || o == ">" || o == "<=" || o == ">=") return Value::boolean(order(o, a, b));
     if (a.number() && b.number()) return arithmetic(o, a, b);
-    if (o == "*" && ((a.k == Value::K::Str && b.k == Value::K::Int) || (a.k == Value::K::Int && b.k == Value::K::Str))) {
+    if (o == "*" &&
+        ((a.k == Value::K::Str && b.k == Value::K::Int) || (a.k == Value::K::Int && b.k == Value::K::Str))) {
       const Value& s = a.k == Value::K::Str ? a : b;
       const int64_t n = a.k == Value::K::Int ? a.i : b.i;
       if (n > 0 && double(n) * double(s.s.size()) > double(kMaxChatOutput)) fail("a string repeated beyond 16 MB");
@@ -1215,7 +1309,9 @@ class Renderer {
     if (o == "+") return ints ? Value::integer(a.i + b.i) : Value::real(a.num() + b.num());
     if (o == "-") return ints ? Value::integer(a.i - b.i) : Value::real(a.num() - b.num());
     if (o == "*") return ints ? Value::integer(a.i * b.i) : Value::real(a.num() * b.num());
-    if (o == "**") return ints && b.i >= 0 && b.i < 63 ? Value::integer(int64_t(std::pow(a.i, b.i))) : Value::real(std::pow(a.num(), b.num()));
+    if (o == "**")
+      return ints && b.i >= 0 && b.i < 63 ? Value::integer(int64_t(std::pow(a.i, b.i)))
+                                          : Value::real(std::pow(a.num(), b.num()));
     if (b.num() == 0) fail("division by zero");
     if (o == "/") return Value::real(a.num() / b.num());
     if (o == "//") return ints ? Value::integer(floor_div(a.i, b.i)) : Value::real(std::floor(a.num() / b.num()));
@@ -1238,9 +1334,12 @@ class Renderer {
         return hay.s.find(needle.s) != std::string::npos;
       case Value::K::List:
         return std::any_of(hay.list->begin(), hay.list->end(), [&](const Value& x) { return equal(x, needle); });
-      case Value::K::Dict: return needle.k == Value::K::Str && hay.get(needle.s) != nullptr;
-      case Value::K::Undefined: return false;
-      default: fail(std::string("cannot look for something in a ") + type_name(hay));
+      case Value::K::Dict:
+        return needle.k == Value::K::Str && hay.get(needle.s) != nullptr;
+      case Value::K::Undefined:
+        return false;
+      default:
+        fail(std::string("cannot look for something in a ") + type_name(hay));
     }
   }
 
@@ -1277,7 +1376,8 @@ class Renderer {
       return Value::str(std::string(buf, n));
     }
     const Value f = lookup(callee.name);
-    fail("the function " + excerpt(callee.name) + (f.k == Value::K::Undefined ? " is not defined" : " cannot be called"));
+    fail("the function " + excerpt(callee.name) +
+         (f.k == Value::K::Undefined ? " is not defined" : " cannot be called"));
   }
 
   Value range(const std::vector<Value>& args) {
@@ -1343,13 +1443,15 @@ class Renderer {
     bool start = true;
     for (char& c : o) {
       const bool alpha = std::isalpha(static_cast<unsigned char>(c));
-      if (alpha) c = char(start ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
+      if (alpha)
+        c = char(start ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
       start = !alpha;
     }
     return o;
   }
   static std::string cased(std::string s, bool upper) {
-    for (char& c : s) c = char(upper ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
+    for (char& c : s)
+      c = char(upper ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
     return s;
   }
   static std::string replace_all(const std::string& s, const std::string& from, const std::string& to) {
@@ -1391,7 +1493,7 @@ class Renderer {
     if (m == "startswith" || m == "endswith") {
       const std::string x = str_arg(args, 0, m);
       const bool r = s.size() >= x.size() && (m == "startswith" ? s.compare(0, x.size(), x) == 0
-                                                                 : s.compare(s.size() - x.size(), x.size(), x) == 0);
+                                                                : s.compare(s.size() - x.size(), x.size(), x) == 0);
       return Value::boolean(r);
     }
     if (m == "strip" || m == "lstrip" || m == "rstrip") {
@@ -1481,7 +1583,8 @@ class Renderer {
       if (v.k == Value::K::Str) return Value::integer(std::strtoll(v.s.c_str(), nullptr, 10));
       return v.k == Value::K::Int ? v : Value::integer(v.k == Value::K::Bool ? v.b : 0);
     }
-    if (f == "float") return Value::real(v.number() ? v.num() : v.k == Value::K::Str ? std::strtod(v.s.c_str(), nullptr) : 0);
+    if (f == "float")
+      return Value::real(v.number() ? v.num() : v.k == Value::K::Str ? std::strtod(v.s.c_str(), nullptr) : 0);
     if (f == "abs") {
       if (v.k == Value::K::Int) return Value::integer(v.i < 0 ? -v.i : v.i);
       if (v.k == Value::K::Float) return Value::real(std::fabs(v.f));
@@ -1507,12 +1610,23 @@ class Renderer {
     std::string o;
     for (char c : s) {
       switch (c) {
-        case '&': o += "&amp;"; break;
-        case '<': o += "&lt;"; break;
-        case '>': o += "&gt;"; break;
-        case '"': o += "&#34;"; break;
-        case '\'': o += "&#39;"; break;
-        default: o += c;
+        case '&':
+          o += "&amp;";
+          break;
+        case '<':
+          o += "&lt;";
+          break;
+        case '>':
+          o += "&gt;";
+          break;
+        case '"':
+          o += "&#34;";
+          break;
+        case '\'':
+          o += "&#39;";
+          break;
+        default:
+          o += c;
       }
     }
     return o;

@@ -22,9 +22,9 @@
 namespace {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
 using ds::test::contains;
 using ds::test::error_of;
+using nlohmann::json;
 
 std::string render(const std::string& t, const json& messages = json::array(), const json& extra = json::object()) {
   ds::ChatTemplateInput in;
@@ -65,7 +65,8 @@ TEST(ChatTemplate, HuggingFaceTokenizersRenderTheirConversationsExactly) {
 TEST(ChatTemplate, GgufVocabulariesRenderTheirConversationsExactly) {
   for (const char* name : {"qwen2", "phi-3"}) {
     const fs::path vocab = ds::test::fixture("gguf/vocab") / (std::string("ggml-vocab-") + name + ".gguf");
-    const fs::path ref = ds::test::fixture("gguf/vocab") / (std::string("ggml-vocab-") + name + ".chat_reference.jsonl");
+    const fs::path ref =
+        ds::test::fixture("gguf/vocab") / (std::string("ggml-vocab-") + name + ".chat_reference.jsonl");
     DS_NEED_FIXTURE(ref, "the chat templates of GGUF files");
     const ds::VocabData v = ds::gguf_vocab(ds::GgufFile::open(vocab.string()));
     ASSERT_FALSE(v.chat_template.empty()) << name;
@@ -178,8 +179,11 @@ TEST(ChatTemplate, ErrorsNameTheProblem) {
   EXPECT_TRUE(contains(error_of([] { render("line\n{{ raise_exception('roles must alternate') }}"); }),
                        "roles must alternate"));
   EXPECT_TRUE(contains(error_of([] { render("\n\n{{ 1 + 'a' }}"); }), "line 3"));
-  EXPECT_TRUE(contains(error_of([] { render("{% for i in range(100000) %}{% for j in range(1000) %}{% endfor %}"
-                                            "{% endfor %}"); }),
+  EXPECT_TRUE(contains(error_of([] {
+                         render(
+                             "{% for i in range(100000) %}{% for j in range(1000) %}{% endfor %}"
+                             "{% endfor %}");
+                       }),
                        "too long"));
   EXPECT_TRUE(contains(error_of([] { render("{{ " + std::string(500, '(') + "1" + std::string(500, ')') + " }}"); }),
                        "nested too deeply"));

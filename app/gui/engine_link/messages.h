@@ -34,6 +34,8 @@ struct ModelInfo {
   double load_seconds = 0;
   ds::Precision precision = ds::Precision::F32;  // storage of the large weight matrices
   std::string storage;                           // GGUF: every storage type's share ("Q4_K 85% + Q6_K 15%"), else ""
+  bool has_chat = false;                         // the tokenizer carries a chat template (an instruct model)
+  std::vector<int> special_ids;                  // its control and special tokens, ascending (coloured in the strip)
   int64_t weight_bytes = 0;                      // bytes of every parameter as stored
   // What the status line names: the storage of a GGUF model, else the precision.
   std::string storage_name() const { return storage.empty() ? ds::precision_name(precision) : storage; }
@@ -104,8 +106,16 @@ struct Load {
 // prefix) and the source, computed with `threads`, with or without a KV cache (false
 // recomputes the whole prefix at every step). `forced`: tokens the first steps take
 // instead of drawing one (a beam search's hypothesis replayed, so every view shows it).
+// A chat (the prompt box holds the user's message): the model's chat template makes the
+// prompt of [system if not empty, user] with the generation prompt added.
+struct ChatInput {
+  bool on = false;
+  std::string system;
+};
+
 struct Start {
   std::string prompt, source;
+  ChatInput chat;
   int threads = 1;
   bool kv_cache = true;
   std::vector<int> forced;
@@ -158,6 +168,7 @@ struct Shape {
 // `positions` in all (0 or less: the model's context).
 struct Beam {
   std::string prompt, source;
+  ChatInput chat;
   int threads = 1;
   int width = 3;
   float length_penalty = 1;

@@ -200,15 +200,22 @@ void Worker::handle(cmd::Load& c) {
   info->params = lm_.model->w.parameter_count();
   info->precision = lm_.model->w.precision();
   info->storage = lm_.storage;
+  info->has_chat = lm_.tokenizer && !lm_.chat.template_text.empty() && !lm_.model->cfg.encoder_decoder;
+  info->special_ids = lm_.special_ids;
   info->weight_bytes = lm_.model->w.bytes();
   info->load_seconds = since(t0);
   emit(ev::Loaded{std::move(info)});
 }
 
-void Worker::inputs(const std::string& prompt_text, const std::string& source_text, std::vector<int>& prompt,
-                    std::vector<int>& src) const {
+void Worker::inputs(const std::string& prompt_text, const std::string& source_text, const cmd::ChatInput& chat,
+                    std::vector<int>& prompt, std::vector<int>& src) const {
   const ds::Config& cfg = lm_.model->cfg;
-  if (lm_.tokenizer) {
+  if (lm_.tokenizer && chat.on && !cfg.encoder_decoder) {
+    nlohmann::json msgs = nlohmann::json::array();
+    if (!chat.system.empty()) msgs.push_back({{"role", "system"}, {"content", chat.system}});
+    msgs.push_back({{"role", "user"}, {"content", prompt_text}});
+    prompt = ds::encode_chat(*lm_.tokenizer, lm_.chat, lm_.special_ids, ds::render_chat(lm_.chat, msgs, lm_.name));
+  } else if (lm_.tokenizer) {
     if (cfg.encoder_decoder) {
       // The target starts with BOS, then the prefix typed (if any).
       if (cfg.bos_id >= 0) prompt.push_back(cfg.bos_id);
@@ -235,7 +242,7 @@ void Worker::handle(cmd::Start& c) {
   if (!lm_.model) throw ds::Error("no model is loaded");
   set_activity("encoding the prompt");
   std::vector<int> prompt, src;
-  inputs(c.prompt, c.source, prompt, src);
+  inputs(c.prompt, c.source, c.chat, prompt, src);
   begin(c.threads, c.kv_cache, prompt, src);
   forced_ = std::move(c.forced);
   const ds::Trace& t = session_->trace();
@@ -309,7 +316,7 @@ void Worker::handle(cmd::Beam& c) {
   auto t0 = Clock::now();
   auto a = std::make_shared<BeamAnswer>();
   std::vector<int> prompt, src;
-  inputs(c.prompt, c.source, prompt, src);
+  inputs(c.prompt, c.source, c.chat, prompt, src);
   ds::BeamOptions o;
   o.width = c.width;
   o.length_penalty = c.length_penalty;

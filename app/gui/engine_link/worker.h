@@ -64,8 +64,8 @@ class Worker {
   // A new session on these ids (a refused prompt keeps the old one).
   void begin(int threads, bool kv_cache, const std::vector<int>& prompt, const std::vector<int>& src);
   // The prompt and source ids of a Start or Beam command, as the window's boxes say.
-  void inputs(const std::string& prompt_text, const std::string& source_text, std::vector<int>& prompt,
-              std::vector<int>& src) const;
+  void inputs(const std::string& prompt_text, const std::string& source_text, const cmd::ChatInput& chat,
+              std::vector<int>& prompt, std::vector<int>& src) const;
   void emit(Event e);
   void apply_heads();
   void set_activity(std::string s);

@@ -55,7 +55,20 @@ bool App::input_changed() const {
   if (!engine.model || history.replay || engine.loading) return false;
   const std::string& p = inputs.start_pending ? inputs.pending_prompt : inputs.run_prompt;
   const std::string& s = inputs.start_pending ? inputs.pending_source : inputs.run_source;
-  return inputs.prompt != p || (engine.model->cfg.encoder_decoder && inputs.source != s);
+  return inputs.prompt_key() != p || (engine.model->cfg.encoder_decoder && inputs.source != s);
+}
+
+bool App::special_token(int id) const {
+  if (!engine.model || history.replay) return false;
+  const std::vector<int>& s = engine.model->special_ids;
+  return std::binary_search(s.begin(), s.end(), id);
+}
+
+cmd::ChatInput App::chat_input() const {
+  cmd::ChatInput c;
+  c.on = inputs.chat && engine.model && engine.model->has_chat;
+  c.system = inputs.system;
+  return c;
 }
 
 int App::selected_position() const {
@@ -195,10 +208,11 @@ void App::start() {
   cmd::Start c;
   c.prompt = inputs.prompt;
   c.source = inputs.source;
+  c.chat = chat_input();
   c.threads = engine.threads;
   c.kv_cache = engine.kv_cache;
   engine.ask(std::move(c));
-  inputs.pending_prompt = inputs.prompt;
+  inputs.pending_prompt = inputs.prompt_key();
   inputs.pending_source = inputs.source;
   inputs.start_pending = true;
   msgs.error.clear();
@@ -212,7 +226,7 @@ void App::step_forward() {
     return;
   }
   if (input_changed()) {  // the boxes hold new text: start from it, then step
-    if (!inputs.start_pending || inputs.prompt != inputs.pending_prompt || inputs.source != inputs.pending_source)
+    if (!inputs.start_pending || inputs.prompt_key() != inputs.pending_prompt || inputs.source != inputs.pending_source)
       start();
     inputs.step_after_start = true;
     return;
@@ -779,21 +793,23 @@ bool App::precision_combo(const char* id) {
 
 namespace {
 
-// The width of the prompt box (or of each of the source and target boxes): what the
-// labels and Start leave; on a narrow window (1024 px with big text) the boxes start a
-// line of their own, so that Start stays on screen.
-float text_box_width(bool encdec) {
+// The width of the prompt box (or of each of two boxes: source and target, or a chat's
+// system and user messages): what the labels, the Chat check box and Start leave; on a
+// narrow window (1024 px with big text) the boxes start a line of their own, so that
+// Start stays on screen.
+float text_box_width(bool two, const char* label1, const char* label2, bool chat_box) {
   const float font = ImGui::GetFontSize();
   const ImGuiStyle& style = ImGui::GetStyle();
   auto text_w = [&](const char* s) { return ImGui::CalcTextSize(s).x + style.ItemSpacing.x; };
-  const float fixed = text_w("Start") + style.FramePadding.x * 2 + style.ItemSpacing.x +
-                      (encdec ? text_w("Source") + text_w("Target starts") + style.ItemSpacing.x : text_w("Prompt"));
+  float fixed = text_w("Start") + style.FramePadding.x * 2 + style.ItemSpacing.x + text_w(label1) +
+                (two ? text_w(label2) + style.ItemSpacing.x : 0);
+  if (chat_box) fixed += text_w("Chat") + ImGui::GetFrameHeight() + style.ItemInnerSpacing.x;
   float avail = ImGui::GetContentRegionAvail().x;
-  if (avail - fixed < font * (encdec ? 16 : 10)) {
+  if (avail - fixed < font * (two ? 16 : 10)) {
     ImGui::NewLine();
     avail = ImGui::GetContentRegionAvail().x;
   }
-  return std::max(font * 6, (avail - fixed) / (encdec ? 2.0f : 1.0f));
+  return std::max(font * 6, (avail - fixed) / (two ? 2.0f : 1.0f));
 }
 
 }  // namespace
@@ -826,9 +842,36 @@ void App::toolbar() {
     load_model(engine.model->spec, engine.model->tokenizer);
   }
   const bool encdec = engine.model && engine.model->cfg.encoder_decoder;
+  const bool can_chat = engine.model && engine.model->has_chat && !history.replay;
+  const bool chat = can_chat && inputs.chat;
   ImGui::SameLine();
-  const float box = text_box_width(encdec);
-  if (encdec) {
+  const float box = text_box_width(encdec || chat,
+                                   encdec ? "Source"
+                                   : chat ? "System"
+                                          : "Prompt",
+                                   encdec ? "Target starts" : "User", can_chat);
+  if (can_chat) {
+    ImGui::Checkbox("Chat", &inputs.chat);
+    tooltip(*this,
+            "Ask the model as its chat template does: the System and User boxes are put into the conversation "
+            "format the model was trained on (its special tokens, shown in purple in the token strip, mark who "
+            "speaks), and the model writes the assistant's answer. Off: the prompt is plain text to continue.");
+    ImGui::SameLine();
+  }
+  if (chat) {
+    ImGui::AlignTextToFramePadding();
+    ImGui::TextUnformatted("System");
+    ImGui::SameLine();
+    ImGui::SetNextItemWidth(box);
+    if (ImGui::InputText("##system", &inputs.system, ImGuiInputTextFlags_EnterReturnsTrue) && !engine.loading) start();
+    tooltip(*this, "The system message: instructions the model reads before the question (may be empty).");
+    ImGui::SameLine();
+    ImGui::TextUnformatted("User");
+    ImGui::SameLine();
+    ImGui::SetNextItemWidth(box);
+    if (ImGui::InputText("##prompt", &inputs.prompt, ImGuiInputTextFlags_EnterReturnsTrue) && !engine.loading) start();
+    tooltip(*this, "The question the class asks. Press Enter or Start, then Step (Right arrow).");
+  } else if (encdec) {
     ImGui::AlignTextToFramePadding();
     ImGui::TextUnformatted("Source");
     ImGui::SameLine();
@@ -908,10 +951,14 @@ void App::stepping_row() {
 }
 
 // What a token chip's tooltip says about its token (s: its visible text).
-static void token_tooltip(const TokenInfo& t, const std::string& s) {
+static void token_tooltip(const TokenInfo& t, const std::string& s, bool special) {
   ImGui::BeginTooltip();
   ImGui::Text("position %d, token id %d", t.pos, t.id);
   ImGui::Text("text: \"%s\"", s.c_str());
+  if (special)
+    ImGui::TextUnformatted(
+        "a special token: it marks the start of the text, a turn of a chat or who speaks; the "
+        "model reads it as one token, never as the letters it is spelled with");
   if (t.prompt) ImGui::TextUnformatted("part of the prompt");
   if (t.drawn_at >= 0) {
     ImGui::Text("drawn at step %d with probability %.4f (model alone: %.4f)", t.drawn_at + 1, t.p, t.p_raw);
@@ -994,6 +1041,7 @@ void App::token_strip() {
       float w = ImGui::CalcTextSize(s.c_str()).x + style.FramePadding.x * 2;
       if (measure) return w;
       ImVec4 col = t.prompt ? ImVec4(0.20f, 0.33f, 0.55f, 1) : ImVec4(0.18f, 0.45f, 0.25f, 1);
+      if (special_token(t.id)) col = ImVec4(0.45f, 0.22f, 0.55f, 1);  // a chat template's marks: purple
       if (!t.fed) col = ImVec4(0.55f, 0.35f, 0.08f, 1);
       if (t.pos == selected) col = ImVec4(0.85f, 0.55f, 0.05f, 1);
       ImGui::PushID(i);
@@ -1005,7 +1053,7 @@ void App::token_strip() {
       ImVec2 a = ImGui::GetItemRectMin(), b = ImGui::GetItemRectMax();
       if (t.pos >= cur0 && t.pos <= cur1)
         ImGui::GetWindowDrawList()->AddLine(ImVec2(a.x, b.y + 1), ImVec2(b.x, b.y + 1), IM_COL32(255, 170, 40, 255), 2);
-      if (ImGui::IsItemHovered()) token_tooltip(t, s);
+      if (ImGui::IsItemHovered()) token_tooltip(t, s, special_token(t.id));
       ImGui::PopID();
       return w;
     });

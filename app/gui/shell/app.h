@@ -124,7 +124,12 @@ struct Inputs {
   bool start_pending = false;
   bool step_after_start = false;  // Step pressed with changed text: start from it, then step
   bool keep_text = false;         // keep the typed prompt and source when a model loads
-  std::string prev_model_spec;    // the model loaded before the current one
+  bool chat = false;              // the prompt box holds a chat's user message (ModelInfo::has_chat)
+  std::string system = "You are a helpful assistant.";  // the chat's system message ("" for none)
+  // What a session starts from, as one string to compare with run_prompt and
+  // pending_prompt: the prompt, or in chat mode the system and user messages.
+  std::string prompt_key() const { return chat ? "\x01" + system + "\x02" + prompt : prompt; }
+  std::string prev_model_spec;  // the model loaded before the current one
   // Beside the text boxes (notices.cpp): why the text (or the model) was refused, and a
   // note that the sampling settings were kept from the model before.
   std::string error, sampler_note;
@@ -224,6 +229,8 @@ class App {
   int keep_as_branch(const std::string& why, int s);
   std::string settings_label() const;  // "T 1.00, top-k 0, top-p 1.00, seed 1, 2 heads off"
   bool input_changed() const;          // the boxes differ from what the running session was started with
+  cmd::ChatInput chat_input() const;   // chat mode as the boxes say (off unless the model has a template)
+  bool special_token(int id) const;    // a control or special token of the model's tokenizer
 
   // ---- actions
   void load_model(const std::string& spec, const std::string& tokenizer);

@@ -45,6 +45,10 @@ void chip_legend(App& app) {
   ImGui::PushStyleVar(ImGuiStyleVar_ItemSpacing, ImVec2(ImGui::GetStyle().ItemSpacing.x, 0));
   swatch(app, true, ImVec4(0.20f, 0.33f, 0.55f, 1), "prompt", "A token of the text you typed.");
   swatch(app, false, ImVec4(0.18f, 0.45f, 0.25f, 1), "generated", "A token the model wrote and has read back.");
+  if (app.engine.model && !app.engine.model->special_ids.empty() && !app.history.replay)
+    swatch(app, false, ImVec4(0.45f, 0.22f, 0.55f, 1), "special",
+           "A special token: it marks the start of the text, or in a chat the turns and who speaks (the chat "
+           "template writes them). The model reads each as one token.");
   swatch(app, false, ImVec4(0.55f, 0.35f, 0.08f, 1), "just drawn",
          "The token the last step drew: the next step runs it through the model.");
   if (app.history.trace.config.encoder_decoder)

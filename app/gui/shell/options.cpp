@@ -14,7 +14,7 @@ namespace {
 const char* kUsage = R"(decoderscope: watch a transformer decoder write text one token at a time.
 
 usage: decoderscope [--model M] [--tokenizer F] [--precision f32|bf16|f16] [--threads N]
-                    [--prompt T | --source T] [--trace FILE.json]
+                    [--prompt T | --source T] [--chat [--system T]] [--trace FILE.json]
                     [--steps N] [--view attention|heads|cross|residual|next|lens|branches|beams|block|kv|roles]
                     [--layer L] [--head H|mean] [--select POS] [--scores] [--mask-only] [--log]
                     [--colormap viridis|magma|greys] [--light] [--scale S]
@@ -25,7 +25,8 @@ usage: decoderscope [--model M] [--tokenizer F] [--precision f32|bf16|f16] [--th
                     [--stage ID] [--no-kv-cache] [--bench] [--size WxH] [--presenter]
                     [--last-tokens N] [--zoom Z] [--soak N [--seed S]]
 
---model: a GGUF file (.gguf: llama, qwen2, qwen3, gemma3), a llama2.c .bin, a GPT-2 folder,
+--model: a GGUF file (.gguf: llama, qwen2, qwen3, gemma3), a llama2.c .bin, a Hugging Face
+  folder (Llama, Mistral, Qwen2, Qwen3, Gemma 3 with tokenizer.json; or GPT-2),
   builtin:NAME, random:decoder, random:encdec or random:gpt2-small (default: builtin:stories,
   else builtin:dates, else the aidreams260K fixture, else random:decoder).
 --precision: how the model's weights are kept in memory: f32 (float32, the default), bf16
@@ -35,6 +36,8 @@ usage: decoderscope [--model M] [--tokenizer F] [--precision f32|bf16|f16] [--th
 --threads: threads the engine computes a step with (default 1, which leaves the other
   cores to the window).
 --prompt (decoder) or --prompt as the target prefix and --source (encoder-decoder).
+--chat: start in chat mode (models whose tokenizer has a chat template): --prompt is the
+  user's message, --system the system message; the template makes the prompt.
 --trace: open a saved trace instead of a model (replay; nothing is recomputed).
 --save-trace FILE: saves the trace once the steps are done (FILE.dstrace: the binary format; .json: JSON).
 Scripted runs: --screenshot sets up, runs --steps steps (default 8), waits for the engine,
@@ -196,6 +199,10 @@ Options parse_options(int argc, char** argv) {
       o.prompt = val(), o.has_prompt = true;
     else if (a == "--source")
       o.source = val(), o.has_source = true;
+    else if (a == "--chat")
+      o.chat = true;
+    else if (a == "--system")
+      o.system = val(), o.has_system = true;
     else if (a == "--trace")
       o.trace = val();
     else if (a == "--steps")

@@ -14,6 +14,8 @@ struct Options {
   std::string model, tokenizer, prompt, source, trace, view = "attention", screenshot, save_trace, save_heatmap;
   std::string colormap;
   bool has_prompt = false, has_source = false, has_steps = false;
+  bool chat = false, has_system = false;  // --chat, --system TEXT
+  std::string system;
   int steps = 8, layer = 0, head = 0, select = -1, step_back = 0, fork_at = 0, threads = 1;
   ds::Precision precision = ds::Precision::F32;
   long fork_seed = -1;

@@ -125,6 +125,7 @@ void run_search(App& app, BeamsState& st) {
   cmd::Beam c;
   c.prompt = app.inputs.prompt;
   c.source = app.inputs.source;
+  c.chat = app.chat_input();
   c.width = st.width;
   c.length_penalty = st.length_penalty;
   c.positions = std::min(st.positions, app.engine.model->cfg.max_seq);

@@ -162,12 +162,60 @@ std::vector<int> token_ids(const json& j, const std::string& key, int vocab) {
 
 // ------------------------------------------------------------------ the weight files
 
+// model.safetensors.index.json: its weight_map (tensor -> shard file name, each name a
+// file in dir, no tensor listed twice) and the shards' paths.
+struct Index {
+  std::string path;
+  json map;
+  std::vector<std::string> files;
+};
+
+Index read_index(const std::string& dir, const std::string& ip) {
+  std::set<std::string> seen, twice;
+  // Keys inside "weight_map" (depth 2) are collected as they are parsed: a JSON object
+  // keeps one value of a repeated key, so a tensor listed twice is caught here.
+  const json::parser_callback_t cb = [&](int depth, json::parse_event_t ev, json& parsed) {
+    if (ev == json::parse_event_t::key && depth == 2 && !seen.insert(parsed.get<std::string>()).second)
+      twice.insert(parsed.get<std::string>());
+    return true;
+  };
+  const json j = read_json_file(ip, cb);
+  if (!twice.empty()) throw Error(ip + ": lists tensor " + *twice.begin() + " twice");
+  if (!j.contains("weight_map") || !j["weight_map"].is_object())
+    throw Error(ip + ": field \"weight_map\" must be an object {tensor: file}");
+  std::set<std::string> files;
+  for (auto& [name, file] : j["weight_map"].items()) {
+    if (!file.is_string()) throw Error(ip + ": tensor " + name + " is placed in " + shown(file) + ", not a file name");
+    const std::string f = file.get<std::string>();
+    if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
+      throw Error(ip + ": tensor " + name + " is placed in " + shown(f) + ", not a file name of this folder");
+    files.insert(f);
+  }
+  if (files.empty()) throw Error(ip + ": field \"weight_map\" lists no tensor");
+  if (files.size() > size_t(kMaxShards)) throw Error(ip + ": names more than " + std::to_string(kMaxShards) + " files");
+  Index out{ip, j["weight_map"], {}};
+  std::error_code ec;
+  for (const std::string& f : files) {
+    const fs::path p = fs::path(dir) / f;
+    if (!fs::is_regular_file(p, ec)) throw Error(ip + ": names " + f + ", which is not in " + dir);
+    out.files.push_back(p.string());
+  }
+  return out;
+}
+
 // Every tensor of the model, in whichever file holds it.
 class Shards {
  public:
   explicit Shards(const std::string& dir) {
-    for (const std::string& path : hf_weight_files(dir)) files_.push_back(SafeTensors::open(path));
-    if (files_.size() > 1) check_index(dir);
+    const std::string ip = (fs::path(dir) / "model.safetensors.index.json").string();
+    std::error_code ec;
+    if (fs::exists(ip, ec)) {
+      const Index ix = read_index(dir, ip);
+      for (const std::string& path : ix.files) files_.push_back(SafeTensors::open(path));
+      check_index(ix);
+    } else {
+      for (const std::string& path : hf_weight_files(dir)) files_.push_back(SafeTensors::open(path));
+    }
     for (size_t f = 0; f < files_.size(); ++f)
       for (const SafeTensors::Entry& e : files_[f].entries()) {
         auto [it, fresh] = where_.insert({e.name, {f, &e}});
@@ -198,9 +246,9 @@ class Shards {
  private:
   // The index's weight_map must agree with the shards' headers: each tensor in the file
   // it names.
-  void check_index(const std::string& dir) {
-    const std::string ip = (fs::path(dir) / "model.safetensors.index.json").string();
-    const json map = read_json_file(ip)["weight_map"];
+  void check_index(const Index& ix) {
+    const std::string& ip = ix.path;
+    const json& map = ix.map;
     std::map<std::string, size_t> file_index;
     for (size_t f = 0; f < files_.size(); ++f) file_index[fs::path(files_[f].path()).filename().string()] = f;
     for (auto& [name, file] : map.items()) {
@@ -216,41 +264,6 @@ class Shards {
   std::vector<SafeTensors> files_;
   std::map<std::string, std::pair<size_t, const SafeTensors::Entry*>> where_;
 };
-
-// The weight_map of an index file: tensor -> shard file name, each name a file in dir,
-// no tensor listed twice.
-std::vector<std::string> index_files(const std::string& dir, const std::string& ip) {
-  std::set<std::string> seen, twice;
-  // Keys inside "weight_map" (depth 2) are collected as they are parsed: a JSON object
-  // keeps one value of a repeated key, so a tensor listed twice is caught here.
-  const json::parser_callback_t cb = [&](int depth, json::parse_event_t ev, json& parsed) {
-    if (ev == json::parse_event_t::key && depth == 2 && !seen.insert(parsed.get<std::string>()).second)
-      twice.insert(parsed.get<std::string>());
-    return true;
-  };
-  const json j = read_json_file(ip, cb);
-  if (!twice.empty()) throw Error(ip + ": lists tensor " + *twice.begin() + " twice");
-  if (!j.contains("weight_map") || !j["weight_map"].is_object())
-    throw Error(ip + ": field \"weight_map\" must be an object {tensor: file}");
-  std::set<std::string> files;
-  for (auto& [name, file] : j["weight_map"].items()) {
-    if (!file.is_string()) throw Error(ip + ": tensor " + name + " is placed in " + shown(file) + ", not a file name");
-    const std::string f = file.get<std::string>();
-    if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
-      throw Error(ip + ": tensor " + name + " is placed in " + shown(f) + ", not a file name of this folder");
-    files.insert(f);
-  }
-  if (files.empty()) throw Error(ip + ": field \"weight_map\" lists no tensor");
-  if (files.size() > size_t(kMaxShards)) throw Error(ip + ": names more than " + std::to_string(kMaxShards) + " files");
-  std::vector<std::string> out;
-  std::error_code ec;
-  for (const std::string& f : files) {
-    const fs::path p = fs::path(dir) / f;
-    if (!fs::is_regular_file(p, ec)) throw Error(ip + ": names " + f + ", which is not in " + dir);
-    out.push_back(p.string());
-  }
-  return out;
-}
 
 // ------------------------------------------------------------------ placing the tensors
 
@@ -353,7 +366,7 @@ bool is_hf_llama_family(const json& j) {
 std::vector<std::string> hf_weight_files(const std::string& dir) {
   std::error_code ec;
   const fs::path single = fs::path(dir) / "model.safetensors", index = fs::path(dir) / "model.safetensors.index.json";
-  if (fs::exists(index, ec)) return index_files(dir, index.string());
+  if (fs::exists(index, ec)) return read_index(dir, index.string()).files;
   if (fs::exists(single, ec)) return {single.string()};
   throw Error(dir + ": no model.safetensors or model.safetensors.index.json");
 }

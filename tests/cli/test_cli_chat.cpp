@@ -11,16 +11,16 @@
 #include <nlohmann/json.hpp>
 
 #include "helpers.h"
+#include "io/hf_writer.h"
 #include "io/loader.h"
-#include "io/safetensors.h"
 #include "model/model.h"
 #include "text/gguf_tokenizer.h"
 
 namespace {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
 using ds::test::contains;
+using nlohmann::json;
 
 // The first conversation of a chat_reference.jsonl, written as a messages file.
 json first_reference(const fs::path& ref, const std::string& messages_path) {
@@ -43,8 +43,8 @@ TEST(CliChat, RenderPrintsExactlyTheTemplatesPrompt) {
                           Source{vocab / "ggml-vocab-phi-3.gguf", vocab / "ggml-vocab-phi-3.chat_reference.jsonl"}}) {
     DS_NEED_FIXTURE(s.reference, "the chat prompts");
     const json want = first_reference(s.reference, msgs);
-    const ds::test::CliRun r =
-        ds::test::run_cli("chat --tokenizer " + ds::test::quoted(s.tokenizer) + " --messages " + ds::test::quoted(msgs) + " --render");
+    const ds::test::CliRun r = ds::test::run_cli("chat --tokenizer " + ds::test::quoted(s.tokenizer) + " --messages " +
+                                                 ds::test::quoted(msgs) + " --render");
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_EQ(r.out, want["prompt"].get<std::string>()) << s.tokenizer;
   }
@@ -57,7 +57,8 @@ TEST(CliChat, BadMessagesAndMissingTemplatesAreNamed) {
   ds::test::TempDir tmp;
   auto run = [&](const std::string& messages, const fs::path& t) {
     const std::string p = tmp.write("m.json", messages);
-    return ds::test::run_cli("chat --tokenizer " + ds::test::quoted(t) + " --messages " + ds::test::quoted(p) + " --render");
+    return ds::test::run_cli("chat --tokenizer " + ds::test::quoted(t) + " --messages " + ds::test::quoted(p) +
+                             " --render");
   };
   ds::test::CliRun r = run(R"([{"role": "user", "content": ["a", "b"]}])", tok);
   EXPECT_EQ(r.code, 1);
@@ -75,67 +76,20 @@ TEST(CliChat, BadMessagesAndMissingTemplatesAreNamed) {
   }
 }
 
-// A tiny random Qwen3 folder (hidden 8, one layer) with the Qwen3 tokenizer beside it.
-std::string write_chat_model(const ds::test::TempDir& tmp, const fs::path& tok) {
-  const std::string d = tmp.sub("qwen3-chat");
-  const int64_t V = 151936, D = 8, H = 2, Dh = 4, F = 16;
-  std::vector<std::vector<float>> keep;
-  std::vector<ds::SafeTensorOut> out;
-  uint64_t seed = 7;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, float scale, float base = 0) {
-    int64_t n = 1;
-    for (int64_t x : shape) n *= x;
-    keep.emplace_back(size_t(n));
-    for (float& v : keep.back()) {
-      seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-      v = base + scale * (float(seed >> 40) / float(1 << 24) - 0.5f);
-    }
-    out.push_back({name, shape, keep.back().data()});
-  };
-  add("model.embed_tokens.weight", {V, D}, 2.0f);
-  add("model.norm.weight", {D}, 0.0f, 1.0f);
-  const std::string l = "model.layers.0.";
-  add(l + "input_layernorm.weight", {D}, 0.0f, 1.0f);
-  add(l + "post_attention_layernorm.weight", {D}, 0.0f, 1.0f);
-  add(l + "self_attn.q_proj.weight", {H * Dh, D}, 0.5f);
-  add(l + "self_attn.k_proj.weight", {Dh, D}, 0.5f);
-  add(l + "self_attn.v_proj.weight", {Dh, D}, 0.5f);
-  add(l + "self_attn.o_proj.weight", {D, H * Dh}, 0.5f);
-  add(l + "self_attn.q_norm.weight", {Dh}, 0.0f, 1.0f);
-  add(l + "self_attn.k_norm.weight", {Dh}, 0.0f, 1.0f);
-  add(l + "mlp.gate_proj.weight", {F, D}, 0.5f);
-  add(l + "mlp.up_proj.weight", {F, D}, 0.5f);
-  add(l + "mlp.down_proj.weight", {D, F}, 0.5f);
-  ds::save_safetensors(d + "/model.safetensors", out);
-  const json cfg = {{"architectures", {"Qwen3ForCausalLM"}},
-                    {"hidden_size", D},
-                    {"num_hidden_layers", 1},
-                    {"num_attention_heads", H},
-                    {"num_key_value_heads", 1},
-                    {"head_dim", Dh},
-                    {"intermediate_size", F},
-                    {"vocab_size", V},
-                    {"max_position_embeddings", 256},
-                    {"hidden_act", "silu"},
-                    {"tie_word_embeddings", true}};
-  std::ofstream(d + "/config.json") << cfg.dump();
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) fs::create_symlink(tok / f, fs::path(d) / f);
-  return d;
-}
-
 TEST(CliChat, GenerateChatAnswersInsideTheTemplate) {
   const fs::path tok = ds::test::fixture("hf-tokenizers") / "qwen3";
   DS_NEED_FIXTURE(tok / "tokenizer.json", "a chat with a model");
   ds::test::TempDir tmp;
-  const std::string dir = write_chat_model(tmp, tok);
+  const std::string dir = tmp.sub("qwen3-chat");
+  ds::test::write_chat_model(dir, tok);
   const ds::LoadedModel m = ds::load_model(dir);
   ASSERT_TRUE(m.tokenizer);
   const auto& vt = dynamic_cast<const ds::VocabTokenizer&>(*m.tokenizer);
   const int im_start = vt.find("<|im_start|>"), im_end = vt.find("<|im_end|>");
   EXPECT_NE(std::find(m.stop_ids.begin(), m.stop_ids.end(), im_end), m.stop_ids.end());  // a turn's end stops
   const json msgs = {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Why?"}}};
-  const std::vector<int> prompt = ds::encode_chat(*m.tokenizer, m.chat, m.special_ids,
-                                                  ds::render_chat(m.chat, msgs, m.name));
+  const std::vector<int> prompt =
+      ds::encode_chat(*m.tokenizer, m.chat, m.special_ids, ds::render_chat(m.chat, msgs, m.name));
   ASSERT_FALSE(prompt.empty());
   EXPECT_EQ(prompt.front(), im_start);
   EXPECT_EQ(std::count(prompt.begin(), prompt.end(), im_start), 3);
@@ -151,9 +105,9 @@ TEST(CliChat, GenerateChatAnswersInsideTheTemplate) {
     logits = e.forward(std::span<const int>(&want.back(), 1));
   }
   const int steps = int(prompt.size()) + 11;  // positions in all: the last token drawn is printed, not run
-  const ds::test::CliRun r =
-      ds::test::run_cli("generate --model " + ds::test::quoted(dir) + " --chat " + ds::test::quoted("Why?") + " --system " + ds::test::quoted("Be brief.") +
-                        " --temperature 0 --ids --steps " + std::to_string(steps));
+  const ds::test::CliRun r = ds::test::run_cli("generate --model " + ds::test::quoted(dir) + " --chat " +
+                                               ds::test::quoted("Why?") + " --system " + ds::test::quoted("Be brief.") +
+                                               " --temperature 0 --ids --steps " + std::to_string(steps));
   ASSERT_EQ(r.code, 0) << r.err;
   std::string text;
   for (size_t i = 0; i < want.size(); ++i) text += (i ? " " : "") + std::to_string(want[i]);

@@ -2,6 +2,8 @@
 // back then forward through the worker reproduces the same steps.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -9,7 +11,10 @@
 
 #include "engine_link/models.h"
 #include "engine_link/worker.h"
+#include "io/hf_writer.h"
+#include "io/loader.h"
 #include "probe/lens.h"
+#include "text/gguf_tokenizer.h"
 
 namespace {
 
@@ -305,6 +310,52 @@ TEST(GuiWorker, NewerLensRequestsReplaceWaitingOnes) {
   ASSERT_FALSE(answered.empty());
   EXPECT_LE(answered.size(), 2u);  // at most one already running, then the latest
   EXPECT_EQ(answered.back(), 8u);
+}
+
+// Chat mode: the model's chat template makes the prompt of the system and user messages,
+// its special tokens taken as themselves, as the library's render_chat and encode_chat
+// make it; chat off runs the same text as a plain prompt. ModelInfo says the model can
+// chat and lists its special tokens for the strip's colours.
+TEST(GuiWorker, ChatModeRunsTheTemplatesPrompt) {
+  namespace fs = std::filesystem;
+  const fs::path tok = fs::path(DS_SOURCE_DIR) / ".." / "shared" / "fixtures" / "hf-tokenizers" / "qwen3";
+  if (!fs::exists(tok / "tokenizer.json")) GTEST_SKIP() << tok << " is absent: skipping the chat mode";
+  const fs::path dir = fs::temp_directory_path() / ("ds_gui_chat_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  ds::test::write_chat_model(dir.string(), tok);
+  const ds::LoadedModel m = ds::load_model(dir.string());
+  const nlohmann::json msgs = {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Why?"}}};
+  const std::vector<int> want =
+      ds::encode_chat(*m.tokenizer, m.chat, m.special_ids, ds::render_chat(m.chat, msgs, m.name));
+  const int im_start = dynamic_cast<const ds::VocabTokenizer&>(*m.tokenizer).find("<|im_start|>");
+
+  dsgui::Worker w;
+  load(w, dir.string());
+  cmd::Start c;
+  c.prompt = "Why?";
+  c.chat = {true, "Be brief."};
+  w.post(std::move(c));
+  step(w, 1);
+  std::shared_ptr<const dsgui::ModelInfo> info;
+  std::vector<int> input;
+  for (auto& e : drain(w)) {
+    ASSERT_FALSE(is<ev::Error>(e)) << msg(e);
+    if (const auto* l = std::get_if<ev::Loaded>(&e)) info = l->info;
+    if (const auto* s = std::get_if<ev::Step>(&e)) input = s->step.input;
+  }
+  ASSERT_TRUE(info);
+  EXPECT_TRUE(info->has_chat);
+  EXPECT_TRUE(std::binary_search(info->special_ids.begin(), info->special_ids.end(), im_start));
+  EXPECT_EQ(input, want);
+  EXPECT_EQ(input.front(), im_start);
+
+  start(w, "Why?");  // chat off: the text alone
+  step(w, 1);
+  for (auto& e : drain(w))
+    if (const auto* s = std::get_if<ev::Step>(&e)) input = s->step.input;
+  EXPECT_EQ(input, ds::encode_prompt(m, "Why?"));
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -335,7 +335,7 @@ ds::LoadedModel open_model(const Args& a) {
 }
 
 // The ids of messages inside the model's chat template.
-std::vector<int> chat_ids(const ds::LoadedModel& m, const nlohmann::json& messages) {
+std::vector<int> chat_ids(const ds::LoadedModel& m, const nlohmann::ordered_json& messages) {
   if (!m.tokenizer) throw Error(m.name + ": a chat needs the model's tokenizer (tokenizer.json beside it)");
   const std::string text = ds::render_chat(m.chat, messages, m.name);
   std::vector<int> ids = ds::encode_chat(*m.tokenizer, m.chat, m.special_ids, text);
@@ -349,7 +349,7 @@ std::vector<int> prompt_of(const Args& a, const ds::LoadedModel& m) {
     throw Error("give one of --prompt, --prompt-ids and --chat");
   if (a.has("system") && !a.has("chat")) throw Error("--system goes with --chat QUESTION");
   if (a.has("chat")) {
-    nlohmann::json msgs = nlohmann::json::array();
+    nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
     if (a.has("system")) msgs.push_back({{"role", "system"}, {"content", a.str("system")}});
     msgs.push_back({{"role", "user"}, {"content", a.str("chat")}});
     return chat_ids(m, msgs);
@@ -616,18 +616,18 @@ ds::LoadedModel tokenizer_only(const std::string& path) {
   return m;
 }
 
-nlohmann::json read_messages(const std::string& path) {
+nlohmann::ordered_json read_messages(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("--messages " + path + ": cannot open");
   std::stringstream text;
   text << in.rdbuf();
-  nlohmann::json j;
+  nlohmann::ordered_json j;
   try {
-    j = nlohmann::json::parse(text.str());
+    j = nlohmann::ordered_json::parse(text.str());
   } catch (const nlohmann::json::exception&) {
     throw Error("--messages " + path + ": not valid JSON");
   }
-  if (j.is_object() && j.contains("messages")) j = j["messages"];
+  if (j.is_object() && j.contains("messages")) j = nlohmann::ordered_json(j["messages"]);
   try {
     return ds::chat_messages(j);
   } catch (const Error& e) {
@@ -640,7 +640,7 @@ int cmd_chat(const Args& a) {
   only(a, {"model", "tokenizer", "messages", "render", "steps", "temperature", "top-k", "top-p", "seed", "ids",
            "threads", "precision"});
   if (!a.has("messages")) throw Error("chat needs --messages FILE.json ([{\"role\": ..., \"content\": ...}, ...])");
-  const nlohmann::json msgs = read_messages(a.str("messages"));
+  const nlohmann::ordered_json msgs = read_messages(a.str("messages"));
   if (a.has("render")) {
     if (!a.has("model") && !a.has("tokenizer")) throw Error("chat needs --model PATH or --tokenizer DIR|FILE.gguf");
     const ds::LoadedModel m = a.has("model") ? open_model(a) : tokenizer_only(a.str("tokenizer"));

@@ -195,7 +195,8 @@ std::vector<int> encode_prompt(const LoadedModel& m, std::string_view text) {
   return ids;
 }
 
-std::string render_chat(const LoadedModel::Chat& chat, const nlohmann::json& messages, const std::string& name) {
+std::string render_chat(const LoadedModel::Chat& chat, const nlohmann::ordered_json& messages,
+                        const std::string& name) {
   if (chat.template_text.empty())
     throw Error(name +
                 ": the tokenizer carries no chat template (tokenizer_config.json's chat_template or GGUF's "

@@ -70,7 +70,7 @@ std::vector<int> encode_prompt(const LoadedModel& m, std::string_view text);
 // add_generation_prompt=True, tokenize=False) renders it (text/chat_template.h). Throws
 // ds::Error when there is no template (naming the model) or the template or the messages
 // are refused.
-std::string render_chat(const LoadedModel::Chat& chat, const nlohmann::json& messages, const std::string& name);
+std::string render_chat(const LoadedModel::Chat& chat, const nlohmann::ordered_json& messages, const std::string& name);
 
 // The ids of a rendered chat prompt, as apply_chat_template(..., tokenize=True) makes
 // them: the texts of the special tokens (special_ids) written by the template become

@@ -16,7 +16,7 @@
 #include "util/error.h"
 #include "util/excerpt.h"
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace ds {
 
@@ -145,6 +145,22 @@ Value from_json(const json& j) {
     default:
       return Value::none();
   }
+}
+
+// The characters of s (UTF-8; a byte that starts no well-formed sequence is one of its
+// own): Python's strings index, slice and count characters, not bytes.
+std::vector<std::string> chars_of(const std::string& s) {
+  std::vector<std::string> out;
+  for (size_t k = 0; k < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[k]);
+    size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    if (k + len > s.size()) len = 1;
+    for (size_t j = 1; j < len; ++j)
+      if ((static_cast<unsigned char>(s[k + j]) & 0xC0) != 0x80) len = 1;
+    out.push_back(s.substr(k, len));
+    k += len;
+  }
+  return out;
 }
 
 bool truthy(const Value& v) {
@@ -1071,18 +1087,7 @@ class Renderer {
       }
       case Value::K::Str: {
         List chars;
-        for (size_t k = 0; k < v.s.size();) {
-          size_t len = 1;
-          const unsigned char c = static_cast<unsigned char>(v.s[k]);
-          if (c >= 0xF0)
-            len = 4;
-          else if (c >= 0xE0)
-            len = 3;
-          else if (c >= 0xC0)
-            len = 2;
-          chars.push_back(Value::str(v.s.substr(k, len)));
-          k += len;
-        }
+        for (std::string& ch : chars_of(v.s)) chars.push_back(Value::str(std::move(ch)));
         return chars;
       }
       case Value::K::Undefined:
@@ -1234,19 +1239,26 @@ class Renderer {
       const Value* x = v.get(key.s);
       return x ? *x : Value();
     }
-    if ((v.k == Value::K::List || v.k == Value::K::Str) && key.k == Value::K::Int) {
-      const int64_t n = v.k == Value::K::List ? int64_t(v.list->size()) : int64_t(v.s.size());
+    if (v.k == Value::K::Str && key.k == Value::K::Int) return index(Value::of_list(items_of(v)), key);
+    if (v.k == Value::K::List && key.k == Value::K::Int) {
+      const int64_t n = int64_t(v.list->size());
       const int64_t k = key.i < 0 ? key.i + n : key.i;
       if (k < 0 || k >= n) return Value();
-      return v.k == Value::K::List ? (*v.list)[size_t(k)] : Value::str(v.s.substr(size_t(k), 1));
+      return (*v.list)[size_t(k)];
     }
     if (v.k == Value::K::Undefined) fail("cannot take an item of an undefined value");
     return Value();
   }
 
   Value slice(const Value& v, const Value& a, const Value& b, const Value& c) {
-    if (v.k != Value::K::List && v.k != Value::K::Str) fail(std::string("cannot slice a ") + type_name(v));
-    const int64_t n = v.k == Value::K::List ? int64_t(v.list->size()) : int64_t(v.s.size());
+    if (v.k == Value::K::Str) {  // by characters
+      const Value chars = slice(Value::of_list(items_of(v)), a, b, c);
+      std::string s;
+      for (const Value& ch : *chars.list) s += ch.s;
+      return Value::str(s);
+    }
+    if (v.k != Value::K::List) fail(std::string("cannot slice a ") + type_name(v));
+    const int64_t n = int64_t(v.list->size());
     const int64_t st = c.k == Value::K::Int ? c.i : 1;
     if (st == 0) fail("a slice step cannot be zero");
     auto clamp = [&](const Value& x, int64_t dflt) {
@@ -1256,14 +1268,8 @@ class Renderer {
     };
     const int64_t from = clamp(a, st > 0 ? 0 : n - 1), to = clamp(b, st > 0 ? n : -1);
     List l;
-    std::string s;
-    for (int64_t k = from; st > 0 ? k < to : k > to; k += st) {
-      if (v.k == Value::K::List)
-        l.push_back((*v.list)[size_t(k)]);
-      else
-        s += v.s[size_t(k)];
-    }
-    return v.k == Value::K::List ? Value::of_list(std::move(l)) : Value::str(s);
+    for (int64_t k = from; st > 0 ? k < to : k > to; k += st) l.push_back((*v.list)[size_t(k)]);
+    return Value::of_list(std::move(l));
   }
 
   Value binary(const std::string& o, const Value& a, const Value& b) {
@@ -1535,7 +1541,7 @@ class Renderer {
       return Value::str(strip_chars(v.s, "", true, true));
     }
     if (f == "length" || f == "count") {
-      if (v.k == Value::K::Str) return Value::integer(int64_t(v.s.size()));
+      if (v.k == Value::K::Str) return Value::integer(int64_t(chars_of(v.s).size()));
       if (v.k == Value::K::List) return Value::integer(int64_t(v.list->size()));
       if (v.k == Value::K::Dict) return Value::integer(int64_t(v.dict->size()));
       fail("length of a " + std::string(type_name(v)));
@@ -1572,7 +1578,12 @@ class Renderer {
     }
     if (f == "list") return Value::of_list(items_of(v));
     if (f == "reverse") {
-      if (v.k == Value::K::Str) return Value::str(std::string(v.s.rbegin(), v.s.rend()));
+      if (v.k == Value::K::Str) {
+        std::vector<std::string> chars = chars_of(v.s);
+        std::string r;
+        for (auto it = chars.rbegin(); it != chars.rend(); ++it) r += *it;
+        return Value::str(r);
+      }
       List items = items_of(v);
       std::reverse(items.begin(), items.end());
       return Value::of_list(std::move(items));

@@ -16,14 +16,16 @@
 //  * expressions: None / True / False (and lower case), numbers, strings, lists, dicts,
 //    attribute and item access, slices, the operators + - * / // % ** ~ == != < > <= >=
 //    in, not in, and, or, not, and "a if c else b";
-//  * filters: trim, length/count, tojson, upper, lower, capitalize, title, default/d,
+//  * filters: trim, length/count, tojson (as the transformers library defines it: JSON
+//    with ", " and ": ", keys in their order, non-ASCII characters kept), upper, lower, capitalize, title, default/d,
 //    first, last, join, string, list, int, float, abs, replace, reverse, items, safe,
 //    selectattr / rejectattr (with a test), map(attribute=...);
 //  * tests: defined, undefined, none, string, number, integer, float, boolean, true,
 //    false, mapping, iterable, sequence, even, odd, divisibleby, equalto / eq / ==, ne;
+//  * strings index, slice and count by characters (UTF-8), as Python's do; upper, lower and
+//    title change ASCII letters only;
 //  * methods: strings' startswith, endswith, split, strip, lstrip, rstrip, upper, lower,
-//    title, capitalize, replace, find, count, format-free concatenation; dicts' items,
-//    keys, values, get;
+//    title, capitalize, replace, find, count; dicts' items, keys, values, get;
 //  * functions: namespace(...), range(...), raise_exception(message) (the template's
 //    message becomes the error), strftime_now(format).
 // Anything else (macros, imports, call blocks, an unknown filter or test) is a ds::Error
@@ -37,10 +39,12 @@
 namespace ds {
 
 struct ChatTemplateInput {
-  nlohmann::json messages = nlohmann::json::array();  // [{"role": ..., "content": ...}, ...]
+  // [{"role": ..., "content": ...}, ...]; ordered: a template's tojson writes the keys in
+  // their order, as Python's dicts keep it.
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   std::string bos_token, eos_token;
   bool add_generation_prompt = true;
-  nlohmann::json extra = nlohmann::json::object();  // more variables (e.g. "enable_thinking": false)
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();  // more variables (e.g. "enable_thinking": false)
 };
 
 constexpr size_t kMaxChatOutput = size_t{16} << 20;
@@ -53,6 +57,6 @@ std::string render_chat_template(const std::string& tmpl, const ChatTemplateInpu
 
 // The messages of a JSON document: an array of objects each with "role" and "content"
 // strings (other keys kept); throws ds::Error naming the message and the field.
-nlohmann::json chat_messages(const nlohmann::json& doc);
+nlohmann::ordered_json chat_messages(const nlohmann::ordered_json& doc);
 
 }  // namespace ds

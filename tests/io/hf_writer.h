@@ -47,16 +47,16 @@ inline void write_chat_model(const std::string& d, const std::filesystem::path& 
   add(l + "mlp.down_proj.weight", {D, F}, 0.5f);
   ds::save_safetensors(d + "/model.safetensors", out);
   const nlohmann::json cfg = {{"architectures", {"Qwen3ForCausalLM"}},
-                    {"hidden_size", D},
-                    {"num_hidden_layers", 1},
-                    {"num_attention_heads", H},
-                    {"num_key_value_heads", 1},
-                    {"head_dim", Dh},
-                    {"intermediate_size", F},
-                    {"vocab_size", V},
-                    {"max_position_embeddings", 256},
-                    {"hidden_act", "silu"},
-                    {"tie_word_embeddings", true}};
+                              {"hidden_size", D},
+                              {"num_hidden_layers", 1},
+                              {"num_attention_heads", H},
+                              {"num_key_value_heads", 1},
+                              {"head_dim", Dh},
+                              {"intermediate_size", F},
+                              {"vocab_size", V},
+                              {"max_position_embeddings", 256},
+                              {"hidden_act", "silu"},
+                              {"tie_word_embeddings", true}};
   std::ofstream(d + "/config.json") << cfg.dump();
   for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
     std::filesystem::create_symlink(tok / f, std::filesystem::path(d) / f);

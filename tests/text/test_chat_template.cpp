@@ -26,7 +26,8 @@ using ds::test::contains;
 using ds::test::error_of;
 using nlohmann::json;
 
-std::string render(const std::string& t, const json& messages = json::array(), const json& extra = json::object()) {
+std::string render(const std::string& t, const nlohmann::ordered_json& messages = nlohmann::ordered_json::array(),
+                   const json& extra = json::object()) {
   ds::ChatTemplateInput in;
   in.messages = messages;
   in.bos_token = "<s>";
@@ -169,6 +170,14 @@ TEST(ChatTemplate, ExpressionsFiltersTestsAndMethods) {
   EXPECT_EQ(render("{{ 'hello world' | title }} {{ 'abc'[1] }} {{ 'abcdef'[1:4] }} {{ [1, 2, 3][-1] }}"),
             "Hello World b bcd 3");
   EXPECT_EQ(render("{{ bos_token }}{{ eos_token }}{{ add_generation_prompt }}"), "<s></s>True");
+  // Strings count, index and slice characters, as Python's do; tojson keeps the keys'
+  // order and the characters (the transformers library's tojson).
+  const auto msgs = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "ünï😀"}])");
+  EXPECT_EQ(render("{{ messages[0].content | length }} {{ messages[0].content[1] }} {{ messages[0].content[::-1] }} "
+                   "{{ messages[0].content | reverse }} {{ messages[0].content[-1:] }}",
+                   msgs),
+            "4 n 😀ïnü 😀ïnü 😀");
+  EXPECT_EQ(render("{{ messages | tojson }}", msgs), "[{\"role\": \"user\", \"content\": \"ünï😀\"}]");
 }
 
 TEST(ChatTemplate, ErrorsNameTheProblem) {

@@ -211,7 +211,7 @@ void Worker::inputs(const std::string& prompt_text, const std::string& source_te
                     std::vector<int>& prompt, std::vector<int>& src) const {
   const ds::Config& cfg = lm_.model->cfg;
   if (lm_.tokenizer && chat.on && !cfg.encoder_decoder) {
-    nlohmann::json msgs = nlohmann::json::array();
+    nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
     if (!chat.system.empty()) msgs.push_back({{"role", "system"}, {"content", chat.system}});
     msgs.push_back({{"role", "user"}, {"content", prompt_text}});
     prompt = ds::encode_chat(*lm_.tokenizer, lm_.chat, lm_.special_ids, ds::render_chat(lm_.chat, msgs, lm_.name));

@@ -594,28 +594,6 @@ int cmd_generate(const Args& a) {
   return 0;
 }
 
-// The chat template, special tokens and tokenizer of --tokenizer DIR|FILE.gguf alone.
-ds::LoadedModel tokenizer_only(const std::string& path) {
-  ds::LoadedModel m;
-  m.name = path;
-  std::error_code ec;
-  if (std::filesystem::is_regular_file(path, ec) && ds::is_gguf_file(path)) {
-    const ds::VocabData v = ds::read_gguf_vocab(path);
-    auto tok = std::make_shared<const ds::VocabTokenizer>(v);
-    auto text = [&](int id) { return id >= 0 && size_t(id) < v.tokens.size() ? v.tokens[size_t(id)] : ""; };
-    m.chat = {v.chat_template, text(v.bos_id), text(v.eos_id), false};
-    for (int id = 0; id < tok->vocab_size(); ++id)
-      if (tok->type(id) == ds::TokenType::Control) m.special_ids.push_back(id);
-    m.tokenizer = tok;
-    return m;
-  }
-  ds::HfTokenizerInfo info = ds::load_hf_tokenizer(path);
-  m.chat = {info.chat_template, info.bos_token, info.eos_token, true};
-  m.special_ids = info.special_ids;
-  m.tokenizer = info.tokenizer;
-  return m;
-}
-
 nlohmann::ordered_json read_messages(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("--messages " + path + ": cannot open");
@@ -643,7 +621,7 @@ int cmd_chat(const Args& a) {
   const nlohmann::ordered_json msgs = read_messages(a.str("messages"));
   if (a.has("render")) {
     if (!a.has("model") && !a.has("tokenizer")) throw Error("chat needs --model PATH or --tokenizer DIR|FILE.gguf");
-    const ds::LoadedModel m = a.has("model") ? open_model(a) : tokenizer_only(a.str("tokenizer"));
+    const ds::LoadedModel m = a.has("model") ? open_model(a) : ds::load_tokenizer(a.str("tokenizer"));
     const std::string text = ds::render_chat(m.chat, msgs, m.name);
     std::fwrite(text.data(), 1, text.size(), stdout);
     return 0;

@@ -59,6 +59,24 @@ LoadedModel load_llama2c_model(const std::string& path, const std::string& token
   return out;
 }
 
+// The tokenizer of a GGUF vocabulary with its chat template and special tokens.
+void use_vocab(LoadedModel& m, const VocabData& v, std::shared_ptr<const VocabTokenizer> tok) {
+  auto text = [&](int id) { return id >= 0 && size_t(id) < v.tokens.size() ? v.tokens[size_t(id)] : ""; };
+  m.chat = {v.chat_template, text(v.bos_id), text(v.eos_id), false};
+  for (int id = 0; id < tok->vocab_size(); ++id)
+    if (tok->type(id) == TokenType::Control || tok->type(id) == TokenType::UserDefined) m.special_ids.push_back(id);
+  m.bos_prompt = tok->adds_bos();  // the tokenizer adds BOS when the file says so
+  m.tokenizer = std::move(tok);
+}
+
+// The tokenizer of Hugging Face tokenizer files with its chat template and special tokens.
+void use_hf_tokenizer(LoadedModel& m, const HfTokenizerInfo& info) {
+  m.tokenizer = info.tokenizer;
+  m.bos_prompt = info.add_bos;
+  m.chat = {info.chat_template, info.bos_token, info.eos_token, true};
+  m.special_ids = info.special_ids;
+}
+
 LoadedModel load_gguf(const std::string& path, const std::string& tokenizer_path, Precision precision) {
   if (!tokenizer_path.empty())
     throw Error(path + ": a GGUF file carries its own tokenizer; no separate tokenizer can be given");
@@ -73,13 +91,8 @@ LoadedModel load_gguf(const std::string& path, const std::string& tokenizer_path
   if (tok->vocab_size() != g.cfg.vocab_size)
     throw Error(path + ": the tokenizer has " + std::to_string(tok->vocab_size()) + " tokens but the model " +
                 std::to_string(g.cfg.vocab_size));
-  out.bos_prompt = tok->adds_bos();  // the tokenizer adds BOS when the file says so
-  out.tokenizer = tok;
+  use_vocab(out, g.vocab, tok);
   for (int id : {g.vocab.eos_id, g.vocab.eot_id}) add_stop(out.stop_ids, id);
-  auto text = [&](int id) { return id >= 0 && size_t(id) < g.vocab.tokens.size() ? g.vocab.tokens[size_t(id)] : ""; };
-  out.chat = {g.vocab.chat_template, text(g.vocab.bos_id), text(g.vocab.eos_id), false};
-  for (int id = 0; id < tok->vocab_size(); ++id)
-    if (tok->type(id) == TokenType::Control || tok->type(id) == TokenType::UserDefined) out.special_ids.push_back(id);
   out.model = std::make_shared<const Model>(std::move(g.cfg), std::move(g.w));
   return out;
 }
@@ -98,10 +111,7 @@ LoadedModel finish_hf_folder(FolderModel f, const std::string& dir, const std::s
     if (info.tokenizer->vocab_size() > f.cfg.vocab_size)
       throw Error(tp + ": the tokenizer has " + std::to_string(info.tokenizer->vocab_size()) +
                   " tokens but the model only " + std::to_string(f.cfg.vocab_size));
-    out.tokenizer = info.tokenizer;
-    out.bos_prompt = info.add_bos;
-    out.chat = {info.chat_template, info.bos_token, info.eos_token, true};
-    out.special_ids = info.special_ids;
+    use_hf_tokenizer(out, info);
     add_stop(out.stop_ids, info.eos_id);
     if (const auto* vt = dynamic_cast<const VocabTokenizer*>(info.tokenizer.get())) add_turn_ends(*vt, out.stop_ids);
   }
@@ -193,6 +203,19 @@ std::vector<int> encode_prompt(const LoadedModel& m, std::string_view text) {
   std::vector<int> ids = m.tokenizer->encode(text, m.bos_prompt);
   if (ids.empty() && m.model && m.model->cfg.eos_id >= 0) ids.push_back(m.model->cfg.eos_id);
   return ids;
+}
+
+LoadedModel load_tokenizer(const std::string& path) {
+  LoadedModel m;
+  m.name = path;
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec) && is_gguf_file(path)) {
+    const VocabData v = read_gguf_vocab(path);
+    use_vocab(m, v, std::make_shared<const VocabTokenizer>(v));
+  } else {
+    use_hf_tokenizer(m, load_hf_tokenizer(path));
+  }
+  return m;
 }
 
 std::string render_chat(const LoadedModel::Chat& chat, const nlohmann::ordered_json& messages,

@@ -65,6 +65,10 @@ std::string resolve_builtin(const std::string& name);
 // model has no tokenizer.
 std::vector<int> encode_prompt(const LoadedModel& m, std::string_view text);
 
+// A tokenizer alone (no model): a GGUF file's (a vocabulary-only file too) or a Hugging
+// Face tokenizer.json folder's, with its chat template and special tokens. Throws ds::Error.
+LoadedModel load_tokenizer(const std::string& path);
+
 // The prompt a chat template makes of messages ([{"role", "content"}, ...]) with the
 // generation prompt added, as the transformers library's apply_chat_template(...,
 // add_generation_prompt=True, tokenize=False) renders it (text/chat_template.h). Throws

@@ -1359,7 +1359,7 @@ class Renderer {
 
   Value call(const Expr& e) {
     const Expr& callee = *e.a[0];
-    if (callee.k == Expr::K::Attr) return method(eval(*callee.a[0]), callee.name, args_of(e, 1), e);
+    if (callee.k == Expr::K::Attr) return method(eval(*callee.a[0]), callee.name, args_of(e, 1));
     if (callee.k != Expr::K::Name) fail("only functions and methods can be called");
     const std::vector<Value> args = args_of(e, 1);
     if (callee.name == "namespace") {
@@ -1473,7 +1473,7 @@ class Renderer {
     return args[k].s;
   }
 
-  Value method(const Value& v, const std::string& m, const std::vector<Value>& args, const Expr& e) {
+  Value method(const Value& v, const std::string& m, const std::vector<Value>& args) {
     if (v.k == Value::K::Str) return string_method(v.s, m, args);
     if (v.k == Value::K::Dict) {
       if (m == "items") {
@@ -1491,7 +1491,6 @@ class Renderer {
         return x ? *x : (args.size() > 1 ? args[1] : Value::none());
       }
     }
-    (void)e;
     fail("the method " + excerpt(m) + " of a " + type_name(v) + " is not supported");
   }
 
@@ -1588,7 +1587,7 @@ class Renderer {
       std::reverse(items.begin(), items.end());
       return Value::of_list(std::move(items));
     }
-    if (f == "items") return method(v, "items", {}, e);
+    if (f == "items") return method(v, "items", {});
     if (f == "int") {
       if (v.k == Value::K::Float) return Value::integer(int64_t(v.f));
       if (v.k == Value::K::Str) return Value::integer(std::strtoll(v.s.c_str(), nullptr, 10));

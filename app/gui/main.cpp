@@ -88,6 +88,16 @@ void sync_full_screen(GLFWwindow* win, const App& app, FullScreen& fs) {
   fs.on = app.look.presenter;
 }
 
+// Keys pressed since the last frame. Dear ImGui 1.86 reads each key as up or down once
+// a frame, so a press and its release that both arrive between two frames (a quick tap
+// while the engine works, a presentation clicker) would be lost; App::key_pressed also
+// looks here. Every key still goes to Dear ImGui's own callback.
+App* g_key_app = nullptr;
+void key_callback(GLFWwindow* w, int key, int scancode, int action, int mods) {
+  ImGui_ImplGlfw_KeyCallback(w, key, scancode, action, mods);
+  if (action == GLFW_PRESS && g_key_app) g_key_app->key_taps.push_back(key);
+}
+
 // The window with an OpenGL 3.3 core context and Dear ImGui on it, or null (the
 // reason is on stderr).
 GLFWwindow* open_window(const Options& o, bool scripted) {
@@ -121,6 +131,7 @@ GLFWwindow* open_window(const Options& o, bool scripted) {
   io.IniFilename = nullptr;
   if (scripted) io.ConfigFlags |= ImGuiConfigFlags_NoMouse;
   ImGui_ImplGlfw_InitForOpenGL(win, true);
+  glfwSetKeyCallback(win, key_callback);  // after the backend's: ours passes every key on to it
   ImGui_ImplOpenGL3_Init("#version 330 core");
   return win;
 }
@@ -308,7 +319,9 @@ int run_loop(GLFWwindow* win, App& app, const Options& o, bool scripted) {
     set_title(win, app, title);
     sync_full_screen(win, app, full_screen);
     draw_frame(win, app, bench, fw, fh, gl_errors);
+    const std::string shot = app.requests.screenshot;
     serve_save_requests(app, fw, fh);
+    if (o.sidecar && !shot.empty()) write_sidecar(shot + ".json", app, o, fw, fh, gl_errors);
     if (scripted && !soak && script.shooting()) {
       const int rc = script.shoot(fw, fh, gl_errors);
       glfwSwapBuffers(win);
@@ -350,9 +363,11 @@ int main(int argc, char** argv) {
   int rc = 1;
   {
     App app;
+    g_key_app = &app;
     app.msgs.alert = problem;  // already on stderr
     if (configure(app, o, scripted)) rc = run_loop(win, app, o, scripted);
     app.engine.worker.cancel();
+    g_key_app = nullptr;
   }
   close_window(win);
   return rc;

@@ -13,7 +13,7 @@
 # both runs in one group. Without GROUP every group runs in turn, in OUT_DIR.
 # A failed check is counted, not fatal: the script goes on to the next one.
 set -euo pipefail
-ALL_GROUPS=(views encdec replay models block gguf tracebin_dec tracebin_enc maps soak)
+ALL_GROUPS=(views encdec replay models block gguf tracebin_dec tracebin_enc maps soak keys)
 if [ "${1:-}" = --list ]; then
   printf '%s\n' "${ALL_GROUPS[@]}"
   exit 0
@@ -584,6 +584,25 @@ group_maps() {
     check heatmap "$OUT/maps_small_presenter.png" attention causal
     check cover "$OUT/maps_small_presenter.png" attention 0.5
   fi
+  # Long runs: 267 tokens take the map's whole height in fractional cells (whole pixels
+  # gave 2 px cells, 534 of 600 px); 727 tokens at 1 px show the newest 600 or so down
+  # and across; both inside the view (not under the status bar), at both sizes (at
+  # 1024x768 the three-line token strip and the controls leave the map a third).
+  local n size cover
+  for n in 267 727; do
+    for size in 1920x1080 1024x768; do
+      cover=0.5
+      [ "$size" = 1024x768 ] && cover=0.33
+      if xrun "${size}x24" "$OUT/maps_long_${n}_$size.log" --size "$size" --screenshot "$OUT/maps_long_${n}_$size.png" \
+        --model random:long --prompt "a" --steps "$n" --view attention; then
+        check whole "$OUT/maps_long_${n}_$size.png" attention
+        check cover "$OUT/maps_long_${n}_$size.png" attention "$cover"
+      else
+        echo "FAIL maps_long_${n}_$size: the window exited with an error"
+        failed=$((failed + 1))
+      fi
+    done
+  done
 }
 
 # ---- soak
@@ -599,6 +618,72 @@ group_soak() {
   else
     echo "FAIL soak: --soak $SOAK_N --seed 1 exited with $?"
     sed 's/^/    /' "$OUT/soak.log" | tail -20
+    failed=$((failed + 1))
+  fi
+}
+
+# ---- keys
+group_keys() {
+  # The window driven with keys (xdotool, quick taps as a clicker sends them), pictures by
+  # F12 with their sidecars (--sidecar): End runs to the end and the button turns into
+  # Stop; ONE press of Space stops it (no more steps a second and a half later, before the
+  # context is full); F12 numbers its pictures and never overwrites one.
+  if ! command -v xdotool >/dev/null 2>&1; then
+    echo "SKIP keys: xdotool is not installed (Debian: apt-get install xdotool)"
+    return
+  fi
+  local dir="$OUT/keys" cli
+  cli="$(dirname "$APP")/decoderscope-cli"
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  # A GPT-2-shaped model small enough to load at once and slow enough (30M parameters,
+  # 1,024 positions) that running to the end takes seconds.
+  if ! "$cli" random --arch gpt2 --out "$dir/model" --dim 384 --hidden 1536 --layers 6 --heads 6 --seq-len 1024 \
+    --seed 2 >"$dir/random.log" 2>&1; then
+    echo "FAIL keys: decoderscope-cli random did not write the model"
+    sed 's/^/    /' "$dir/random.log"
+    failed=$((failed + 1))
+    return
+  fi
+  local rc=0
+  xvfb-run ${XNUM:+-n "$XNUM"} -a -s "-screen 0 1280x800x24" bash "$(dirname "$0")/keys_driver.sh" "$APP" \
+    "$dir/model" "$dir" >"$dir/driver.log" 2>&1 || rc=$?
+  sed 's/^/    /' "$dir/driver.log"
+  if [ $rc -ne 0 ]; then
+    echo "FAIL keys: the driver exited with $rc"
+    sed 's/^/    /' "$dir/app.log"
+    failed=$((failed + 1))
+    return
+  fi
+  # The shots: "shot FILE steps playing running_to_end done".
+  local running after_space later shots pngs
+  running=$(grep -c '^shot .* true false$' "$dir/driver.log" || true)
+  after_space=$(grep '^shot ' "$dir/driver.log" | tail -2 | head -1)
+  later=$(grep '^shot ' "$dir/driver.log" | tail -1)
+  if [ "$running" -lt 1 ]; then
+    echo "FAIL keys: no picture shows Run to end running (Stop) after End"
+    failed=$((failed + 1))
+  else
+    passed=$((passed + 1))
+  fi
+  read -r _ _ s1 _ r1 d1 <<<"$after_space"
+  read -r _ _ s2 _ r2 _ <<<"$later"
+  if [ "$r1" = false ] && [ "$r2" = false ] && [ "$d1" = false ] && [ "$s1" = "$s2" ] && [ "$s1" -gt 0 ] &&
+    [ "$s1" -lt 1023 ]; then
+    passed=$((passed + 1))
+    echo "ok keys: one Space stopped Run to end at step $s1, still $s2 1.5 s later"
+  else
+    echo "FAIL keys: after one Space: '$after_space', then '$later' (wanted stopped, the same step, before the end)"
+    failed=$((failed + 1))
+  fi
+  shots=$(grep -c '^shot ' "$dir/driver.log")
+  pngs=$(find "$dir" -maxdepth 1 -name 'decoderscope-[0-9][0-9][0-9].png' | wc -l)
+  if [ "$shots" -eq "$pngs" ] && [ -f "$dir/decoderscope-001.png" ] &&
+    [ -f "$dir/$(printf 'decoderscope-%03d.png' "$shots")" ]; then
+    passed=$((passed + 1))
+    echo "ok keys: F12 saved $shots pictures, decoderscope-001.png to $(printf 'decoderscope-%03d.png' "$shots")"
+  else
+    echo "FAIL keys: $shots pictures taken, $pngs numbered files"
     failed=$((failed + 1))
   fi
 }

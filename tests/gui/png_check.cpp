@@ -6,6 +6,9 @@
 //   ds_png_check heatmap SHOT.png NAME nomask     no cell has the mask colour
 //   ds_png_check cover   SHOT.png NAME FRACTION   the heatmap is inside the window and spans FRACTION of its
 //                                                 width or of its height
+//   ds_png_check whole   SHOT.png NAME            the heatmap is inside the view's area and shows every
+//                                                 cell (or, cells under a pixel, a square window on
+//                                                 the newest tokens)
 //   ds_png_check same    A.png B.png              the two files are byte-for-byte equal
 // The window writes SHOT.png.json beside each screenshot with where each heatmap's cells
 // are (pixels from the top-left) and the two mask hatch colours; the expected mask is
@@ -223,6 +226,42 @@ int check_cover(const std::string& path, const std::string& name, const std::str
   return 1;
 }
 
+// The heatmap NAME lies inside the view's area (view_rect: not under the status bar or
+// past the window's edge), and shows the whole matrix, or, when the cells would be
+// under a pixel, a window as many tokens down as across that ends at the newest token.
+int check_whole(const std::string& path, const std::string& name) {
+  nlohmann::json j;
+  if (!sidecar(path, j)) return 1;
+  const auto vr = j.at("view_rect").get<std::vector<double>>();
+  for (auto& h : j.at("heatmaps")) {
+    if (h.at("name") != name) continue;
+    const double x = h.at("x"), y = h.at("y"), cw = h.at("cell_w"), ch = h.at("cell_h");
+    const int rows = h.at("rows"), cols = h.at("cols"), row0 = h.at("row0"), col0 = h.at("col0");
+    const int mr = h.at("matrix_rows"), mc = h.at("matrix_cols");
+    const double w = cw * cols, hh = ch * rows;
+    if (vr.size() != 4 || x < vr[0] - 0.5 || y < vr[1] - 0.5 || x + w > vr[0] + vr[2] + 0.5 ||
+        y + hh > vr[1] + vr[3] + 0.5) {
+      std::fprintf(stderr, "FAIL %s: heatmap %s (%.0fx%.0f at %.0f,%.0f) is not inside the view's area\n", path.c_str(),
+                   name.c_str(), w, hh, x, y);
+      return 1;
+    }
+    const bool all = rows == mr && cols == mc && row0 == 0 && col0 == 0;
+    const bool window = cw <= 1.0 && rows == cols && row0 == col0 && row0 + rows == mr && col0 + cols == mc;
+    if (!all && !window) {
+      std::fprintf(stderr,
+                   "FAIL %s: heatmap %s shows rows %d-%d and columns %d-%d of %dx%d in cells of %.3f px: neither the "
+                   "whole matrix nor a square window on its newest tokens\n",
+                   path.c_str(), name.c_str(), row0, row0 + rows - 1, col0, col0 + cols - 1, mr, mc, cw);
+      return 1;
+    }
+    std::printf("ok %s: heatmap %s shows %s (%dx%d of %dx%d) in cells of %.3f px, inside the view\n", path.c_str(),
+                name.c_str(), all ? "the whole matrix" : "the newest tokens", rows, cols, mr, mc, cw);
+    return 0;
+  }
+  std::fprintf(stderr, "FAIL %s: no heatmap named %s on screen\n", path.c_str(), name.c_str());
+  return 1;
+}
+
 int check_same(const std::string& a, const std::string& b) {
   std::ifstream fa(a, std::ios::binary), fb(b, std::ios::binary);
   std::string da((std::istreambuf_iterator<char>(fa)), {}), db((std::istreambuf_iterator<char>(fb)), {});
@@ -277,8 +316,9 @@ int main(int argc, char** argv) {
   if (a.size() == 3 && a[0] == "same") return check_same(a[1], a[2]);
   if (a.size() == 3 && a[0] == "same-view") return check_same_view(a[1], a[2]);
   if (a.size() == 4 && a[0] == "cover") return check_cover(a[1], a[2], a[3]);
+  if (a.size() == 3 && a[0] == "whole") return check_whole(a[1], a[2]);
   std::fprintf(stderr,
                "usage: ds_png_check blank SHOT.png | heatmap SHOT.png NAME causal|window:N|nomask | same A.png B.png | "
-               "same-view A.png B.png | cover SHOT.png NAME FRACTION\n");
+               "same-view A.png B.png | cover SHOT.png NAME FRACTION | whole SHOT.png NAME\n");
   return 2;
 }

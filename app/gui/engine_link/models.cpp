@@ -109,6 +109,8 @@ std::vector<ModelChoice> model_choices() {
   add_gguf_choices(out);
   out.push_back({"random decoder (tiny, characters)", "random:decoder",
                  "An untrained decoder-only model with random weights: it writes nonsense, but every view works."});
+  out.push_back({"random decoder, 1,024 tokens of context", "random:long",
+                 "The tiny random decoder with room for 1,024 tokens: long runs, fast."});
   out.push_back({"random encoder-decoder (characters)", "random:encdec",
                  "An untrained encoder-decoder model: the decoder reads a source text through cross-attention."});
   out.push_back({"random GPT-2-small size (slow)", "random:gpt2-small",
@@ -169,7 +171,7 @@ bool parse_precision(const std::string& name, ds::Precision& out) {
 }
 
 ds::LoadedModel open_model(const std::string& spec, const std::string& tokenizer, ds::Precision precision) {
-  if (spec == "random:decoder") {
+  if (spec == "random:decoder" || spec == "random:long") {
     ds::Config c;
     c.d_model = 64;
     c.n_layers = 4;
@@ -178,10 +180,10 @@ ds::LoadedModel open_model(const std::string& spec, const std::string& tokenizer
     c.d_head = 16;
     c.d_ff = 256;
     c.vocab_size = 128;
-    c.max_seq = 96;
+    c.max_seq = spec == "random:long" ? 1024 : 96;
     c.bos_id = kDemoBos;
     c.eos_id = -1;
-    return random_model(c, "random decoder", 7, 0.4f, precision);
+    return random_model(c, spec == "random:long" ? "random long decoder" : "random decoder", 7, 0.4f, precision);
   }
   if (spec == "random:encdec") {
     ds::Config c;

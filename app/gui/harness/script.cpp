@@ -182,6 +182,9 @@ void write_sidecar(const std::string& path, const App& app, const Options& o, in
   for (const auto& p : app.maps.placements)
     if (p.name.rfind("heads", 0) == 0) f << (ng++ ? ", " : "") << "\"" << p.name << "\"";
   f << "],\n";
+  f << "  \"playing\": " << (app.play.playing ? "true" : "false")
+    << ", \"running_to_end\": " << (app.running_to_end() ? "true" : "false")
+    << ", \"done\": " << (app.engine.done ? "true" : "false") << ",\n";
   f << "  \"block_ok\": " << (block_ok(const_cast<App&>(app)) ? "true" : "false") << ",\n";
   f << "  \"precision\": \"" << (app.engine.model ? ds::precision_name(app.engine.model->precision) : "") << "\",\n";
   f << "  \"storage\": \"" << (app.engine.model ? app.engine.model->storage_name() : "") << "\",\n";
@@ -205,6 +208,7 @@ void write_sidecar(const std::string& path, const App& app, const Options& o, in
     f << (i ? ",\n" : "\n") << "    {\"name\": \"" << p.name << "\", \"x\": " << p.x << ", \"y\": " << p.y
       << ", \"cell_w\": " << p.cell_w << ", \"cell_h\": " << p.cell_h << ", \"rows\": " << p.rows
       << ", \"cols\": " << p.cols << ", \"row0\": " << p.row0 << ", \"col0\": " << p.col0
+      << ", \"matrix_rows\": " << p.matrix_rows << ", \"matrix_cols\": " << p.matrix_cols
       << ", \"causal\": " << (p.causal ? "true" : "false") << ", \"window\": " << p.window << ", \"mask\": [";
     for (size_t j = 0; j < p.mask.size(); ++j) f << (j ? "," : "") << int(p.mask[j]);
     f << "]}";

@@ -455,7 +455,7 @@ void SoakRun::act_save_open() {
   }
   if (r == 1 && pick(3) == 0) {  // File > Save a picture > The whole window (saved next frame), after browsing
     std::string why;
-    list_folder(std::filesystem::temp_directory_path().string(), BrowseFor(pick(3)), why);
+    list_folder(std::filesystem::temp_directory_path().string(), BrowseFor(pick(4)), why);
     list_folder(bad_file_ + ".missing", BrowseFor::Trace, why);  // an error in words, no throw
     app_.requests.window_shot = png_file_;
     may_refuse_ = false;

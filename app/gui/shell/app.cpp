@@ -7,6 +7,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <utility>
 
 #include "engine_link/models.h"
@@ -261,7 +262,20 @@ void App::reset() {
   rewind_engine(0);
 }
 
+bool App::running_to_end() const { return engine.steps_wanted < 0 && engine.worker.busy(); }
+
+void App::stop_run() {
+  engine.worker.cancel();
+  engine.steps_wanted = 0;
+  say("stopped: the tokens written so far stay");
+}
+
 void App::toggle_play() {
+  if (running_to_end()) {  // Space stops "Run to end" at once, as Stop does
+    play.playing = false;
+    stop_run();
+    return;
+  }
   if (!play.playing && !engine.model && (!history.replay || history.trace.steps.empty())) {
     fail(engine.loading ? "the model is still loading: Play works once it is in"
                         : "there is no model to play: pick one in the Model box");
@@ -645,31 +659,40 @@ void App::tick(double now) {
   play.next = now + 1.0 / std::max(0.1f, play.speed);
 }
 
+bool App::key_pressed(int key, bool repeat) const {
+  return ImGui::IsKeyPressed(key, repeat) || std::find(frame_taps.begin(), frame_taps.end(), key) != frame_taps.end();
+}
+
 void App::shortcuts() {
+  frame_taps = std::exchange(key_taps, {});
   ImGuiIO& io = ImGui::GetIO();
   if (io.KeyCtrl) {
-    bool plus = ImGui::IsKeyPressed(GLFW_KEY_EQUAL) || ImGui::IsKeyPressed(GLFW_KEY_KP_ADD);
-    bool minus = ImGui::IsKeyPressed(GLFW_KEY_MINUS) || ImGui::IsKeyPressed(GLFW_KEY_KP_SUBTRACT);
+    bool plus = key_pressed(GLFW_KEY_EQUAL) || key_pressed(GLFW_KEY_KP_ADD);
+    bool minus = key_pressed(GLFW_KEY_MINUS) || key_pressed(GLFW_KEY_KP_SUBTRACT);
     if (plus) scale_text(+1);
     if (minus) scale_text(-1);
-    if (ImGui::IsKeyPressed(GLFW_KEY_0)) scale_text(0);
-    if (ImGui::IsKeyPressed(GLFW_KEY_Q)) requests.quit = true;
-    if (ImGui::IsKeyPressed(GLFW_KEY_Z, false) && !io.WantTextInput) undo();
+    if (key_pressed(GLFW_KEY_0)) scale_text(0);
+    if (key_pressed(GLFW_KEY_Q)) requests.quit = true;
+    if (key_pressed(GLFW_KEY_Z, false) && !io.WantTextInput) undo();
     return;
   }
-  if (ImGui::IsKeyPressed(GLFW_KEY_F12, false)) requests.screenshot = inputs.png_path;
-  if (ImGui::IsKeyPressed(GLFW_KEY_F11, false)) toggle_presenter(*this);
+  if (key_pressed(GLFW_KEY_F12, false)) {  // never over an earlier picture: the next number
+    std::error_code ec;
+    const std::string dir = std::filesystem::path(inputs.png_path).parent_path().string();
+    requests.screenshot =
+        std::filesystem::absolute(next_numbered_png(dir, "decoderscope"), ec).lexically_normal().string();
+  }
+  if (key_pressed(GLFW_KEY_F11, false)) toggle_presenter(*this);
   if (io.WantTextInput) return;
-  if (ImGui::IsKeyPressed(GLFW_KEY_F, false)) ++look.fit_serial;  // every heatmap fits its area again
-  if (look.presenter && ImGui::IsKeyPressed(GLFW_KEY_PAGE_DOWN, false))
-    show_view((sel.view + 1) % int(all_views().size()));
-  if (look.presenter && ImGui::IsKeyPressed(GLFW_KEY_PAGE_UP, false))
+  if (key_pressed(GLFW_KEY_F, false)) ++look.fit_serial;  // every heatmap fits its area again
+  if (look.presenter && key_pressed(GLFW_KEY_PAGE_DOWN, false)) show_view((sel.view + 1) % int(all_views().size()));
+  if (look.presenter && key_pressed(GLFW_KEY_PAGE_UP, false))
     show_view((sel.view + int(all_views().size()) - 1) % int(all_views().size()));
-  if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_RightArrow))) step_forward();
-  if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_LeftArrow))) step_back();
-  if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Space), false)) toggle_play();
-  if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Home), false)) scrub_to(0);
-  if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_End), false)) run_to_end();
+  if (key_pressed(ImGui::GetKeyIndex(ImGuiKey_RightArrow))) step_forward();
+  if (key_pressed(ImGui::GetKeyIndex(ImGuiKey_LeftArrow))) step_back();
+  if (key_pressed(ImGui::GetKeyIndex(ImGuiKey_Space), false)) toggle_play();
+  if (key_pressed(ImGui::GetKeyIndex(ImGuiKey_Home), false)) scrub_to(0);
+  if (key_pressed(ImGui::GetKeyIndex(ImGuiKey_End), false)) run_to_end();
 }
 
 // ---- the window
@@ -738,7 +761,7 @@ void App::menu_bar() {
   }
   if (ImGui::BeginPopupModal("Save trace", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
     ImGui::TextUnformatted("NAME.dstrace: the compact binary format; NAME.json: JSON, for small runs.");
-    file_browser(state<FileBrowser>(), BrowseFor::Save, inputs.trace_path, list_h);
+    file_browser(state<FileBrowser>(), BrowseFor::SaveTrace, inputs.trace_path, list_h);
     ImGui::SetNextItemWidth(w);
     ImGui::InputText("file", &inputs.trace_path);
     if (ImGui::Button("Save")) {
@@ -749,7 +772,7 @@ void App::menu_bar() {
     ImGui::EndPopup();
   }
   if (ImGui::BeginPopupModal("Save PNG", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
-    file_browser(state<FileBrowser>(), BrowseFor::Save, inputs.png_path, list_h);
+    file_browser(state<FileBrowser>(), BrowseFor::SavePng, inputs.png_path, list_h);
     ImGui::SetNextItemWidth(w);
     ImGui::InputText("file", &inputs.png_path);
     if (ImGui::Button("The whole window")) {
@@ -925,8 +948,9 @@ void App::stepping_row() {
   ImGui::EndDisabled();
   tooltip(*this, "Write one more token (Right arrow).");
   ImGui::SameLine();
+  const bool to_end = running_to_end();
   ImGui::BeginDisabled(!play.playing && !engine.model && (!history.replay || n == 0));
-  if (ImGui::Button(play.playing ? "Pause" : "Play", ImVec2(font * 4, 0))) toggle_play();
+  if (ImGui::Button(play.playing || to_end ? "Pause" : "Play", ImVec2(font * 4, 0))) toggle_play();
   ImGui::EndDisabled();
   tooltip(*this, "Step again and again at the chosen speed (Space).");
   flow(font * 7);
@@ -934,17 +958,45 @@ void App::stepping_row() {
   ImGui::SliderFloat("##speed", &play.speed, 0.25f, 20.0f, "%.2g steps/s", ImGuiSliderFlags_Logarithmic);
   tooltip(*this, "How fast Play goes.");
   flow(font * 6);
-  ImGui::BeginDisabled(engine.done || history.replay || !engine.model);
-  if (ImGui::Button("Run to end")) run_to_end();
-  ImGui::EndDisabled();
-  tooltip(*this, "Keep writing until the model stops or its context is full.");
+  // "Run to end" turns into Stop while it runs (Space stops it too).
+  const float run_w = std::max(ImGui::CalcTextSize("Run to end").x, ImGui::CalcTextSize("Stop").x) +
+                      ImGui::GetStyle().FramePadding.x * 2;
+  if (to_end) {
+    ImGui::PushStyleColor(ImGuiCol_Button, ImVec4(0.75f, 0.3f, 0.2f, 1));
+    if (ImGui::Button("Stop", ImVec2(run_w, 0))) stop_run();
+    ImGui::PopStyleColor();
+    tooltip(*this, "Stop writing here (Space); the tokens written so far stay.");
+  } else {
+    ImGui::BeginDisabled(engine.done || history.replay || !engine.model);
+    if (ImGui::Button("Run to end", ImVec2(run_w, 0))) run_to_end();
+    ImGui::EndDisabled();
+    tooltip(*this, "Keep writing until the model stops or its context is full (End). Stop or Space stops it.");
+  }
   flow(font * 14);
+  timeline(n);
+}
+
+// The timeline: a slider over the steps taken, or before the first step an empty frame
+// saying so (a slider over nothing would draw its grab half full).
+void App::timeline(int n) {
+  const float font = ImGui::GetFontSize();
+  const float w = std::max(font * 8, ImGui::GetContentRegionAvail().x - font * 10);
+  if (n == 0) {
+    const ImVec2 p = ImGui::GetCursorScreenPos(), sz(w, ImGui::GetFrameHeight());
+    ImDrawList* dl = ImGui::GetWindowDrawList();
+    dl->AddRectFilled(p, ImVec2(p.x + sz.x, p.y + sz.y), ImGui::GetColorU32(ImGuiCol_FrameBg),
+                      ImGui::GetStyle().FrameRounding);
+    const char* t = "no steps yet";
+    const ImVec2 ts = ImGui::CalcTextSize(t);
+    dl->AddText(ImVec2(p.x + (sz.x - ts.x) * 0.5f, p.y + (sz.y - ts.y) * 0.5f),
+                ImGui::GetColorU32(ImGuiCol_TextDisabled), t);
+    ImGui::Dummy(sz);
+    tooltip(*this, "The timeline: once tokens are written, drag it to look at any step taken so far.");
+    return;
+  }
   int shown = sel.cursor + 1;
-  ImGui::SetNextItemWidth(std::max(font * 8, ImGui::GetContentRegionAvail().x - font * 10));
-  ImGui::BeginDisabled(n == 0);
-  if (ImGui::SliderInt("##timeline", &shown, n > 0 ? 1 : 0, std::max(n, 1), n ? "step %d" : "no steps yet"))
-    scrub_to(shown - 1);
-  ImGui::EndDisabled();
+  ImGui::SetNextItemWidth(w);
+  if (ImGui::SliderInt("##timeline", &shown, 1, std::max(n, 1), "step %d")) scrub_to(shown - 1);
   tooltip(*this, "The timeline: drag to look at any step taken so far.");
   ImGui::SameLine();
   ImGui::Text("of %d%s", n, engine.done ? " (end)" : "");
@@ -1162,30 +1214,89 @@ void App::status_bar() {
 }
 
 // One tab per view of the table (views.h); the open one draws below its tab.
+namespace {
+
+// The tab row's hover: a tab's explanation shows after the mouse rests on it for a
+// moment, above the row (never over the view's controls below), and not again for the
+// tab just clicked until the mouse leaves it.
+struct TabHover {
+  int tab = -1;        // the tab under the mouse, -1 none
+  double since = 0;    // when the mouse came onto it
+  bool quiet = false;  // clicked: no explanation until the mouse leaves
+};
+
+constexpr double kTabTipDelay = 0.6;
+
+void tab_tip(App& app, TabHover& th, int v, const char* help, ImVec2 row_top) {
+  const bool hov = ImGui::IsItemHovered();
+  if (!hov) {
+    if (th.tab == v) th = TabHover{};
+    return;
+  }
+  if (th.tab != v) th = TabHover{v, ImGui::GetTime(), false};
+  if (ImGui::IsItemClicked()) th.quiet = true;
+  if (th.quiet || !app.look.tooltips || ImGui::GetTime() - th.since < kTabTipDelay) return;
+  ImGui::SetNextWindowPos(ImVec2(ImGui::GetItemRectMin().x, row_top.y - 2), ImGuiCond_Always, ImVec2(0, 1));
+  ImGui::BeginTooltip();
+  ImGui::PushTextWrapPos(ImGui::GetFontSize() * 30.0f);
+  ImGui::TextUnformatted(help);
+  ImGui::PopTextWrapPos();
+  ImGui::EndTooltip();
+}
+
+}  // namespace
+
+// The views' tabs: whole titles on as many rows as the window's width needs (a 1024-pixel
+// projector or big text wraps them; nothing is cut). Returns the tab clicked, or -1.
+int App::tab_row(int shown) {
+  const auto views = all_views();
+  const ImGuiStyle& st = ImGui::GetStyle();
+  TabHover& th = state<TabHover>();
+  const ImVec2 top = ImGui::GetCursorScreenPos();
+  const float right = ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x;
+  int clicked = -1;
+  ImGui::PushStyleVar(ImGuiStyleVar_ItemSpacing, ImVec2(st.ItemInnerSpacing.x * 0.5f, st.ItemInnerSpacing.y * 0.5f));
+  for (int v = 0; v < int(views.size()); ++v) {
+    const float w = ImGui::CalcTextSize(views[v].title).x + st.FramePadding.x * 2;
+    if (v > 0) {
+      ImGui::SameLine();
+      if (ImGui::GetCursorScreenPos().x + w > right) ImGui::NewLine();
+    }
+    const bool on = v == shown;
+    ImGui::PushStyleColor(ImGuiCol_Button, ImGui::GetStyleColorVec4(on ? ImGuiCol_TabActive : ImGuiCol_Tab));
+    ImGui::PushStyleColor(ImGuiCol_ButtonHovered, ImGui::GetStyleColorVec4(ImGuiCol_TabHovered));
+    ImGui::PushStyleColor(ImGuiCol_ButtonActive, ImGui::GetStyleColorVec4(ImGuiCol_TabActive));
+    if (ImGui::Button(views[v].title)) clicked = v;
+    ImGui::PopStyleColor(3);
+    tab_tip(*this, th, v, views[v].help, top);
+  }
+  ImGui::PopStyleVar();
+  // The line under the tabs, in the open tab's colour.
+  const ImVec2 p = ImGui::GetCursorScreenPos();
+  ImGui::GetWindowDrawList()->AddLine(ImVec2(ImGui::GetWindowPos().x, p.y - 1), ImVec2(right, p.y - 1),
+                                      ImGui::GetColorU32(ImGuiCol_TabActive), 2.0f);
+  ImGui::Dummy(ImVec2(0, st.ItemSpacing.y * 0.5f));
+  return clicked;
+}
+
 void App::view_tabs() {
   const float status_h = ImGui::GetFrameHeightWithSpacing() + ImGui::GetStyle().ItemSpacing.y;
   // A view asked for (by a view last frame, the menu or a script) is selected now; a
   // view may ask again during this frame, for the next.
   const bool req = sel.view_request;
   sel.view_request = false;
-  if (!ImGui::BeginTabBar("views")) return;
   const auto views = all_views();
-  for (int v = 0; v < int(views.size()); ++v) {
-    ImGuiTabItemFlags f = (req && sel.view == v) ? ImGuiTabItemFlags_SetSelected : 0;
-    const bool open = ImGui::BeginTabItem(views[v].title, nullptr, f);
-    tooltip(*this, views[v].help);
-    if (!open) continue;
-    if (!req && !sel.view_request) sel.view = v;
-    // Over a heatmap (last frame) the wheel zooms it and does not scroll the view.
-    const int no_wheel = std::exchange(look.wheel_zooms, false) ? ImGuiWindowFlags_NoScrollWithMouse : 0;
-    ImGui::BeginChild("view", ImVec2(0, -status_h), false, ImGuiWindowFlags_HorizontalScrollbar | no_wheel);
-    maps.view_rect =
-        ImVec4(ImGui::GetWindowPos().x, ImGui::GetWindowPos().y, ImGui::GetWindowSize().x, ImGui::GetWindowSize().y);
-    views[v].draw(*this);
-    ImGui::EndChild();
-    ImGui::EndTabItem();
-  }
-  ImGui::EndTabBar();
+  sel.view = std::clamp(sel.view, 0, int(views.size()) - 1);
+  const int clicked = tab_row(sel.view);
+  if (clicked >= 0 && !req) sel.view = clicked;
+  const int v = sel.view;
+  // Over a heatmap (last frame) the wheel zooms it and does not scroll the view.
+  const int no_wheel = std::exchange(look.wheel_zooms, false) ? ImGuiWindowFlags_NoScrollWithMouse : 0;
+  ImGui::BeginChild("view", ImVec2(0, -status_h), false, ImGuiWindowFlags_HorizontalScrollbar | no_wheel);
+  maps.view_rect =
+      ImVec4(ImGui::GetWindowPos().x, ImGui::GetWindowPos().y, ImGui::GetWindowSize().x, ImGui::GetWindowSize().y);
+  views[size_t(v)].draw(*this);
+  ImGui::EndChild();
 }
 
 void App::frame() {

@@ -202,6 +202,11 @@ class App {
 
   // ---- set up by main
   bool scripted = false;        // a scripted run: no mouse, no ini file
+  std::vector<int> key_taps;    // GLFW keys pressed since the last frame (main.cpp's key callback)
+  std::vector<int> frame_taps;  // those the shortcuts of this frame read (key_pressed)
+  // Whether the GLFW key was pressed this frame (held down: also its repeats when
+  // repeat): Dear ImGui's reading, or a press and release both between two frames.
+  bool key_pressed(int key, bool repeat = true) const;
   int fb_w = 1280, fb_h = 800;  // framebuffer size this frame
 
   // ---- the parts
@@ -238,6 +243,9 @@ class App {
   void step_forward();
   void step_back();
   void run_to_end();
+  bool running_to_end() const;  // "Run to end" asked and the worker still writing
+  void stop_run();              // stops "Run to end" (Stop, Space)
+  void timeline(int n);
   void reset();
   void toggle_play();
   void rewind_engine(int keep);  // forget steps >= keep in the engine and here
@@ -296,6 +304,7 @@ class App {
   void token_strip();
   void status_bar();
   void view_tabs();
+  int tab_row(int shown);
   std::map<std::type_index, std::shared_ptr<void>> view_states_;
 };
 

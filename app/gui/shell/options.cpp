@@ -23,7 +23,7 @@ usage: decoderscope [--model M] [--tokenizer F] [--precision f32|bf16|f16] [--th
                     [--step-back K] [--fork-at STEP [--fork-seed S]] [--undo N] [--beam W] [--length-penalty A]
                     [--screenshot out.png] [--save-heatmap cells.png] [--save-trace out.dstrace]
                     [--stage ID] [--no-kv-cache] [--bench] [--size WxH] [--presenter]
-                    [--last-tokens N] [--zoom Z] [--soak N [--seed S]]
+                    [--last-tokens N] [--zoom Z] [--soak N [--seed S]] [--sidecar]
 
 --model: a GGUF file (.gguf: llama, qwen2, qwen3, gemma3), a llama2.c .bin, a Hugging Face
   folder (Llama, Mistral, Qwen2, Qwen3, Gemma 3 with tokenizer.json; or GPT-2),
@@ -73,8 +73,12 @@ Scripted runs: --screenshot sets up, runs --steps steps (default 8), waits for t
 --presenter: starts in presenter mode (F11): the view alone, full screen (a scripted run
   keeps --size). --last-tokens N: heatmaps show only the last N tokens, following generation.
   --zoom Z: heatmaps start zoomed in Z times (1: fit), showing the newest cells.
-Keys: Right step, Left step back, Space play/pause, Ctrl +/- bigger/smaller, F11 presenter
-  mode, F fit the heatmaps; on a heatmap the mouse wheel zooms and a drag pans.
+--sidecar: every picture F12 saves gets a PNG.json beside it, as a scripted run's has (for
+  tests that drive the window with keys).
+Keys: Right step, Left step back, Space play/pause (and stops Run to end), End run to the end,
+  Ctrl +/- bigger/smaller, F11 presenter mode, F12 save the window as decoderscope-NNN.png
+  (the next free number, in the folder of the last picture saved), F fit the heatmaps; on a
+  heatmap the mouse wheel zooms and a drag pans.
 )";
 
 }  // namespace
@@ -251,6 +255,8 @@ Options parse_options(int argc, char** argv) {
       o.log = true;
     else if (a == "--light")
       o.light = true;
+    else if (a == "--sidecar")
+      o.sidecar = true;
     else if (a == "--presenter")
       o.presenter = true;
     else if (a == "--last-tokens" || a == "--zoom")

@@ -34,6 +34,7 @@ struct Options {
   int beam_width = 0;                                // --beam W (the Beam search view's width; 0: its default)
   float length_penalty = 1.0f;
   bool no_kv_cache = false;  // generate without the KV cache (the whole prefix again each step)
+  bool sidecar = false;      // F12's pictures get the scripted run's PNG.json too (tests with keys)
   std::string stage;         // the Block view's stage opened (block_data.h ids: attn.scores, ln1, ...)
   int undo = 0;              // --undo N: Ctrl+Z N times after --head-off, --fork-at or --step-back
   int soak = 0;              // --soak N: N random user actions (soak.h); --seed seeds their choice

@@ -24,18 +24,9 @@ void view_caption(App& app, const char* view_id) {
   const int v = view_index(view_id);
   if (v < 0) return;
   ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
-  const char* help = all_views()[v].help;
-  const float font = ImGui::GetFontSize(), w = ImGui::GetContentRegionAvail().x;
-  if (ImGui::GetContentRegionAvail().y >= font * 28 || ImGui::CalcTextSize(help).x <= w) {
-    ImGui::TextWrapped("%s", help);
-  } else {
-    // A short view (a small window, big text): one line, the rest on hover, so that
-    // the view keeps its room.
-    std::string s = help;
-    while (s.size() > 8 && ImGui::CalcTextSize((s + "...").c_str()).x > w) s.resize(s.size() * 9 / 10);
-    ImGui::TextUnformatted((s + "...").c_str());
-    if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", help);
-  }
+  // Whole, wrapped to the width (a small window or big text takes more lines; the caption
+  // can be switched off in View > Explain each view).
+  ImGui::TextWrapped("%s", all_views()[v].help);
   ImGui::PopStyleColor();
   (void)app;
 }
@@ -201,7 +192,8 @@ void heatmap_mouse(App& app, HeatmapViews& hv, const char* name, MapView& v, con
 // changed) and returns the target.
 RenderTarget& heatmap_cells(App& app, const char* name, const HeatmapArgs& a, const MapLayout& l) {
   const Matrix& m = *a.m;
-  const float W = l.cell_w * l.cols, H = l.cell_h * l.rows;
+  // Whole pixels (cells may be fractional): the picture maps one to one to the screen.
+  const float W = std::round(l.cell_w * float(l.cols)), H = std::round(l.cell_h * float(l.rows));
   RenderTarget& rt = app.maps.target(name);
   HeatStyle st = a.style;
   ImVec4 bg = ImGui::GetStyleColorVec4(ImGuiCol_WindowBg);
@@ -240,6 +232,8 @@ void add_placement(App& app, const char* name, const HeatmapArgs& a, const MapLa
   pl.cols = l.cols;
   pl.row0 = l.row0;
   pl.col0 = l.col0;
+  pl.matrix_rows = m.rows;
+  pl.matrix_cols = m.cols;
   pl.causal = a.causal;
   pl.window = a.window;
   if (m.mask.size() == size_t(m.rows) * size_t(m.cols)) {
@@ -337,7 +331,7 @@ HeatmapHit heatmap_widget(App& app, const char* name, const HeatmapArgs& a) {
     l = layout_map(in, v);
   }
   if (!l.ok()) return hit;
-  const float W = l.cell_w * l.cols, H = l.cell_h * l.rows;
+  const float W = std::round(l.cell_w * float(l.cols)), H = std::round(l.cell_h * float(l.rows));
   const ImVec2 org(std::floor(p0.x + title + lw), std::floor(p0.y + line + title + lh));
 
   RenderTarget& rt = heatmap_cells(app, name, a, l);

@@ -2,6 +2,7 @@
 #include "widgets/file_browser.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <system_error>
 
@@ -24,7 +25,8 @@ std::string lower(std::string s) {
 bool wanted_file(const std::string& name, BrowseFor use) {
   const std::string ext = lower(fs::path(name).extension().string());
   if (use == BrowseFor::Model) return ext == ".bin" || ext == ".safetensors" || ext == ".gguf";
-  if (use == BrowseFor::Trace) return ext == ".dstrace" || ext == ".json";
+  if (use == BrowseFor::Trace || use == BrowseFor::SaveTrace) return ext == ".dstrace" || ext == ".json";
+  if (use == BrowseFor::SavePng) return ext == ".png";
   return false;
 }
 
@@ -136,16 +138,16 @@ bool file_browser(FileBrowser& fb, BrowseFor use, std::string& path, float heigh
     if (ImGui::Selectable(label.c_str(), fb.selected == i, ImGuiSelectableFlags_AllowDoubleClick)) {
       fb.selected = i;
       const std::string full = join(dir, e.name);
-      if (use == BrowseFor::Save) {
-        if (e.folder) path = join(full, fs::path(path).filename().string());
+      if (is_save(use)) {
+        path = e.folder ? join(full, fs::path(path).filename().string()) : full;
       } else {
         path = full;
       }
       if (ImGui::IsMouseDoubleClicked(0)) {
-        if (e.folder && (!e.model_folder || use == BrowseFor::Save))
+        if (e.folder && (!e.model_folder || is_save(use)))
           fb.dir = full;
         else
-          chosen = use != BrowseFor::Save;
+          chosen = !is_save(use);
       }
     }
     ImGui::PopID();
@@ -156,9 +158,29 @@ bool file_browser(FileBrowser& fb, BrowseFor use, std::string& path, float heigh
                                                   : "no folders here");
   ImGui::EndChild();
   ImGui::PopStyleColor();
-  ImGui::TextDisabled(use == BrowseFor::Save ? "Double-click a folder to go in; the name is typed below."
-                                             : "Double-click to open; a folder to go in.");
+  ImGui::TextDisabled(is_save(use) ? "Double-click a folder to go in; click a file to replace it, or type a new name."
+                                   : "Double-click to open; a folder to go in.");
   return chosen;
+}
+
+std::string next_numbered_png(const std::string& dir, const std::string& stem) {
+  const fs::path d = dir.empty() ? fs::path(".") : fs::path(dir);
+  const std::string head = stem + "-";
+  long highest = 0;
+  std::error_code ec;
+  fs::directory_iterator it(d, fs::directory_options::skip_permission_denied, ec);
+  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() <= head.size() + 4 || name.compare(0, head.size(), head) != 0 ||
+        lower(name.substr(name.size() - 4)) != ".png")
+      continue;
+    const std::string digits = name.substr(head.size(), name.size() - head.size() - 4);
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    highest = std::max(highest, std::stol(digits));
+  }
+  char num[24];
+  std::snprintf(num, sizeof num, "%03ld", highest + 1);
+  return (d / (head + num + ".png")).string();
 }
 
 }  // namespace dsgui

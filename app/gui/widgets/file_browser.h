@@ -8,10 +8,12 @@
 namespace dsgui {
 
 enum class BrowseFor {
-  Model,  // llama2.c .bin, .safetensors, .gguf, and folders holding a config.json (a GPT-2 folder)
-  Trace,  // .dstrace and .json
-  Save,   // folders only: the file's name is typed in the box
+  Model,      // llama2.c .bin, .safetensors, .gguf, and folders holding a config.json (a GPT-2 folder)
+  Trace,      // .dstrace and .json
+  SaveTrace,  // saving a trace: folders, and the traces already there (a click takes the name)
+  SavePng,    // saving a picture: folders, and the PNG files already there
 };
+inline bool is_save(BrowseFor u) { return u == BrowseFor::SaveTrace || u == BrowseFor::SavePng; }
 
 struct FileEntry {
   std::string name;
@@ -36,8 +38,14 @@ struct FileBrowser {
 
 // Draws the browser (height: of its list) and keeps path in step with it: a click
 // puts the entry's path in path, a folder's double-click opens the folder, a file's (or
-// a model folder's) double-click returns true: path is the choice. For Save, path's
-// file name is kept and only its folder changes.
+// a model folder's) double-click returns true: path is the choice. For the saves, a
+// folder changes path's folder and keeps its file name; a file already there puts its
+// name in path (saving then replaces it).
 bool file_browser(FileBrowser& fb, BrowseFor use, std::string& path, float height);
+
+// The next free numbered picture in dir: stem-001.png, stem-002.png, ... one more than
+// the highest number there (a gap is not filled: the numbers follow the order taken).
+// dir "" is the current directory. Never throws (an unreadable folder counts as empty).
+std::string next_numbered_png(const std::string& dir, const std::string& stem);
 
 }  // namespace dsgui

@@ -155,8 +155,9 @@ struct HeatmapPlacement {
   float x = 0, y = 0;  // top-left of the cells, window pixels from the top-left
   float cell_w = 0, cell_h = 0;
   int rows = 0, cols = 0;
-  int row0 = 0, col0 = 0;     // the matrix cell shown top-left (zoomed, panned or the last N tokens)
-  bool causal = false;        // self-attention of a decoder: keys after the query are masked
+  int row0 = 0, col0 = 0;                // the matrix cell shown top-left (zoomed, panned or the last N tokens)
+  int matrix_rows = 0, matrix_cols = 0;  // the whole matrix
+  bool causal = false;                   // self-attention of a decoder: keys after the query are masked
   int window = 0;             // causal with a sliding window: keys window or more before the query masked too
   std::vector<uint8_t> mask;  // what the window drew as masked (1 allowed)
 };

@@ -7,12 +7,23 @@ namespace dsgui {
 
 namespace {
 
-// A cell size in whole pixels: at least 1 and min_c, at most max_c (0: no limit).
-float whole(float c, float min_c, float max_c) {
+// A cell size: at least 1 and min_c, at most max_c (0: no limit). Cells of kWholeCell
+// pixels and more are whole pixels (they line up with the screen and lose at most a
+// sixteenth of the area); smaller ones keep their fraction, so that a long run's map
+// fills its area instead of snapping down to the next whole pixel (267 cells in 600 px:
+// 2.247 px, not 2).
+float cell_size(float c, float min_c, float max_c) {
   if (!std::isfinite(c)) c = min_c;
   if (max_c > 0) c = std::min(c, max_c);
-  return std::max({1.0f, std::floor(c), std::ceil(min_c)});
+  // Fractions in 1/1024ths of a pixel: n cells then measure exactly n times the size in
+  // float, never a rounding error past the area.
+  c = c >= kWholeCell ? std::floor(c) : std::floor(c * 1024.0f) / 1024.0f;
+  return std::max({1.0f, c, min_c});
 }
+
+// How many cells of size c fit in `room` pixels (a cell that fits but for rounding
+// counts), between 1 and n.
+int cells_in(float room, float c, int n) { return std::clamp(int(room / c + 1e-3f), 1, n); }
 
 }  // namespace
 
@@ -27,14 +38,19 @@ MapLayout layout_map(const MapLayoutIn& in, MapView& v) {
   l.range_cols = in.cols - l.range_col0;
   float fw = aw / float(l.range_cols), fh = ah / float(l.range_rows);
   if (in.square) fw = fh = std::min(fw, fh);
-  l.fit_w = whole(fw, in.min_cell, in.max_cell);
-  l.fit_h = whole(fh, in.min_cell, in.max_cell);
+  l.fit_w = cell_size(fw, in.min_cell, in.max_cell);
+  l.fit_h = cell_size(fh, in.min_cell, in.max_cell);
   if (!std::isfinite(v.zoom)) v.zoom = 1;
   v.zoom = std::clamp(v.zoom, 1.0f, kMaxZoom);
-  l.cell_w = std::max(l.fit_w, std::floor(l.fit_w * v.zoom));
-  l.cell_h = std::max(l.fit_h, std::floor(l.fit_h * v.zoom));
-  l.rows = std::clamp(int(ah / l.cell_h), 1, l.range_rows);
-  l.cols = std::clamp(int(aw / l.cell_w), 1, l.range_cols);
+  l.cell_w = zoomed_cell(l.fit_w, v.zoom);
+  l.cell_h = zoomed_cell(l.fit_h, v.zoom);
+  l.rows = cells_in(ah, l.cell_h, l.range_rows);
+  l.cols = cells_in(aw, l.cell_w, l.range_cols);
+  if (in.square && in.row_tokens && in.col_tokens && l.range_rows == l.range_cols && v.zoom <= 1.0f) {
+    // At zoom 1, a token-by-token map too long to fit shows the same tokens down and across (the
+    // newest that fit the shorter side): a square window on the square matrix.
+    l.rows = l.cols = std::min(l.rows, l.cols);
+  }
   const float max_r = float(l.range_rows - l.rows), max_c = float(l.range_cols - l.cols);
   if (!std::isfinite(v.row0)) v.row0 = 0;
   if (!std::isfinite(v.col0)) v.col0 = 0;
@@ -67,7 +83,7 @@ void zoom_map(MapView& v, const MapLayout& l, float factor, float fx, float fy) 
   // The cell under the point, in range cells (fractional).
   const float ax = float(l.col0 - l.range_col0) + fx / l.cell_w;
   const float ay = float(l.row0 - l.range_row0) + fy / l.cell_h;
-  const float cw = std::max(l.fit_w, std::floor(l.fit_w * z)), ch = std::max(l.fit_h, std::floor(l.fit_h * z));
+  const float cw = zoomed_cell(l.fit_w, z), ch = zoomed_cell(l.fit_h, z);
   v.zoom = z;
   v.col0 = std::max(0.0f, ax - fx / cw);
   v.row0 = std::max(0.0f, ay - fy / ch);

@@ -4,6 +4,9 @@
 // tokens" window that follows generation. Plain arithmetic (no ImGui, no OpenGL), so
 // that the GUI unit tests check it directly; the widget (widgets.cpp) draws what it
 // says.
+#include <algorithm>
+#include <cmath>
+
 namespace dsgui {
 
 // One heatmap's zoom and pan, kept from frame to frame.
@@ -16,6 +19,15 @@ struct MapView {
 };
 
 inline constexpr float kMaxZoom = 64.0f;
+// Cells at least this wide are whole pixels; smaller ones may be fractional.
+inline constexpr float kWholeCell = 16.0f;
+
+// A fitted cell size (fit) zoomed by zoom: whole pixels from kWholeCell up, never
+// smaller than the fit.
+inline float zoomed_cell(float fit, float zoom) {
+  const float c = fit * zoom;
+  return std::max(fit, c >= kWholeCell ? std::floor(c) : c);
+}
 
 struct MapLayoutIn {
   int rows = 0, cols = 0;            // the whole matrix
@@ -31,7 +43,7 @@ struct MapLayout {
   int range_rows = 0, range_cols = 0;  // the range's size
   int row0 = 0, col0 = 0;              // the first visible cell, in the matrix
   int rows = 0, cols = 0;              // visible cells
-  float cell_w = 0, cell_h = 0;        // whole pixels
+  float cell_w = 0, cell_h = 0;        // pixels (whole from kWholeCell up, else fractional)
   float fit_w = 0, fit_h = 0;          // the cell size at zoom 1
   bool ok() const { return rows > 0 && cols > 0 && cell_w > 0 && cell_h > 0; }
   // Whether part of the range is off the area (zoomed in, or too many cells to fit).

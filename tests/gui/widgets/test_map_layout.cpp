@@ -35,7 +35,13 @@ void expect_inside(const MapLayoutIn& in, const MapLayout& l) {
   EXPECT_GE(l.col0, 0);
   EXPECT_LE(l.row0 + l.rows, in.rows);
   EXPECT_LE(l.col0 + l.cols, in.cols);
-  EXPECT_EQ(l.cell_w, std::floor(l.cell_w));  // whole pixels: cells line up with the screen
+  // Large cells are whole pixels (they line up with the screen); small ones may not be.
+  if (l.cell_w >= dsgui::kWholeCell) {
+    EXPECT_EQ(l.cell_w, std::floor(l.cell_w));
+  }
+  if (l.cell_h >= dsgui::kWholeCell) {
+    EXPECT_EQ(l.cell_h, std::floor(l.cell_h));
+  }
 }
 
 }  // namespace
@@ -81,6 +87,52 @@ TEST(MapLayout, TooManyTokensShowTheNewestThatFit) {
   EXPECT_EQ(l.row0, 200);
   EXPECT_EQ(l.col0, 200);
   EXPECT_TRUE(l.clipped());
+}
+
+TEST(MapLayout, LongRunsFillTheAreaWithFractionalCells) {
+  // 267 tokens in 1300 x 600 px: whole pixels would give 2 px cells (534 px, 89% of the
+  // height); fractional cells take the whole height and show every token.
+  MapView v;
+  const MapLayoutIn in = area(267, 267, 1300, 600);
+  const MapLayout l = layout_map(in, v);
+  expect_inside(in, l);
+  EXPECT_EQ(l.cell_w, l.cell_h);
+  EXPECT_FALSE(l.clipped());
+  EXPECT_GE(l.cell_h * 267, 600 * 0.999);
+  // Every size from 2 to 600 tokens fills the shorter side: fractional cells at least
+  // 99.9% of it, whole-pixel cells (kWholeCell and more) lose less than a pixel a cell.
+  for (int n = 2; n <= 600; ++n) {
+    MapView w;
+    const MapLayoutIn a = area(n, n, 1300, 600);
+    const MapLayout m = layout_map(a, w);
+    expect_inside(a, m);
+    ASSERT_FALSE(m.clipped()) << n;
+    EXPECT_GT(m.cell_h * float(n), 600 - float(n)) << n;
+    if (m.cell_h < dsgui::kWholeCell) {
+      EXPECT_GE(m.cell_h * float(n), 600 * 0.999) << n;
+    }
+  }
+}
+
+TEST(MapLayout, TooLongRunsFollowInASquareWindow) {
+  // 727 tokens in 1300 x 600 px: 1 px cells, the newest 600 tokens down and across (the
+  // same tokens on both axes, the diagonal in the window's corner).
+  MapView v;
+  const MapLayoutIn in = area(727, 727, 1300, 600);
+  const MapLayout l = layout_map(in, v);
+  expect_inside(in, l);
+  EXPECT_EQ(l.cell_w, 1);
+  EXPECT_EQ(l.rows, 600);
+  EXPECT_EQ(l.cols, 600);
+  EXPECT_EQ(l.row0, 127);
+  EXPECT_EQ(l.col0, 127);
+  // Zoomed in, the window takes the whole area (a rectangle).
+  v.zoom = 2;
+  v.follow = true;
+  const MapLayout z = layout_map(in, v);
+  expect_inside(in, z);
+  EXPECT_EQ(z.rows, 300);
+  EXPECT_EQ(z.cols, 650);
 }
 
 TEST(MapLayout, LastNTokensFollowsGeneration) {
@@ -152,7 +204,7 @@ TEST(MapLayout, PanStaysInsideAndFollowsAtTheEnd) {
   fit_map(v);
   l = layout_map(grown, v);
   EXPECT_EQ(v.zoom, 1.0f);
-  EXPECT_EQ(l.cell_h, 1);  // floor(200 / 101): all 101 rows fit again
+  EXPECT_GE(l.cell_h * 101, 200 * 0.999);  // 1.98 px cells: all 101 rows fit again
   EXPECT_FALSE(l.clipped());
 }
 

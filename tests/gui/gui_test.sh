@@ -667,7 +667,7 @@ group_blockview() {
   local sel=9
   if run bv_cached "${STORIES[@]}" --view block --stage attn.scores --select $sel; then
     bv_json bv_cached "keys after the selected token are 'not computed yet'" "
-n = len(j['tokens']); st = b['key_state']
+n = len(j['tokens']) - 1; st = b['key_state']  # the newest token is drawn, not yet fed
 need(len(st) == n, 'key states %d, tokens %d' % (len(st), n))
 need(b['computed_end'] == $sel + 1, 'computed_end %d' % b['computed_end'])
 need(all(s == 2 for s in st[$sel + 1:]) and all(s == 0 for s in st[:$sel + 1]), 'states %s' % st)
@@ -675,7 +675,7 @@ need(all(s == 2 for s in st[$sel + 1:]) and all(s == 0 for s in st[:$sel + 1]), 
   fi
   if run bv_nocache "${STORIES[@]}" --no-kv-cache --view block --stage attn.scores --select $sel; then
     bv_json bv_nocache "keys after the selected token are computed and masked" "
-n = len(j['tokens']); st = b['key_state']
+n = len(j['tokens']) - 1; st = b['key_state']  # the newest token is drawn, not yet fed
 need(b['computed_end'] == n, 'computed_end %d of %d' % (b['computed_end'], n))
 need(all(s == 1 for s in st[$sel + 1:]) and all(s == 0 for s in st[:$sel + 1]) and len(st) == n, 'states %s' % st)
 "

@@ -33,14 +33,14 @@ struct SnapshotState {
 // room it had, the colour scales of the strips, the keys' states.
 struct BlockShown {
   std::string stage;
-  float eq_w = 0, eq_avail = 0;        // the equation's width; the width it could use
+  float eq_w = 0, eq_avail = 0;         // the equation's width; the width it could use
   float detail_x1 = 0, content_x1 = 0;  // the detail's right edge; the right-most item in it
   float window_w = 0, window_h = 0;
-  int key_rows = 0, key_visible = 0;  // the key table's rows; fully on screen
-  float key_row_h = 0, key_top = 0;   // a row's height; the table's top on screen
-  float detail_y1 = 0;                // the detail's bottom on screen
-  int computed_end = -1;              // keys [0, computed_end) were multiplied with the query
-  std::vector<int> key_state;         // per key: 0 read, 1 masked, 2 not computed yet
+  int key_rows = 0, key_visible = 0;                  // the key table's rows; fully on screen
+  float key_row_h = 0, key_top = 0;                   // a row's height; the table's top on screen
+  float detail_y1 = 0;                                // the detail's bottom on screen
+  int computed_end = -1;                              // keys [0, computed_end) were multiplied with the query
+  std::vector<int> key_state;                         // per key: 0 read, 1 masked, 2 not computed yet
   std::vector<std::pair<std::string, float>> strips;  // each strip's label and colour scale
   std::vector<std::pair<std::string, float>> tables;  // each number table's name and colour scale
   std::vector<float> norm_in, norm_std;               // a norm stage's x and (x - mean) / std rows
@@ -553,7 +553,8 @@ void uncomputed_rect(ImDrawList* dl, ImVec2 a, ImVec2 b) {
   dl->AddRectFilled(a, b, IM_COL32(70, 70, 76, 255));
   dl->PushClipRect(a, b, true);
   const float h = b.y - a.y;
-  for (float x = a.x; x < b.x + h; x += 7.0f) dl->AddLine(ImVec2(x, b.y), ImVec2(x - h, a.y), IM_COL32(150, 150, 156, 255), 1.5f);
+  for (float x = a.x; x < b.x + h; x += 7.0f)
+    dl->AddLine(ImVec2(x, b.y), ImVec2(x - h, a.y), IM_COL32(150, 150, 156, 255), 1.5f);
   dl->PopClipRect();
 }
 
@@ -610,7 +611,8 @@ void num_table(App& app, const NumTable& t, float scale) {
   const float row_h = ImGui::GetTextLineHeightWithSpacing() + 2;
   const float h = (float(R) + 1) * row_h + ImGui::GetStyle().ScrollbarSize + 4;
   ImGui::PushID(t.name.c_str());
-  if (ImGui::BeginTable("##num", C + 1, fl, ImVec2(std::min(ImGui::GetContentRegionAvail().x, font * float(C * 4 + 6)), h))) {
+  if (ImGui::BeginTable("##num", C + 1, fl,
+                        ImVec2(std::min(ImGui::GetContentRegionAvail().x, font * float(C * 4 + 6)), h))) {
     ImGui::TableSetupScrollFreeze(1, 1);
     ImGui::TableSetupColumn(t.corner.c_str(), 0, font * 4.5f);
     for (int c = 0; c < C; ++c) ImGui::TableSetupColumn(t.col_names[size_t(c)].c_str(), 0, font * 3.4f);
@@ -644,8 +646,9 @@ void num_table(App& app, const NumTable& t, float scale) {
         ImGui::PushStyleColor(ImGuiCol_Text, ink_on(col));
         ImGui::Text("%.2f", double(t.v[i]));
         ImGui::PopStyleColor();
-        if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s\n%s, %s = %.6g", t.name.c_str(), t.row_names[size_t(r)].c_str(),
-                                                      t.col_names[size_t(c)].c_str(), double(t.v[i]));
+        if (ImGui::IsItemHovered())
+          ImGui::SetTooltip("%s\n%s, %s = %.6g", t.name.c_str(), t.row_names[size_t(r)].c_str(),
+                            t.col_names[size_t(c)].c_str(), double(t.v[i]));
       }
     }
     ImGui::EndTable();
@@ -671,7 +674,8 @@ void number_tables(App& app, BlockState& bs, const BlockSnapshot& s, int head, b
   auto matrix = [&](const char* what, const std::vector<float>& m, int stride, int h) {
     NumTable t;
     t.name = std::string(what) + ", head " + std::to_string(h) + ": positions " + std::to_string(p.pos0) + " to " +
-             std::to_string(p.pos1) + ", features " + std::to_string(p.dim0) + " to " + std::to_string(p.dim0 + p.dims - 1);
+             std::to_string(p.pos1) + ", features " + std::to_string(p.dim0) + " to " +
+             std::to_string(p.dim0 + p.dims - 1);
     t.corner = "pos";
     if (m.size() < size_t(p.pos1 + 1) * size_t(stride)) return;
     for (int d = p.dim0; d < p.dim0 + p.dims; ++d) t.col_names.push_back(std::to_string(d));
@@ -712,8 +716,9 @@ void number_tables(App& app, BlockState& bs, const BlockSnapshot& s, int head, b
   }
   ss = ss > 0 ? ss : 1;
   ImGui::PushTextWrapPos(0);
-  ImGui::TextDisabled("Scores on their own scale: \u2212%.3g to +%.3g; hatched: masked (\u2212\u221e), grey: not computed yet.",
-                      double(ss), double(ss));
+  ImGui::TextDisabled(
+      "Scores on their own scale: \u2212%.3g to +%.3g; hatched: masked (\u2212\u221e), grey: not computed yet.",
+      double(ss), double(ss));
   ImGui::PopTextWrapPos();
   num_table(app, t, ss);
 }
@@ -954,8 +959,9 @@ void mask_matrix(App& app, const BlockSnapshot& s) {
   const float font = ImGui::GetFontSize();
   const float room = ImGui::GetContentRegionAvail().x * 0.6f;
   const float cell = std::clamp(std::min(room, font * 14) / float(n), 2.0f, font);
-  ImGui::TextWrapped("The scores of every query row of head %d plus the mask (hatched: \u2212\u221e%s):", s.scores_all_head,
-                     app.history.trace.steps[size_t(app.sel.cursor)].kv_cache ? "; grey: not computed yet" : "");
+  ImGui::TextWrapped(
+      "The scores of every query row of head %d plus the mask (hatched: \u2212\u221e%s):", s.scores_all_head,
+      app.history.trace.steps[size_t(app.sel.cursor)].kv_cache ? "; grey: not computed yet" : "");
   float lo = INFINITY, hi = -INFINITY;
   for (float v : s.scores_all)
     if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
@@ -1038,8 +1044,8 @@ void vector_numbers(App& app, const BlockSnapshot& s, const Stage& st, const Flo
     }
     case StageKind::OutProj: {
       const bool cross = st.group == 1;
-      strips(app, {{"z of every head, side by side", orEmpty(s.get(cross ? "cross_attn.z" : "attn.z"))},
-                   {"out", fl.out}});
+      strips(app,
+             {{"z of every head, side by side", orEmpty(s.get(cross ? "cross_attn.z" : "attn.z"))}, {"out", fl.out}});
       break;
     }
     case StageKind::FFNDown:
@@ -1172,11 +1178,11 @@ std::string block_sidecar(App& app) {
     << ", \"computed_end\": " << b.computed_end << ", \"key_state\": [";
   for (size_t i = 0; i < b.key_state.size(); ++i) f << (i ? "," : "") << b.key_state[i];
   f << "], \"strips\": [";
-  for (size_t i = 0; i < b.strips.size(); ++i)
-    f << (i ? ", " : "") << "{\"scale\": " << b.strips[i].second << "}";
+  for (size_t i = 0; i < b.strips.size(); ++i) f << (i ? ", " : "") << "{\"scale\": " << b.strips[i].second << "}";
   f << "], \"tables\": [";
   for (size_t i = 0; i < b.tables.size(); ++i)
-    f << (i ? ", " : "") << "{\"name\": \"" << b.tables[i].first.substr(0, 1) << "\", \"scale\": " << b.tables[i].second << "}";
+    f << (i ? ", " : "") << "{\"name\": \"" << b.tables[i].first.substr(0, 1) << "\", \"scale\": " << b.tables[i].second
+      << "}";
   f << "], \"norm_in\": [";
   for (size_t i = 0; i < b.norm_in.size(); ++i) f << (i ? "," : "") << b.norm_in[i];
   f << "], \"norm_std\": [";

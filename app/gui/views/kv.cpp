@@ -153,13 +153,12 @@ ImVec2 two_curves(App& app, const char* id, const char* unit, const std::vector<
     for (auto& [x, y] : *s) xmax = std::max(xmax, x), ymax = std::max(ymax, y);
   if (ymax <= 0) ymax = 1;
   const std::string top = si(ymax) + unit;
-  const float lab_w = std::max(ImGui::CalcTextSize(top.c_str()).x, ImGui::CalcTextSize(unit).x) + font * 0.5f;
+  const float lab_w = ImGui::CalcTextSize(top.c_str()).x + font * 0.5f;
   const ImVec2 o(p.x + lab_w, p.y + size.y - font * 1.4f), e(p.x + size.x - font * 0.5f, p.y + font * 0.3f);
   const ImU32 axis = ImGui::GetColorU32(ImGuiCol_TextDisabled);
   dl->AddLine(o, ImVec2(e.x, o.y), axis);
   dl->AddLine(o, ImVec2(o.x, e.y), axis);
   dl->AddText(ImVec2(p.x, e.y), axis, top.c_str());
-  dl->AddText(ImVec2(p.x, o.y - font), axis, unit);
   dl->AddText(ImVec2(o.x, o.y + font * 0.1f), axis, "0");
   const std::string xm = std::to_string(xmax);
   const float xm_w = ImGui::CalcTextSize(xm.c_str()).x, pos_w = ImGui::CalcTextSize("position").x;
@@ -266,11 +265,17 @@ void cost_panel(App& app, KvState& st, int positions, int new0) {
     without.push_back({p, cum_f});
   }
   ImGui::Text("Step at position %d (%d token%s in the cache before it):", positions - 1, new0, new0 == 1 ? "" : "s");
-  const float row_h = ImGui::GetTextLineHeightWithSpacing() + ImGui::GetStyle().CellPadding.y * 2;
+  // The table scrolls sideways when its columns are wider than the pane (never cut).
+  const ImGuiStyle& style = ImGui::GetStyle();
+  const float row_h = ImGui::GetTextLineHeight() + style.CellPadding.y * 2;
+  float need = 0;
+  for (const char* c : {"without it (whole prefix again)", "multiply-adds", "bytes read", "so far (multiply-adds)"})
+    need += ImGui::CalcTextSize(c).x + style.CellPadding.x * 2 + 1;
+  const bool scroll = need > ImGui::GetContentRegionAvail().x;
   if (ImGui::BeginTable("cost", 4,
                         ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_BordersInnerV |
-                            ImGuiTableFlags_ScrollX,
-                        ImVec2(0, row_h * 3 + ImGui::GetStyle().ScrollbarSize + 4))) {
+                            (scroll ? ImGuiTableFlags_ScrollX : 0),
+                        ImVec2(0, scroll ? row_h * 3 + style.ScrollbarSize + 2 : 0))) {
     ImGui::TableSetupColumn("");
     ImGui::TableSetupColumn("multiply-adds");
     ImGui::TableSetupColumn("bytes read");
@@ -430,7 +435,9 @@ void panel_kv(App& app) {
     for (auto& t : toks) labels.push_back(visible(t.text));
     const int kvd = s->cfg.kv_dim(), dh = s->cfg.d_head, rows = int(s->k.size()) / std::max(1, kvd);
     const bool ed = s->cfg.encoder_decoder && s->src_len > 0;
-    const float hh = cache_h - font * 4.5f - (ed ? font * (5.5f + 0.95f * float(s->src_len)) : 0);
+    float hh = cache_h - font * 4.5f - (ed ? font * (5.5f + 0.95f * float(s->src_len)) : 0);
+    // Stacked (a narrow window): the pane scrolls, so the caches keep up to 24 rows.
+    if (!side) hh = std::max(hh, font * (2.5f + 0.62f * float(std::min(rows, 24))));
     char t[96];
     std::snprintf(t, sizeof t, "Keys K, layer %d head %d  [%d x %d]", s->layer, head, rows, dh);
     // A sliding-window layer: the step's first query reads no row before this one.

@@ -527,7 +527,8 @@ TEST(BlockSnapshot, KeepsTheQueriesOfEveryPosition) {
   for (const ds::TraceStep& st : t.steps) {
     const ds::Tensor& q = st.tensors.at("blocks.1.attn.q");
     for (int64_t i = 0; i < q.size(); ++i)
-      ASSERT_NEAR(s->q_all[size_t(st.pos0) * qd + size_t(i)], q.data[size_t(i)], 2e-4 * (1 + std::fabs(q.data[size_t(i)])));
+      ASSERT_NEAR(s->q_all[size_t(st.pos0) * qd + size_t(i)], q.data[size_t(i)],
+                  2e-4 * (1 + std::fabs(q.data[size_t(i)])));
   }
 }
 

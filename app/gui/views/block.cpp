@@ -51,6 +51,8 @@ struct BlockState {
   int hover_key = -1;                 // the key under the mouse in the scores table
   bool code = true;                   // show the reference code
   std::string scrolled;               // the stage the diagram last scrolled to
+  bool narrow = false;                // the detail is short: numbers before strips and sentences
+  int key_end = 1 << 30;              // the selected query met keys [0, key_end) (computed_keys)
   TablePick pick;                     // the number tables' positions and features
   bool pick_custom = false;           // the user changed them (else they follow the selection)
   BlockShown shown;
@@ -289,6 +291,16 @@ ImU32 group_colour(int group, int kind_norm, bool light) {
   return ImGui::ColorConvertFloat4ToU32(ImVec4(c.x, c.y, c.z, a));
 }
 
+// A cell that was never computed: grey lines the other way from the mask's hatching.
+void uncomputed_rect(ImDrawList* dl, ImVec2 a, ImVec2 b) {
+  dl->AddRectFilled(a, b, IM_COL32(70, 70, 76, 255));
+  dl->PushClipRect(a, b, true);
+  const float h = b.y - a.y;
+  for (float x = a.x; x < b.x + h; x += 7.0f)
+    dl->AddLine(ImVec2(x, b.y), ImVec2(x - h, a.y), IM_COL32(150, 150, 156, 255), 1.5f);
+  dl->PopClipRect();
+}
+
 // One clickable box of the diagram with a thin strip of its output underneath.
 void stage_box(App& app, BlockState& bs, const Stage& st, const Flow& fl, ImVec2 a, ImVec2 b) {
   ImDrawList* dl = ImGui::GetWindowDrawList();
@@ -325,7 +337,9 @@ void stage_box(App& app, BlockState& bs, const Stage& st, const Flow& fl, ImVec2
     const float w = (x1 - x0) / float(fl.out.size());
     for (size_t j = 0; j < fl.out.size(); ++j) {
       const ImVec2 c0(x0 + float(j) * w, y0), c1(x0 + float(j + 1) * w - (w > 4), y1);
-      if (fl.out[j] == 0.0f)
+      if (st.group == 0 && int(j) >= bs.key_end)
+        uncomputed_rect(dl, c0, c1);
+      else if (fl.out[j] == 0.0f)
         hatch_rect(dl, c0, c1);
       else
         dl->AddRectFilled(c0, c1, ImGui::GetColorU32(ImGuiCol_TextDisabled));
@@ -538,24 +552,16 @@ void qkv_numbers(App& app, BlockState& bs, const BlockSnapshot& s, const Stage& 
   float kmax = 0;  // the keys drawn below share the strips' scale
   for (int r = 0; r < n && K.size() >= size_t(n) * size_t(kvd); ++r)
     for (int i = 0; i < dh; ++i) kmax = std::max(kmax, std::fabs(K[size_t(r) * kvd + size_t(kh * dh + i)]));
+  // A short detail (presenter mode, small screen) shows the number tables first.
+  if (!cross && bs.narrow) number_tables(app, bs, s, head, st.kind == StageKind::QKV, false);
   strips(app, rows, kmax);
   const float sc = std::max(kmax, shared_scale(rows));
-  if (!cross) number_tables(app, bs, s, head, st.kind == StageKind::QKV, false);
+  if (!cross && !bs.narrow) number_tables(app, bs, s, head, st.kind == StageKind::QKV, false);
   ImGui::Spacing();
   const std::vector<std::string> labels = key_labels(app, s, cross);
   std::snprintf(lab, sizeof lab, "%s keys of head %d (rows: %s, columns: the %d features)",
                 cross ? "The source's" : "Every position's", kh, cross ? "source tokens" : "positions", dh);
   matrix_cells(app, lab, K, n, kvd, kh * dh, dh, cross ? -1 : s.pos, labels, sc);
-}
-
-// A cell that was never computed: grey lines the other way from the mask's hatching.
-void uncomputed_rect(ImDrawList* dl, ImVec2 a, ImVec2 b) {
-  dl->AddRectFilled(a, b, IM_COL32(70, 70, 76, 255));
-  dl->PushClipRect(a, b, true);
-  const float h = b.y - a.y;
-  for (float x = a.x; x < b.x + h; x += 7.0f)
-    dl->AddLine(ImVec2(x, b.y), ImVec2(x - h, a.y), IM_COL32(150, 150, 156, 255), 1.5f);
-  dl->PopClipRect();
 }
 
 // The colour of text on a cell of colour c: dark on light cells, light on dark ones.
@@ -1152,7 +1158,7 @@ void block_detail(App& app, BlockState& bs, const BlockSnapshot& s, const Stage&
   shown.eq_w = ImGui::GetItemRectSize().x;
   ImGui::PopStyleColor();
   // Narrow (presenter mode on a small screen): the numbers first, the sentence after them.
-  const bool narrow = ImGui::GetContentRegionAvail().y < font * 20;
+  const bool narrow = bs.narrow = ImGui::GetContentRegionAvail().y < font * 20;
   if (!narrow) ImGui::TextWrapped("%s", st.explain.c_str());
   ImGui::Separator();
   block_numbers(app, bs, s, st, fl, head);
@@ -1223,6 +1229,7 @@ void panel_block(App& app) {
     ImGui::TextColored(ImVec4(1, 0.5f, 0.4f, 1), "%s", s->error.c_str());
     return;
   }
+  bs.key_end = computed_keys(app.history.trace, app.sel.cursor, s->pos);
   const std::vector<Stage> stages = block_stages(s->cfg, s->layer, &s->biases);
   const std::vector<Flow> fl = flows(*s, stages, head);
   size_t open = 0;

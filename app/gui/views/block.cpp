@@ -383,8 +383,13 @@ float group_frame(App& app, BlockState& bs, const std::vector<Stage>& stages, co
   const float cw = box_w(per_row);
   const ImVec2 fb(fa.x + fw, fa.y + title_h + float(rows) * box_h + float(rows - 1) * row_gap + font * 0.6f);
   dl->AddRect(fa, fb, group_colour(stages[i].group, 0, false) | IM_COL32(0, 0, 0, 255), font * 0.4f, 0, 1.5f);
-  dl->AddText(ImVec2(fa.x + font * 0.4f, fa.y + font * 0.15f), ImGui::GetColorU32(ImGuiCol_Text),
-              group_title(stages[i].group));
+  // The title, smaller when the frame is narrow, clipped to the frame (never past it).
+  const char* title = group_title(stages[i].group);
+  const float tfit = std::clamp((fw - font * 0.8f) / std::max(1.0f, ImGui::CalcTextSize(title).x), 0.6f, 1.0f);
+  dl->PushClipRect(fa, ImVec2(fa.x + fw - font * 0.2f, fa.y + title_h), true);
+  dl->AddText(ImGui::GetFont(), font * tfit, ImVec2(fa.x + font * 0.4f, fa.y + font * (0.15f + (1 - tfit) * 0.4f)),
+              ImGui::GetColorU32(ImGuiCol_Text), title);
+  dl->PopClipRect();
   ImVec2 prev;  // the previous box's top-left
   for (int k = 0; k < n; ++k) {
     const int r = k / per_row, c = k % per_row;

@@ -13,7 +13,7 @@
 # both runs in one group. Without GROUP every group runs in turn, in OUT_DIR.
 # A failed check is counted, not fatal: the script goes on to the next one.
 set -euo pipefail
-ALL_GROUPS=(views encdec replay models block gguf tracebin_dec tracebin_enc maps soak keys)
+ALL_GROUPS=(views encdec replay models block gguf tracebin_dec tracebin_enc maps soak keys blockview)
 if [ "${1:-}" = --list ]; then
   printf '%s\n' "${ALL_GROUPS[@]}"
   exit 0
@@ -686,6 +686,132 @@ group_keys() {
     echo "FAIL keys: $shots pictures taken, $pngs numbered files"
     failed=$((failed + 1))
   fi
+}
+
+# ---- blockview
+# bv_json NAME WHAT PYTHON: checks run NAME's sidecar with PYTHON (j: the sidecar, b: its
+# Block view, k: its KV cache view); the script prints why when it fails.
+bv_json() {
+  local name=$1 what=$2 code=$3
+  if python3 - "$OUT/$name.png.json" "$code" <<'PY'; then
+import json, math, sys
+j = json.load(open(sys.argv[1]))
+b, k = j["block_view"], j["kv_view"]
+why = []
+def need(ok, msg):
+    if not ok:
+        why.append(msg)
+exec(sys.argv[2])
+for w in why:
+    print("   ", w)
+sys.exit(1 if why else 0)
+PY
+    passed=$((passed + 1))
+  else
+    echo "FAIL $name: $what (see $OUT/$name.png.json)"
+    failed=$((failed + 1))
+  fi
+}
+
+# Nothing of the Block view's detail is wider than its area; the equation fits the width
+# it has; the key table shows at least 8 rows (all when fewer) on screen.
+BV_FITS='
+need(b["eq_w"] <= b["eq_avail"] + 1, "equation %.0f px wide in %.0f px" % (b["eq_w"], b["eq_avail"]))
+need(b["content_x1"] <= b["detail_x1"] + 1, "detail content reaches x=%.0f past its edge %.0f" % (b["content_x1"], b["detail_x1"]))
+need(b["detail_x1"] <= b["window_w"] + 1, "detail ends at x=%.0f, the window at %.0f" % (b["detail_x1"], b["window_w"]))
+'
+BV_ROWS='
+want = min(b["key_rows"], 8)
+need(b["key_rows"] > 0, "no key table")
+need(b["key_visible"] >= want, "%d of %d key rows on screen, want %d (row %.0f px, table top %.0f, detail bottom %.0f)" % (b["key_visible"], b["key_rows"], want, b["key_row_h"], b["key_top"], b["detail_y1"]))
+'
+group_blockview() {
+  local STORIES=(--model builtin:stories --prompt "Once upon a time, Lily" --steps 12)
+  local DATES=(--model builtin:dates --source "the 3rd of March 2021" --steps 6)
+  [ -f "$MODELS/stories/model.safetensors" ] || STORIES=("${DEC[@]}")
+  [ -f "$MODELS/dates/model.safetensors" ] || DATES=("${ENC[@]}")
+  # The scores stage at three sizes: readable rows, nothing cut.
+  local sizes=("small:--size 1024x768" "presenter:--size 1024x768 --presenter --scale 1.5")
+  for sz in "${sizes[@]}"; do
+    local tag=${sz%%:*} args
+    read -ra args <<<"${sz#*:}"
+    for m in stories dates; do
+      local input=("${STORIES[@]}")
+      [ $m = dates ] && input=("${DATES[@]}")
+      if run "bv_${m}_$tag" "${input[@]}" "${args[@]}" --view block --stage attn.scores; then
+        block_ok "bv_${m}_$tag"
+        bv_json "bv_${m}_$tag" "the scores stage fits" "$BV_FITS$BV_ROWS"
+      fi
+    done
+  done
+  if run_big bv_stories_big "${STORIES[@]}" --view block --stage attn.scores; then
+    bv_json bv_stories_big "the scores stage fits at 1920x1080" "$BV_FITS$BV_ROWS"
+  fi
+  # Future keys of a generated token: with the cache never computed (its step had keys
+  # 0..pos only), without it computed and masked.
+  local sel=9
+  if run bv_cached "${STORIES[@]}" --view block --stage attn.scores --select $sel; then
+    bv_json bv_cached "keys after the selected token are 'not computed yet'" "
+n = len(j['tokens']) - 1; st = b['key_state']  # the newest token is drawn, not yet fed
+need(len(st) == n, 'key states %d, tokens %d' % (len(st), n))
+need(b['computed_end'] == $sel + 1, 'computed_end %d' % b['computed_end'])
+need(all(s == 2 for s in st[$sel + 1:]) and all(s == 0 for s in st[:$sel + 1]), 'states %s' % st)
+"
+  fi
+  if run bv_nocache "${STORIES[@]}" --no-kv-cache --view block --stage attn.scores --select $sel; then
+    bv_json bv_nocache "keys after the selected token are computed and masked" "
+n = len(j['tokens']) - 1; st = b['key_state']  # the newest token is drawn, not yet fed
+need(b['computed_end'] == n, 'computed_end %d of %d' % (b['computed_end'], n))
+need(all(s == 1 for s in st[$sel + 1:]) and all(s == 0 for s in st[:$sel + 1]) and len(st) == n, 'states %s' % st)
+"
+  fi
+  # The norm stage: one colour scale for its rows, the standardized row recomputed.
+  for tag in small presenter; do
+    local args=(--size 1024x768)
+    [ $tag = presenter ] && args+=(--presenter --scale 1.5)
+    if run "bv_ln_$tag" "${STORIES[@]}" "${args[@]}" --view block --stage ln2; then
+      bv_json "bv_ln_$tag" "LN2's rows share one scale; (x - mean)/std is right" "$BV_FITS"'
+need(b["stage"] == "ln2", "stage %s" % b["stage"])
+sc = [s["scale"] for s in b["strips"]]
+need(len(sc) == 3 and max(sc) - min(sc) <= 1e-6 * max(sc), "strip scales %s" % sc)
+x = b["norm_in"]; z = b["norm_std"]
+mu = sum(x) / len(x); sd = math.sqrt(sum((v - mu) ** 2 for v in x) / len(x) + 1e-5)
+need(len(z) == len(x) and len(x) > 0, "rows of %d and %d" % (len(x), len(z)))
+need(all(abs(zi - (xi - mu) / sd) <= 1e-3 * (1 + abs(zi)) for xi, zi in zip(x, z)), "standardized row differs")
+need(abs(max(max(abs(v) for v in x), max(abs(v) for v in z)) - sc[0]) <= 1e-3 * sc[0] or sc[0] > max(abs(v) for v in z), "scale %s" % sc[0])
+'
+    fi
+  done
+  # Number tables of Q, K (one scale) and the scores, in presenter mode too.
+  if run bv_tables "${STORIES[@]}" --size 1024x768 --presenter --scale 1.5 --view block --stage attn.qkv; then
+    bv_json bv_tables "Q, K and V tables share a scale" "$BV_FITS"'
+t = {x["name"]: x["scale"] for x in b["tables"]}
+need(set(t) == {"Q", "K", "V"}, "tables %s" % t)
+need(len(set(t.values())) == 1, "scales %s" % t)
+'
+  fi
+  # The KV cache view: the bytes sentence, the first timed step left out, labels inside.
+  for sz in "${sizes[@]}" "big:"; do
+    local tag=${sz%%:*} args
+    read -ra args <<<"${sz#*:}"
+    for mode in cache nocache; do
+      local extra=()
+      [ $mode = nocache ] && extra=(--no-kv-cache)
+      local name="bv_kv_${tag}_$mode" ok=0
+      if [ "$tag" = big ]; then
+        run_big "$name" "${STORIES[@]}" "${extra[@]}" --view kv && ok=1
+      else
+        run "$name" "${STORIES[@]}" "${args[@]}" "${extra[@]}" --view kv && ok=1
+      fi
+      [ $ok = 1 ] || continue
+      bv_json "$name" "the KV cache view explains its bytes and keeps its labels" '
+need(k["explained"], "no bytes sentence")
+need(k["measured"][0] > 1 and k["measured"][1] > 1, "measured %s" % k["measured"])
+need(k["points"] == [m - 1 for m in k["measured"]], "points %s of %s" % (k["points"], k["measured"]))
+need(k["label_x1"] <= k["plot_x1"] + 1, "a label ends at x=%.0f past the plot %.0f" % (k["label_x1"], k["plot_x1"]))
+'
+    done
+  done
 }
 
 for g in "${ALL_GROUPS[@]}"; do

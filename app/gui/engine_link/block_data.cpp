@@ -1,10 +1,12 @@
 #include "engine_link/block_data.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
 
 #include "model/mask.h"
+#include "probe/trace.h"
 
 namespace dsgui {
 
@@ -201,15 +203,17 @@ void attention_stages(const ds::Config& c, bool cross, int layer, const Biases& 
   out.push_back(s);
 }
 
-Stage norm_stage(const ds::Config& c, int n) {
+// n: the norm as the seeds number it (1, 2, 3); engine: the engine's own number, its
+// hook's name (a decoder-only block's second norm is the engine's ln3).
+Stage norm_stage(const ds::Config& c, int n, int engine) {
   Stage s;
   s.kind = StageKind::Norm;
   s.norm = n;
   s.id = "ln" + std::to_string(n);
   const bool ln = c.norm == ds::NormKind::LayerNorm;
   const bool post = c.norm_place == ds::NormPlace::Post;
-  s.label = std::string(ln ? "LayerNorm" : "RMSNorm") + " ln" + std::to_string(n);
-  s.title = std::string(post ? "Add & Norm: " : "") + (ln ? "LayerNorm" : "RMSNorm") + " (ln" + std::to_string(n) + ")";
+  s.label = std::string(ln ? "LayerNorm" : "RMSNorm") + " LN" + std::to_string(n);
+  s.title = std::string(post ? "Add & Norm: " : "") + (ln ? "LayerNorm" : "RMSNorm") + " (LN" + std::to_string(n) + ")";
   s.equation = ln ? "LN(x) = (x \u2212 \u03bc) / \u221a(\u03c3\u00b2 + \u03b5) \u2299 \u03b3 + \u03b2"
                   : "RMSNorm(x) = x / \u221a(mean(x\u00b2) + \u03b5) \u2299 \u03b3";
   if (ln && !c.norm_bias) s.equation = "LN(x) = (x \u2212 \u03bc) / \u221a(\u03c3\u00b2 + \u03b5) \u2299 \u03b3";
@@ -218,7 +222,7 @@ Stage norm_stage(const ds::Config& c, int n) {
                    : "Before the sub-layer reads it, a copy of the stream is normalised; the stream itself keeps "
                      "growing (pre-norm, as in GPT-2).";
   s.functions = {ln ? "layer_norm" : "rms_norm"};
-  s.hook = "ln" + std::to_string(n) + ".normalized";
+  s.hook = "ln" + std::to_string(engine) + ".normalized";
   return s;
 }
 
@@ -242,10 +246,12 @@ Stage sub_norm_stage(int n) {
   return s;
 }
 
+// n: the engine's sub-layer (1 self-attention, 2 cross-attention, 3 FFN); the id counts
+// the adds of the block (a decoder-only block's FFN add is add2).
 Stage add_stage(const ds::Config& c, int n) {
   Stage s;
   s.kind = StageKind::Add;
-  s.id = "add" + std::to_string(n);
+  s.id = "add" + std::to_string(n == 3 && !c.encoder_decoder ? 2 : n);
   s.label = "+";
   s.title = "The residual connection";
   const char* f = n == 1 ? "SelfAttention" : n == 2 ? "CrossAttention" : "FFN";
@@ -447,24 +453,27 @@ std::vector<Stage> block_stages(const ds::Config& c, int layer, const Biases* bi
   const bool post = c.norm_place == ds::NormPlace::Post;
   const bool sandwich = c.sandwich_norm && !post;  // sandwich norms are pre-norm only (model/config.h)
   out.push_back(input_stage(c, layer));
-  if (!post) out.push_back(norm_stage(c, 1));
+  // The FFN's norm: LN2 of a decoder-only block (x + Attn(LN1(x)), then + FFN(LN2(.))),
+  // LN3 of an encoder-decoder one; the engine calls it ln3 either way.
+  const int ffn_norm = c.encoder_decoder ? 3 : 2;
+  if (!post) out.push_back(norm_stage(c, 1, 1));
   attention_stages(c, false, layer, b, out);
   if (sandwich) out.push_back(sub_norm_stage(1));
   out.push_back(add_stage(c, 1));
-  if (post) out.push_back(norm_stage(c, 1));
+  if (post) out.push_back(norm_stage(c, 1, 1));
   if (c.encoder_decoder) {
     // Cross-attention keeps the Config's biases (the GGUF architectures have none).
     const Biases cb = Biases::of(c);
-    if (!post) out.push_back(norm_stage(c, 2));
+    if (!post) out.push_back(norm_stage(c, 2, 2));
     attention_stages(c, true, layer, cb, out);
     out.push_back(add_stage(c, 2));
-    if (post) out.push_back(norm_stage(c, 2));
+    if (post) out.push_back(norm_stage(c, 2, 2));
   }
-  if (!post) out.push_back(norm_stage(c, 3));
+  if (!post) out.push_back(norm_stage(c, ffn_norm, 3));
   ffn_stages(c, b, out);
   if (sandwich) out.push_back(sub_norm_stage(3));
   out.push_back(add_stage(c, 3));
-  if (post) out.push_back(norm_stage(c, 3));
+  if (post) out.push_back(norm_stage(c, ffn_norm, 3));
   final_stages(c, layer, out);
   return out;
 }
@@ -492,6 +501,69 @@ const char* group_title(int group) {
       return "Position-wise feed-forward";
   }
   return "";
+}
+
+int computed_keys(const ds::Trace& t, int step, int pos) {
+  if (step < 0 || step >= int(t.steps.size())) return 0;
+  const int n = t.positions(step);
+  if (!t.steps[size_t(step)].kv_cache) return n;  // the whole prefix ran again
+  const int s = t.step_of(pos);
+  if (s < 0 || s > step) return n;
+  const ds::TraceStep& st = t.steps[size_t(s)];
+  return std::min(n, st.pos0 + int(st.input.size()));
+}
+
+float shared_scale(const std::vector<StripRow>& rows) {
+  float m = 0;
+  for (const StripRow& r : rows)
+    for (float x : r.v)
+      if (std::isfinite(x)) m = std::max(m, std::fabs(x));
+  return m > 0 ? m : 1;
+}
+
+std::vector<float> standardized(const std::vector<float>& x, ds::NormKind kind, float eps) {
+  if (x.empty()) return {};
+  double mu = 0, var = 0;
+  if (kind == ds::NormKind::LayerNorm) {
+    for (float v : x) mu += v;
+    mu /= double(x.size());
+  }
+  for (float v : x) var += (v - mu) * (v - mu);
+  var /= double(x.size());
+  const double sd = std::sqrt(var + double(eps));
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = float((x[i] - mu) / sd);
+  return out;
+}
+
+std::vector<StripRow> norm_rows(const std::vector<float>& in, const std::vector<float>& out, const ds::Config& c) {
+  const bool ln = c.norm == ds::NormKind::LayerNorm;
+  std::vector<StripRow> r;
+  r.push_back({"x (input)", in});
+  r.push_back({ln ? "(x \u2212 \u03bc) / \u03c3  (before \u03b3 and \u03b2)" : "x / rms(x)  (before \u03b3)",
+               standardized(in, c.norm, c.norm_eps)});
+  r.push_back({ln ? (c.norm_bias ? "\u2299 \u03b3 + \u03b2: the output" : "\u2299 \u03b3: the output")
+                  : "\u2299 \u03b3: the output",
+               out});
+  return r;
+}
+
+TablePick TablePick::around(int pos, int d_head, int rows, int cols) {
+  TablePick p;
+  p.pos1 = std::max(0, pos);
+  p.pos0 = std::max(0, p.pos1 - rows + 1);
+  p.dim0 = 0;
+  p.dims = std::max(1, std::min(cols, d_head));
+  return p;
+}
+
+TablePick TablePick::clamped(int positions, int d_head) const {
+  TablePick p = *this;
+  p.pos1 = std::clamp(p.pos1, 0, std::max(0, positions - 1));
+  p.pos0 = std::clamp(p.pos0, 0, p.pos1);
+  p.dim0 = std::clamp(p.dim0, 0, std::max(0, d_head - 1));
+  p.dims = std::clamp(p.dims, 1, std::max(1, d_head - p.dim0));
+  return p;
 }
 
 const std::string& reference_source() {

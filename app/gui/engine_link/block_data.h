@@ -18,6 +18,10 @@
 
 #include "model/config.h"
 
+namespace ds {
+struct Trace;
+}
+
 namespace dsgui {
 
 // Which linear maps of a decoder layer have a bias: the Config says it for every layer
@@ -48,6 +52,9 @@ struct BlockSnapshot {
   // the KV cache as of the step shown. Cross-attention: the source's keys and values
   // [src_len, n_kv_heads * d_head], computed once when the source was encoded.
   std::vector<float> k, v, cross_k, cross_v;
+  // Every position's queries at this layer, [positions, n_heads * d_head] (after rotary
+  // and q/k norms, as attn.q publishes them).
+  std::vector<float> q_all;
   int src_len = 0;
   // The selected head's self-attention scores of every query row [positions, positions]
   // (masked cells -inf), to show the whole mask around the selected row; empty when the
@@ -116,7 +123,11 @@ struct Stage {
   std::vector<std::string> functions;  // of core/model/reference.cpp
   std::string hook;                    // the short hook name of its output ("" when derived)
   int group = -1;                      // -1 none; 0 self-attention, 1 cross-attention, 2 feed-forward
-  int norm = 0;                        // Norm stages: 1, 2 or 3 (ln1 / ln2 / ln3)
+  // Norm stages: 1, 2 or 3 as the seeds number them (LN1 before self-attention, LN2
+  // before the FFN of a decoder-only block or before the cross-attention of an
+  // encoder-decoder one, LN3 before its FFN); the hook keeps the engine's name
+  // (a decoder-only block's LN2 publishes at ln3.normalized).
+  int norm = 0;
 };
 
 // The stages of decoder layer `layer` in the order the model computes them; biases:
@@ -127,6 +138,37 @@ std::vector<Stage> block_stages(const ds::Config& cfg, int layer, const Biases* 
 std::string block_summary(const ds::Config& cfg, int layer);
 // The title of a stage group ("Masked multi-head self-attention", ...).
 const char* group_title(int group);
+
+// Which of the selected query's keys the generation really multiplied with its query,
+// as of step `step` of the trace: keys [0, end) with end the value returned. With the
+// KV cache the query of position pos was computed once, in the step that fed it, when
+// the keys after that step's last row did not exist yet; without the cache the step
+// shown ran the whole prefix again and computed q.k for every key (then masked).
+int computed_keys(const ds::Trace& t, int step, int pos);
+
+// A row of colour cells of a stage's detail.
+struct StripRow {
+  std::string label;
+  std::vector<float> v;
+};
+// The largest |value| over every row: one colour scale for the stage, so that a vector
+// and its normalised copy keep their different sizes on screen (1 when all are empty).
+float shared_scale(const std::vector<StripRow>& rows);
+// The norm's core before its gain and bias: LayerNorm (x - mean) / sqrt(var + eps),
+// RMSNorm x / sqrt(mean(x^2) + eps). Empty for an empty x.
+std::vector<float> standardized(const std::vector<float>& x, ds::NormKind kind, float eps);
+// The rows of a norm stage: its input x, the standardized x, and the output
+// (gain and bias applied), with their shared scale.
+std::vector<StripRow> norm_rows(const std::vector<float>& in, const std::vector<float>& out, const ds::Config& c);
+
+// The number tables of the Q K V and scores stages: positions [pos0, pos1] and features
+// [dim0, dim0 + dims) of one head. Default: the last `rows` positions up to the
+// selected one and the first `cols` features.
+struct TablePick {
+  int pos0 = 0, pos1 = 0, dim0 = 0, dims = 6;
+  static TablePick around(int pos, int d_head, int rows = 4, int cols = 6);
+  TablePick clamped(int positions, int d_head) const;
+};
 
 // core/model/reference.cpp's function `name` with the comment above it: the first
 // line's number (1-based) and the text; false when there is no such function.

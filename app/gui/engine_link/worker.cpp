@@ -371,8 +371,8 @@ class SnapshotCollector {
       s_.src_len = rows;
       return;
     }
-    if (name == "attn.k" || name == "attn.v") {
-      std::vector<float>& dst = name == "attn.k" ? s_.k : s_.v;
+    if (name == "attn.k" || name == "attn.v" || name == "attn.q") {
+      std::vector<float>& dst = name == "attn.k" ? s_.k : name == "attn.v" ? s_.v : s_.q_all;
       dst.resize(size_t(ev.pos0 + rows) * size_t(width));
       std::copy(t.data, t.data + t.size(), dst.begin() + int64_t(ev.pos0) * width);
     }

@@ -186,6 +186,8 @@ void write_sidecar(const std::string& path, const App& app, const Options& o, in
     << ", \"running_to_end\": " << (app.running_to_end() ? "true" : "false")
     << ", \"done\": " << (app.engine.done ? "true" : "false") << ",\n";
   f << "  \"block_ok\": " << (block_ok(const_cast<App&>(app)) ? "true" : "false") << ",\n";
+  f << "  \"block_view\": " << block_sidecar(const_cast<App&>(app)) << ",\n";
+  f << "  \"kv_view\": " << kv_sidecar(const_cast<App&>(app)) << ",\n";
   f << "  \"precision\": \"" << (app.engine.model ? ds::precision_name(app.engine.model->precision) : "") << "\",\n";
   f << "  \"storage\": \"" << (app.engine.model ? app.engine.model->storage_name() : "") << "\",\n";
   f << "  \"view_rect\": [" << app.maps.view_rect.x << ", " << app.maps.view_rect.y << ", " << app.maps.view_rect.z

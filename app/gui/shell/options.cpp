@@ -56,9 +56,10 @@ Scripted runs: --screenshot sets up, runs --steps steps (default 8), waits for t
   Ctrl+Z N times (each what-if undone: its steps, settings and branches back).
   --beam W and --length-penalty A: the Beam search view's width and length penalty.
 --stage ID: the stage the Block view opens: input, ln1, attn.qkv, attn.scores, attn.mask,
-  attn.softmax, attn.z, attn.out, add1, (cross_attn.* and ln2, add2), ln3, mlp.up, mlp.act,
-  mlp.down, add3, ln_final, logits or output; attn.qk_norm (Qwen3, Gemma 3) and post_attn,
-  post_ffn (Gemma 3's norms after each sub-layer) where the model has them.
+  attn.softmax, attn.z, attn.out, add1, ln2, mlp.up, mlp.act, mlp.down, add2 (encoder-
+  decoder: cross_attn.*, ln2, add2, then ln3, the FFN, add3), ln_final, logits or output;
+  attn.qk_norm (Qwen3, Gemma 3) and post_attn, post_ffn (Gemma 3's norms after each
+  sub-layer) where the model has them.
 --no-kv-cache: generate without the KV cache: every step runs the whole sequence again (the
   same tokens, more work); the KV cache view plots the measured times of both.
 --soak N: performs N random user actions (step, back, play, scrub, views, layer and head,

@@ -25,6 +25,13 @@ struct KvState {
   size_t measured_steps[2] = {0, 0};  // the trace's steps they were read from
   uint64_t asked = 0;                 // the Measure request waiting (0: none)
   int timed_positions = 0;            // how far the last request timed
+  // The last frame, for the sidecar: the timing plot's box and the right-most edge of
+  // its labels; the first timed step of each run (left out of the plot) and how many
+  // points each curve drew.
+  float plot_x0 = 0, plot_x1 = 0, label_x1 = 0, label_y1 = 0, plot_y1 = 0;
+  double first_ms[2] = {0, 0};
+  int points[2] = {0, 0};
+  bool explained = false;  // the bytes-read sentence was written
 };
 
 // The timing failed (the error is on the status line).
@@ -132,27 +139,32 @@ std::string si(double v) {
 }
 
 // Two curves (with and without the cache) against the position, on one set of axes.
-void two_curves(App& app, const char* id, const char* unit, const std::vector<std::pair<int, double>>& a,
-                const std::vector<std::pair<int, double>>& b, int cursor_pos, ImVec2 size) {
+// Returns the right-most and lowest edge of its labels (the y axis's labels get the
+// room their text needs, so none is cut).
+ImVec2 two_curves(App& app, const char* id, const char* unit, const std::vector<std::pair<int, double>>& a,
+                  const std::vector<std::pair<int, double>>& b, int cursor_pos, ImVec2 size) {
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const float font = ImGui::GetFontSize();
   const ImVec2 p = ImGui::GetCursorScreenPos();
   ImGui::InvisibleButton(id, size);
-  const ImVec2 o(p.x + font * 3.5f, p.y + size.y - font * 1.4f), e(p.x + size.x - font * 0.5f, p.y + font * 0.3f);
   int xmax = 1;
   double ymax = 0;
   for (auto* s : {&a, &b})
     for (auto& [x, y] : *s) xmax = std::max(xmax, x), ymax = std::max(ymax, y);
   if (ymax <= 0) ymax = 1;
+  const std::string top = si(ymax) + unit;
+  const float lab_w = ImGui::CalcTextSize(top.c_str()).x + font * 0.5f;
+  const ImVec2 o(p.x + lab_w, p.y + size.y - font * 1.4f), e(p.x + size.x - font * 0.5f, p.y + font * 0.3f);
   const ImU32 axis = ImGui::GetColorU32(ImGuiCol_TextDisabled);
   dl->AddLine(o, ImVec2(e.x, o.y), axis);
   dl->AddLine(o, ImVec2(o.x, e.y), axis);
-  dl->AddText(ImVec2(p.x, e.y), axis, si(ymax).c_str());
-  dl->AddText(ImVec2(p.x, o.y - font), axis, unit);
+  dl->AddText(ImVec2(p.x, e.y), axis, top.c_str());
   dl->AddText(ImVec2(o.x, o.y + font * 0.1f), axis, "0");
   const std::string xm = std::to_string(xmax);
-  dl->AddText(ImVec2(e.x - ImGui::CalcTextSize(xm.c_str()).x, o.y + font * 0.1f), axis, xm.c_str());
-  dl->AddText(ImVec2((o.x + e.x) * 0.5f - font * 2, o.y + font * 0.1f), axis, "position");
+  const float xm_w = ImGui::CalcTextSize(xm.c_str()).x, pos_w = ImGui::CalcTextSize("position").x;
+  dl->AddText(ImVec2(e.x - xm_w, o.y + font * 0.1f), axis, xm.c_str());
+  if ((e.x - o.x) > pos_w + xm_w + font * 2)
+    dl->AddText(ImVec2((o.x + e.x - pos_w) * 0.5f, o.y + font * 0.1f), axis, "position");
   auto X = [&](double x) { return o.x + float(x / xmax) * (e.x - o.x); };
   auto Y = [&](double y) { return o.y - float(y / ymax) * (o.y - e.y); };
   const ImU32 cols[2] = {IM_COL32(240, 90, 70, 255), IM_COL32(80, 200, 120, 255)};
@@ -166,6 +178,7 @@ void two_curves(App& app, const char* id, const char* unit, const std::vector<st
   }
   if (cursor_pos >= 0) dl->AddLine(ImVec2(X(cursor_pos), o.y), ImVec2(X(cursor_pos), e.y), axis, 1.0f);
   (void)app;
+  return ImVec2(std::max(p.x + ImGui::CalcTextSize(top.c_str()).x, e.x), o.y + font * 1.1f);
 }
 
 void legend_line(ImU32 c, const char* text) {
@@ -175,7 +188,57 @@ void legend_line(ImU32 c, const char* text) {
                                       3);
   ImGui::Dummy(ImVec2(font * 1.7f, font));
   ImGui::SameLine();
+  ImGui::PushTextWrapPos(0);
   ImGui::TextUnformatted(text);
+  ImGui::PopTextWrapPos();
+}
+
+// Why the bytes read with and without the cache are so close (and the cached step's
+// can be the larger): both read every weight once; the cache adds its rows.
+void bytes_note(const ds::StepCost& c, const ds::StepCost& f) {
+  ImGui::PushTextWrapPos(0);
+  ImGui::TextDisabled(
+      "Bytes read: both ways read every weight once a step (%sB): a step that feeds one token costs that "
+      "read with or without the cache. With the cache it also reads the stored keys and values back (%sB); "
+      "without it those rows are computed again instead of read, so its bytes can even be lower%s, while its "
+      "multiply-adds grow with the prefix.",
+      si(c.weight_bytes).c_str(), si(c.cache_bytes).c_str(),
+      c.cross_bytes > 0 ? " (both also read the source's keys and values)" : "");
+  ImGui::PopTextWrapPos();
+  (void)f;
+}
+
+// The measured times. The first timed step of a run is left out of the plot and
+// written out instead: it also pays one-off work (the cache's memory, the threads'
+// start) and its spike would flatten every other step.
+void measured_plot(App& app, KvState& st, int positions, float w) {
+  const float font = ImGui::GetFontSize();
+  std::vector<std::pair<int, double>> shown[2];
+  for (int k = 0; k < 2; ++k) {
+    shown[k] = st.measured[k];
+    st.first_ms[k] = 0;
+    if (shown[k].size() > 1) {
+      st.first_ms[k] = shown[k].front().second;
+      shown[k].erase(shown[k].begin());
+    }
+    st.points[k] = int(shown[k].size());
+  }
+  if (st.first_ms[0] > 0 || st.first_ms[1] > 0) {
+    char b[160], n[48] = "", c[48] = "";
+    if (st.first_ms[1] > 0) std::snprintf(c, sizeof c, "%.2f ms with the cache", st.first_ms[1]);
+    if (st.first_ms[0] > 0) std::snprintf(n, sizeof n, "%.2f ms without", st.first_ms[0]);
+    std::snprintf(b, sizeof b, "%s%s%s", c, c[0] && n[0] ? ", " : "", n);
+    ImGui::PushTextWrapPos(0);
+    ImGui::TextDisabled(
+        "The first timed step (%s) is left out: it also pays one-off work (memory for the cache, the threads' "
+        "start), a spike that would flatten the other steps.",
+        b);
+    ImGui::PopTextWrapPos();
+  }
+  const ImVec2 p = ImGui::GetCursorScreenPos();
+  const ImVec2 lab = two_curves(app, "##ms", " ms", shown[0], shown[1], positions - 1, ImVec2(w, font * 8));
+  st.plot_x0 = p.x, st.plot_x1 = ImGui::GetWindowPos().x + ImGui::GetWindowWidth();
+  st.label_x1 = lab.x, st.label_y1 = lab.y, st.plot_y1 = p.y + font * 8;
 }
 
 // The work of the steps so far: this step, the total, and the curves.
@@ -202,8 +265,17 @@ void cost_panel(App& app, KvState& st, int positions, int new0) {
     without.push_back({p, cum_f});
   }
   ImGui::Text("Step at position %d (%d token%s in the cache before it):", positions - 1, new0, new0 == 1 ? "" : "s");
+  // The table scrolls sideways when its columns are wider than the pane (never cut).
+  const ImGuiStyle& style = ImGui::GetStyle();
+  const float row_h = ImGui::GetTextLineHeight() + style.CellPadding.y * 2;
+  float need = 0;
+  for (const char* c : {"without it (whole prefix again)", "multiply-adds", "bytes read", "so far (multiply-adds)"})
+    need += ImGui::CalcTextSize(c).x + style.CellPadding.x * 2 + 1;
+  const bool scroll = need > ImGui::GetContentRegionAvail().x;
   if (ImGui::BeginTable("cost", 4,
-                        ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_BordersInnerV)) {
+                        ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_BordersInnerV |
+                            (scroll ? ImGuiTableFlags_ScrollX : 0),
+                        ImVec2(0, scroll ? row_h * 3 + style.ScrollbarSize + 2 : 0))) {
     ImGui::TableSetupColumn("");
     ImGui::TableSetupColumn("multiply-adds");
     ImGui::TableSetupColumn("bytes read");
@@ -227,17 +299,19 @@ void cost_panel(App& app, KvState& st, int positions, int new0) {
     row("without it (whole prefix again)", now_f.macs(), now_f.bytes(), cum_f);
     ImGui::EndTable();
   }
-  ImGui::Text("Without the cache this step does %.1fx the work; the generation so far %.1fx.",
-              now_c.macs() > 0 ? now_f.macs() / now_c.macs() : 0.0, cum_c > 0 ? cum_f / cum_c : 0.0);
+  bytes_note(now_c, now_f);
+  st.explained = true;
+  ImGui::TextWrapped("Without the cache this step does %.1fx the work; the generation so far %.1fx.",
+                     now_c.macs() > 0 ? now_f.macs() / now_c.macs() : 0.0, cum_c > 0 ? cum_f / cum_c : 0.0);
   const float font = ImGui::GetFontSize();
   const float w = ImGui::GetContentRegionAvail().x;
-  ImGui::TextUnformatted("The work of the whole generation so far, against the position:");
+  ImGui::TextWrapped("The work of the whole generation so far, against the position:");
   legend_line(IM_COL32(240, 90, 70, 255), "without the cache: every step recomputes all n rows: O(n\u00b2) in all");
   legend_line(IM_COL32(80, 200, 120, 255), "with the cache: one new row a step: O(n) in all");
-  two_curves(app, "##macs", "MACs", without, with, positions - 1, ImVec2(w, font * 9));
+  two_curves(app, "##macs", " MACs", without, with, positions - 1, ImVec2(w, font * 9));
   // Measured: the trace's own steps, and the last run of the other kind.
   ImGui::Spacing();
-  ImGui::TextUnformatted("Measured time of each step after the prompt (ms):");
+  ImGui::TextWrapped("Measured time of each step after the prompt (ms):");
   const bool cached = app.history.trace.steps.empty() || app.history.trace.steps.back().kv_cache;
   auto& mine = st.measured[cached ? 1 : 0];
   const int k = cached ? 1 : 0;
@@ -261,11 +335,11 @@ void cost_panel(App& app, KvState& st, int positions, int new0) {
     ImGui::SameLine();
     ImGui::TextDisabled("(timed up to position %d)", st.timed_positions - 1);
   }
-  ImGui::SameLine();
+  flow(font * 6);
   legend_line(IM_COL32(240, 90, 70, 255), "without");
-  ImGui::SameLine();
+  flow(font * 9);
   legend_line(IM_COL32(80, 200, 120, 255), "with the cache");
-  two_curves(app, "##ms", "ms", st.measured[0], st.measured[1], positions - 1, ImVec2(w, font * 8));
+  measured_plot(app, st, positions, w);
 }
 
 // What the step did to the cache, in a sentence (a sliding-window layer reads back only
@@ -293,6 +367,19 @@ void step_text(const BlockSnapshot* s, bool kv_cache, int positions, int new0) {
 }
 
 }  // namespace
+
+std::string kv_sidecar(App& app) {
+  const KvState& st = app.state<KvState>();
+  char b[400];
+  std::snprintf(b, sizeof b,
+                "{\"explained\": %s, \"plot_x0\": %.1f, \"plot_x1\": %.1f, \"label_x1\": %.1f, \"label_y1\": "
+                "%.1f, \"plot_y1\": %.1f, \"first_ms\": [%.4f, %.4f], \"points\": [%d, %d], \"measured\": [%zu, "
+                "%zu]}",
+                st.explained ? "true" : "false", double(st.plot_x0), double(st.plot_x1), double(st.label_x1),
+                double(st.label_y1), double(st.plot_y1), st.first_ms[0], st.first_ms[1], st.points[0], st.points[1],
+                st.measured[0].size(), st.measured[1].size());
+  return b;
+}
 
 void panel_kv(App& app) {
   KvState& st = app.state<KvState>();
@@ -330,8 +417,12 @@ void panel_kv(App& app) {
   const int q_head = head * std::max(1, cfg.n_heads / std::max(1, cfg.n_kv_heads));
   const BlockSnapshot* s = block_snapshot(app, app.sel.layer, q_head);
   const ImVec2 avail = ImGui::GetContentRegionAvail();
-  const float left = std::max(avail.x * 0.5f, font * 26);
-  ImGui::BeginChild("caches", ImVec2(left, avail.y), false);
+  // Side by side when both halves keep some 25 characters' width; else the caches above
+  // the costs, each scrolling on its own.
+  const bool side = avail.x >= font * 52;
+  const float left = side ? avail.x * 0.5f : avail.x;
+  const float cache_h = side ? avail.y : std::max(font * 10, avail.y * 0.5f);
+  ImGui::BeginChild("caches", ImVec2(left, cache_h), false);
   if (!app.engine.model) {
     ImGui::TextDisabled("The cache is measured by running the model: load the model this trace came from.");
   } else if (!s) {
@@ -344,7 +435,9 @@ void panel_kv(App& app) {
     for (auto& t : toks) labels.push_back(visible(t.text));
     const int kvd = s->cfg.kv_dim(), dh = s->cfg.d_head, rows = int(s->k.size()) / std::max(1, kvd);
     const bool ed = s->cfg.encoder_decoder && s->src_len > 0;
-    const float hh = avail.y - font * 4.5f - (ed ? font * (5.5f + 0.95f * float(s->src_len)) : 0);
+    float hh = cache_h - font * 4.5f - (ed ? font * (5.5f + 0.95f * float(s->src_len)) : 0);
+    // Stacked (a narrow window): the pane scrolls, so the caches keep up to 24 rows.
+    if (!side) hh = std::max(hh, font * (2.5f + 0.62f * float(std::min(rows, 24))));
     char t[96];
     std::snprintf(t, sizeof t, "Keys K, layer %d head %d  [%d x %d]", s->layer, head, rows, dh);
     // A sliding-window layer: the step's first query reads no row before this one.
@@ -361,8 +454,10 @@ void panel_kv(App& app) {
           "stay in the cache (\"unread\") but no query of this step reads them.",
           s->layer, s->cfg.sliding_window, s->cfg.sliding_window - 1);
     const double bytes = 2.0 * s->cfg.n_layers * rows * kvd * 4;
+    ImGui::PushTextWrapPos(0);
     ImGui::TextDisabled("The whole cache: 2 (K and V) x %d layers x %d positions x %d = %.0f floats, %.1f KB",
                         s->cfg.n_layers, rows, kvd, bytes / 4, bytes / 1024);
+    ImGui::PopTextWrapPos();
     if (ed) {
       ImGui::Spacing();
       ImGui::TextWrapped(
@@ -379,8 +474,8 @@ void panel_kv(App& app) {
     }
   }
   ImGui::EndChild();
-  ImGui::SameLine();
-  ImGui::BeginChild("cost", ImVec2(0, avail.y), false);
+  if (side) ImGui::SameLine();
+  ImGui::BeginChild("cost", ImVec2(0, 0), false);
   step_text(s, step.kv_cache, positions, new0);
   cost_panel(app, st, positions, new0);
   ImGui::EndChild();

@@ -27,6 +27,10 @@ void beams_search_now(App& app);
 const BlockSnapshot* block_snapshot(App& app, int layer, int head);
 // For the scripted test's sidecar: whether the latest snapshot arrived without error.
 bool block_ok(App& app);
+// The Block view's last frame (key table rows on screen, equation width, colour scales,
+// key states) and the KV cache view's (plot labels), as JSON objects for the sidecar.
+std::string block_sidecar(App& app);
+std::string kv_sidecar(App& app);
 // The KV cache view (kv.cpp): times the steps shown both ways now (the view's
 // button; scripted runs of the view).
 void kv_time_now(App& app);

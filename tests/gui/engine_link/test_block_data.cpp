@@ -71,7 +71,10 @@ TEST(BlockStages, FollowTheBlockLayoutOfTheConfig) {
                      std::to_string(layer));
         ASSERT_EQ(s.front().kind, StageKind::Input);
         const int ln1 = index_of(s, "ln1"), add1 = index_of(s, "add1"), qkv = index_of(s, "attn.qkv");
-        const int ln3 = index_of(s, "ln3"), add3 = index_of(s, "add3"), up = index_of(s, "mlp.up");
+        // The FFN's norm and add: LN2 / add2 of a decoder-only block, LN3 / add3 of an
+        // encoder-decoder one (its LN2 comes before the cross-attention).
+        const int ln3 = index_of(s, ed ? "ln3" : "ln2"), add3 = index_of(s, ed ? "add3" : "add2"),
+                  up = index_of(s, "mlp.up");
         ASSERT_TRUE(ln1 > 0 && add1 > 0 && qkv > 0 && ln3 > 0 && add3 > 0 && up > 0);
         if (post) {
           EXPECT_EQ(ln1, add1 + 1);
@@ -82,7 +85,7 @@ TEST(BlockStages, FollowTheBlockLayoutOfTheConfig) {
           EXPECT_EQ(up, ln3 + 1);
         }
         EXPECT_EQ(index_of(s, "cross_attn.qkv") >= 0, ed);
-        EXPECT_EQ(index_of(s, "ln2") >= 0, ed);
+        EXPECT_EQ(index_of(s, "ln3") >= 0, ed);
         const bool last = layer == c.n_layers - 1;
         EXPECT_EQ(index_of(s, "logits") >= 0, last);
         EXPECT_EQ(index_of(s, "ln_final") >= 0, last && c.final_norm);
@@ -100,7 +103,7 @@ TEST(BlockStages, DrawTheBlockAGemmaModelReallyHas) {
   const auto s0 = dsgui::block_stages(c, 0), s1 = dsgui::block_stages(c, 1);
   const std::vector<std::string> want = {
       "input",     "ln1",  "attn.qkv", "attn.qk_norm", "attn.scores", "attn.mask", "attn.softmax", "attn.z", "attn.out",
-      "post_attn", "add1", "ln3",      "mlp.up",       "mlp.act",     "mlp.down",  "post_ffn",     "add3",   "output"};
+      "post_attn", "add1", "ln2",      "mlp.up",       "mlp.act",     "mlp.down",  "post_ffn",     "add2",   "output"};
   EXPECT_EQ(ids(s0), want);
   const Stage& qkv = s0[size_t(index_of(s0, "attn.qkv"))];
   const Stage& qkn = s0[size_t(index_of(s0, "attn.qk_norm"))];
@@ -147,6 +150,101 @@ TEST(BlockStages, DrawTheBlockAGemmaModelReallyHas) {
   capped.logit_softcap = 30;
   const auto last = dsgui::block_stages(capped, 1);
   EXPECT_NE(last[size_t(index_of(last, "logits"))].equation.find("tanh"), std::string::npos);
+}
+
+// The norms as the seeds name them: a decoder-only block is x + Attn(LN1(x)), then
+// + FFN(LN2(.)) (pre-norm; post-norm: LN1 after the attention's add, LN2 after the FFN's);
+// an encoder-decoder decoder block has LN1, LN2 around the cross-attention, LN3 around
+// the FFN. Each norm's label says its name, and its hook is one the snapshot subscribes
+// to (the engine calls a decoder-only block's second norm ln3).
+TEST(BlockStages, NormsAreNamedAsTheSeedsDrawThem) {
+  for (bool post : {false, true})
+    for (bool ed : {false, true}) {
+      const ds::Config c = config(post, ed, true);
+      SCOPED_TRACE(std::string(post ? "post" : "pre") + (ed ? " enc-dec" : " decoder"));
+      const auto s = dsgui::block_stages(c, 0);
+      // The sub-layers in order, each with the norm the layout puts next to it.
+      std::vector<std::pair<int, std::string>> want;  // (sub-layer group, norm name)
+      want.push_back({0, "LN1"});
+      if (ed) want.push_back({1, "LN2"});
+      want.push_back({2, ed ? "LN3" : "LN2"});
+      std::vector<std::pair<int, std::string>> got;
+      const auto hooks = dsgui::snapshot_hooks(c, 0);
+      for (size_t i = 0; i < s.size(); ++i) {
+        if (s[i].kind != StageKind::Norm) continue;
+        // Pre-norm: the next stage starts its sub-layer. Post-norm: the norm follows the
+        // add that closes its sub-layer (the stage before the add is the sub-layer's).
+        const int group = post ? s[i - 2].group : s[i + 1].group;
+        if (post) {
+          EXPECT_EQ(s[i - 1].kind, StageKind::Add) << "before " << s[i].id;
+        } else {
+          EXPECT_EQ(s[i + 1].kind, group == 2 ? StageKind::FFNUp : StageKind::QKV) << "after " << s[i].id;
+        }
+        std::string name = "LN" + std::to_string(s[i].norm);
+        EXPECT_NE(s[i].label.find(name), std::string::npos) << s[i].label;
+        EXPECT_NE(s[i].title.find(name), std::string::npos) << s[i].title;
+        EXPECT_NE(std::find(hooks.begin(), hooks.end(), "blocks.0." + s[i].hook), hooks.end()) << s[i].hook;
+        got.push_back({group, name});
+      }
+      EXPECT_EQ(got, want);
+      // No "LN3" anywhere in a decoder-only block's names.
+      if (!ed) {
+        for (const Stage& st : s) {
+          EXPECT_EQ(st.label.find("LN3"), std::string::npos) << st.label;
+          EXPECT_EQ(st.title.find("LN3"), std::string::npos) << st.title;
+        }
+      }
+    }
+}
+
+// The colour scale the rows of a stage share is the largest |value| among them, and the
+// normalised row is (x - mean) / sqrt(var + eps) (LayerNorm) or x / rms(x) (RMSNorm),
+// recomputed here from the definitions.
+TEST(BlockStrips, NormRowsShareOneScaleAndStandardizeX) {
+  ds::Config c = config(false, false, true);
+  const std::vector<float> x = {3.0f, -1.0f, 0.5f, 7.0f, -4.5f, 2.0f};
+  const std::vector<float> out = {0.3f, -0.1f, 0.05f, 0.7f, -0.45f, 0.2f};
+  for (ds::NormKind k : {ds::NormKind::LayerNorm, ds::NormKind::RMSNorm}) {
+    c.norm = k;
+    const auto rows = dsgui::norm_rows(x, out, c);
+    ASSERT_EQ(rows.size(), 3u);
+    EXPECT_EQ(rows[0].v, x);
+    EXPECT_EQ(rows[2].v, out);
+    double mean = 0, sq = 0;
+    for (float v : x) mean += v / 6.0;
+    if (k == ds::NormKind::RMSNorm) mean = 0;
+    for (float v : x) sq += (v - mean) * (v - mean) / 6.0;
+    ASSERT_EQ(rows[1].v.size(), x.size());
+    float biggest = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      EXPECT_NEAR(rows[1].v[i], (x[i] - mean) / std::sqrt(sq + c.norm_eps), 1e-5) << i;
+      biggest = std::max({biggest, std::fabs(x[i]), std::fabs(rows[1].v[i]), std::fabs(out[i])});
+    }
+    EXPECT_FLOAT_EQ(dsgui::shared_scale(rows), 7.0f);
+    EXPECT_FLOAT_EQ(dsgui::shared_scale(rows), biggest);
+  }
+  EXPECT_TRUE(dsgui::standardized({}, ds::NormKind::LayerNorm, 1e-5f).empty());
+  EXPECT_EQ(dsgui::shared_scale({}), 1.0f);
+}
+
+// The number tables' default: the last positions up to the selected one, the first
+// features; a pick out of range is brought back inside.
+TEST(BlockStrips, NumberTablesPickTheLastPositionsAndFirstFeatures) {
+  const dsgui::TablePick p = dsgui::TablePick::around(9, 16);
+  EXPECT_EQ(p.pos0, 6);
+  EXPECT_EQ(p.pos1, 9);
+  EXPECT_EQ(p.dim0, 0);
+  EXPECT_EQ(p.dims, 6);
+  const dsgui::TablePick q = dsgui::TablePick::around(1, 4);
+  EXPECT_EQ(q.pos0, 0);
+  EXPECT_EQ(q.dims, 4);
+  dsgui::TablePick bad;
+  bad.pos0 = 12, bad.pos1 = 50, bad.dim0 = 14, bad.dims = 9;
+  const dsgui::TablePick c = bad.clamped(10, 16);
+  EXPECT_EQ(c.pos1, 9);
+  EXPECT_EQ(c.pos0, 9);
+  EXPECT_EQ(c.dim0, 14);
+  EXPECT_EQ(c.dims, 2);
 }
 
 // Without the new flags the block keeps its stages: no q/k norm, no sandwich norm.
@@ -373,6 +471,65 @@ TEST(BlockSnapshot, SaysWhichBiasesAQwen2GgufHas) {
   EXPECT_FALSE(s->biases.o || s->biases.up || s->biases.down);
   const auto st = dsgui::block_stages(s->cfg, 0, &s->biases);
   EXPECT_EQ(st[size_t(index_of(st, "attn.out"))].equation.find("b_O"), std::string::npos);
+}
+
+// Which keys a query was multiplied with: with the KV cache, those of the step that fed
+// the query (its recorded attn.scores has exactly that many key columns); without the
+// cache, every key of the prefix as of the step shown (its recorded scores are that wide).
+TEST(ComputedKeys, MatchTheKeysEachStepRecorded) {
+  for (bool cached : {true, false}) {
+    SCOPED_TRACE(cached ? "with the cache" : "without the cache");
+    ds::LoadedModel lm = dsgui::open_model("random:decoder", "");
+    ds::SessionOptions o;
+    o.sampler.temperature = 0;
+    o.steps = 8;
+    o.kv_cache = cached;
+    o.record = {"blocks.0.attn.scores"};
+    ds::Session sess(lm.model, lm.tokenizer, o);
+    sess.start({1, 4, 5, 6}, {});
+    while (sess.step() >= 0 && sess.trace().steps.size() < 5) {
+    }
+    const ds::Trace& t = sess.trace();
+    const int last = int(t.steps.size()) - 1, n = t.positions(last);
+    ASSERT_GT(n, 5);
+    for (int pos = 0; pos < n; ++pos) {
+      const int s = t.step_of(pos);
+      const ds::Tensor& rec = t.steps[size_t(cached ? s : last)].tensors.at("blocks.0.attn.scores");
+      EXPECT_EQ(dsgui::computed_keys(t, last, pos), int(rec.shape[2])) << "position " << pos;
+    }
+    EXPECT_EQ(dsgui::computed_keys(t, 99, 0), 0);
+  }
+}
+
+// The snapshot's queries of every position are the ones the session recorded.
+TEST(BlockSnapshot, KeepsTheQueriesOfEveryPosition) {
+  const std::string spec = "random:decoder";
+  ds::LoadedModel lm = dsgui::open_model(spec, "");
+  const ds::Config& cfg = lm.model->cfg;
+  ds::SessionOptions o;
+  o.sampler.temperature = 0;
+  o.steps = 8;
+  o.record = {"blocks.1.attn.q"};
+  ds::Session sess(lm.model, lm.tokenizer, o);
+  sess.start({1, 4, 5}, {});
+  while (sess.step() >= 0 && sess.trace().steps.size() < 4) {
+  }
+  const ds::Trace& t = sess.trace();
+  std::vector<int> tokens = t.tokens();
+  const int n = t.positions(int(t.steps.size()) - 1);
+  tokens.resize(size_t(n));
+  dsgui::Worker w;
+  w.post(dsgui::cmd::Load{spec, "", ds::Precision::F32});
+  auto s = inspect(w, tokens, {}, 1, 1, 0);
+  ASSERT_TRUE(s && s->error.empty());
+  const int qd = cfg.n_heads * cfg.d_head;
+  ASSERT_EQ(s->q_all.size(), size_t(n) * qd);
+  for (const ds::TraceStep& st : t.steps) {
+    const ds::Tensor& q = st.tensors.at("blocks.1.attn.q");
+    for (int64_t i = 0; i < q.size(); ++i)
+      ASSERT_NEAR(s->q_all[size_t(st.pos0) * qd + size_t(i)], q.data[size_t(i)],
+                  2e-4 * (1 + std::fabs(q.data[size_t(i)])));
+  }
 }
 
 TEST(BlockSnapshot, BadRequestsEndInAMessage) {

@@ -64,13 +64,13 @@ struct Candidate {
 // search, the scores that chose it.
 struct TokenChoice {
   std::string by = "forced";
-  int width = 0;             // beam search: the number of hypotheses kept
+  int width = 0;              // beam search: the number of hypotheses kept
   double length_penalty = 0;  // beam search: score = sum / length^length_penalty
-  double logprob = 0;        // beam search: log p(token | the hypothesis before it)
-  double sum = 0;            // beam search: the hypothesis's sum of log-probabilities up to this token
-  int rank = -1;             // beam search: the pair's rank among every (hypothesis, token) pair of its step (0: best)
-  double score = 0;          // beam search: the finished hypothesis's score (at its last token)
-  bool final = false;        // beam search: this token ended the chosen hypothesis
+  double logprob = 0;         // beam search: log p(token | the hypothesis before it)
+  double sum = 0;             // beam search: the hypothesis's sum of log-probabilities up to this token
+  int rank = -1;              // beam search: the pair's rank among every (hypothesis, token) pair of its step (0: best)
+  double score = 0;           // beam search: the finished hypothesis's score (at its last token)
+  bool final = false;         // beam search: this token ended the chosen hypothesis
 };
 
 struct SampleRecord {

@@ -232,7 +232,6 @@ TokenChoice read_choice(const json& v, const Where& w) {
   return ch;
 }
 
-
 SampleRecord read_sample(const json& r, const Config& c, const Where& w) {
   get_object(r, "sample", w);
   SampleRecord rec;

@@ -666,7 +666,7 @@ group_beamtab() {
   fi
   if run beam_undo "${STORY[@]}" --cursor 4 --view branches --beam 3 --undo 1; then
     json="$OUT/beam_undo.png.json"
-    expect beam_undo "Undo left the branches '$(field "$json" branches)'" "$(same "$(field "$json" branches)" "[]")"
+    expect beam_undo "Undo left the branches '$(field "$json" branches)'" "$(same "$(field "$json" branches)" "")"
     expect beam_undo "Undo changed the story" "$(same "$(field "$json" live_ids)" "$ref")"
   fi
   # The teacher makes the beam's branch live: the Next token view says beam search chose
@@ -718,7 +718,6 @@ group_beamtab() {
   fi
   # Cross-attention on a decoder-only model points to builtin:dates.
   if run cross_decoder --model builtin:stories --prompt "$P" --steps 3 --view cross --size 1024x768; then
-    check blank "$OUT/cross_decoder.png"
     text=$(field "$OUT/cross_decoder.png.json" cross_text)
     if [ -f "$MODELS/dates/model.safetensors" ]; then
       expect cross_decoder "cross text '$text'" "$(has "$text" "Open builtin:dates")"

@@ -24,8 +24,7 @@ std::string step_method(const ds::SampleRecord& r) {
   char b[200];
   std::string s;
   if (r.chosen && r.chosen->by == "beam search") {
-    std::snprintf(b, sizeof b, "beam search (width %d, length penalty %.2f", r.chosen->width,
-                  r.chosen->length_penalty);
+    std::snprintf(b, sizeof b, "beam search (width %d, length penalty %.2f", r.chosen->width, r.chosen->length_penalty);
     return std::string(b) + ")";  // the sampling settings did not choose these tokens
   }
   if (r.chosen) return r.chosen->by + " (token given, not drawn)";
@@ -64,22 +63,20 @@ std::string choice_text(const ds::SampleRecord& r, const std::string& token) {
   char b[600];
   if (ch.by != "beam search") {
     std::snprintf(b, sizeof b,
-                  "\"%s\" was chosen by %s: it was given to this step, not drawn, so no random number and none of "
-                  "the sampling settings chose it. The table shows what the model would have drawn from.",
-                  token.c_str(), ch.by.c_str());
+                  "\"%s\" was %s: given to this step, not drawn, so no random number and none of the sampling "
+                  "settings chose it. The table shows what the model would have drawn from.",
+                  token.c_str(), ch.by == "forced" ? "forced" : ("chosen by " + ch.by).c_str());
     return b;
   }
   std::snprintf(b, sizeof b,
-                "\"%s\" was chosen by beam search (width %d), not drawn: no random number and none of the sampling "
-                "settings chose it. Beam search keeps the %d (hypothesis, token) pairs with the highest sum of "
-                "log-probabilities; this one ranked #%d of its step. log p(\"%s\") = %.4f (p = %.4f); the "
-                "hypothesis's cumulative log-probability is %.4f.",
-                token.c_str(), ch.width, ch.width, ch.rank + 1, token.c_str(), ch.logprob, std::exp(ch.logprob),
-                ch.sum);
+                "\"%s\" was chosen by beam search, not drawn: no random number and no sampling setting chose it. "
+                "log p = %.4f (p = %.4f); cumulative log-probability is %.4f, ranked #%d of the step's (hypothesis, "
+                "token) pairs, of which beam search keeps the best %d.",
+                token.c_str(), ch.logprob, std::exp(ch.logprob), ch.sum, ch.rank + 1, ch.width);
   std::string s = b;
   if (ch.final) {
-    std::snprintf(b, sizeof b, " It is the hypothesis's last token: score = sum / length^%.2f = %.4f.",
-                  ch.length_penalty, ch.score);
+    std::snprintf(b, sizeof b, " The hypothesis's last token: score = sum / length^%.2f = %.4f.", ch.length_penalty,
+                  ch.score);
     s += b;
   }
   return s;

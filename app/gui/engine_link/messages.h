@@ -66,8 +66,8 @@ struct BeamAnswer {
   int width = 0;
   float length_penalty = 1;
   double seconds = 0;
-  std::vector<std::string> finished_text;                // [finished]: its tokens' text, the end token left out
-  std::vector<std::vector<std::string>> hyp_text;        // [step][hyp]: the hypothesis's text so far
+  std::vector<std::string> finished_text;                        // [finished]: its tokens' text, the end token left out
+  std::vector<std::vector<std::string>> hyp_text;                // [step][hyp]: the hypothesis's text so far
   std::vector<std::vector<std::vector<std::string>>> cand_text;  // [step][hyp][cand]: the candidate's text after it
 };
 

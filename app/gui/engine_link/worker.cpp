@@ -348,7 +348,8 @@ void beam_texts(BeamAnswer& a, const ds::Tokenizer* tok) {
       ht.push_back(ids_text(tok, a, start, h.tokens));
       const int prev = h.tokens.empty() ? start : h.tokens.back();
       auto& c = ct.emplace_back();
-      for (const ds::BeamCandidate& cd : h.candidates) c.push_back(ids_text(tok, a, prev, std::span<const int>(&cd.token, 1)));
+      for (const ds::BeamCandidate& cd : h.candidates)
+        c.push_back(ids_text(tok, a, prev, std::span<const int>(&cd.token, 1)));
     }
   }
 }

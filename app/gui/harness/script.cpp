@@ -143,7 +143,8 @@ bool ScriptedRun::final_actions() {
   if (o_.choose_branch > 0 && !chosen_) {
     chosen_ = true;
     if (!branches_choose(app_, o_.choose_branch - 1))
-      std::fprintf(stderr, "decoderscope: --choose-branch %d: there is no such branch to make live\n", o_.choose_branch);
+      std::fprintf(stderr, "decoderscope: --choose-branch %d: there is no such branch to make live\n",
+                   o_.choose_branch);
     phase_frames_ = 1;
     return true;
   }
@@ -218,7 +219,8 @@ void write_sidecar(const std::string& path, const App& app, const Options& o, in
     f << "]}";
   }
   f << "],\n";
-  for (const auto& [key, value] : beamtab_sidecar(const_cast<App&>(app))) f << "  \"" << key << "\": " << value << ",\n";
+  for (const auto& [key, value] : beamtab_sidecar(const_cast<App&>(app)))
+    f << "  \"" << key << "\": " << value << ",\n";
   f << "  \"heatmaps\": [";
   for (size_t i = 0; i < app.maps.placements.size(); ++i) {
     const auto& p = app.maps.placements[i];

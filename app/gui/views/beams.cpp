@@ -27,8 +27,8 @@ struct BeamsState {
   const ModelInfo* model = nullptr;  // the model the answer is for
   bool waiting = false;
   bool branch_waiting = false;  // a hypothesis is on its way to be kept as a branch
-  bool asked = false;  // a search was asked for this model (run once on opening the view)
-  int reveal = 0;      // steps of the tree shown
+  bool asked = false;           // a search was asked for this model (run once on opening the view)
+  int reveal = 0;               // steps of the tree shown
   int sel_step = -1, sel_hyp = -1, sel_cand = -1;
   float scroll_to = -1;  // x to scroll the tree to (the newest column)
 };
@@ -375,7 +375,7 @@ std::string best_line(const BeamAnswer& a) {
   const ds::BeamFinished& w = a.result.finished[0];
   char b[96];
   std::snprintf(b, sizeof b, "   score %.4f = %.4f / %zu^%.2f", w.score, w.sum, w.tokens.size(), a.length_penalty);
-  return "Best: " + finished_text(a, 0) + b;
+  return "Best: " + finished_text(a, 0, 400) + b;
 }
 
 std::string runners_up_line(const BeamAnswer& a) {
@@ -472,7 +472,8 @@ void keep_branch(App& app, BeamsState& st, ev::BeamBranch& e) {
       return;
     }
   const bool winner = e.answer && !e.answer->result.finished.empty() &&
-                      e.trace.steps.size() == e.answer->result.finished[0].tokens.size() && e.step == e.answer->result.finished[0].step;
+                      e.trace.steps.size() == e.answer->result.finished[0].tokens.size() &&
+                      e.step == e.answer->result.finished[0].step;
   char label[160];
   std::snprintf(label, sizeof label, "beam search, width %d, length penalty %.2f: %s", e.answer ? e.answer->width : 0,
                 e.answer ? e.answer->length_penalty : 0.0f,
@@ -613,10 +614,15 @@ std::vector<std::pair<std::string, std::string>> beamtab_sidecar(App& app) {
   json labels = json::array();
   for (const Branch& b : app.history.branches) labels.push_back(branch_method(b.trace, b.fork_step));
   out.push_back({"branch_labels", js(labels)});
-  const int fork = app.history.branches.empty() ? 0 : app.history.branches[size_t(std::clamp(app.history.branch_shown, 0, int(app.history.branches.size()) - 1))].fork_step;
+  const int fork =
+      app.history.branches.empty()
+          ? 0
+          : app.history.branches[size_t(std::clamp(app.history.branch_shown, 0, int(app.history.branches.size()) - 1))]
+                .fork_step;
   out.push_back({"live_label", js(json(live_label(app, fork)))});
   json ids = json::array();
-  for (const TokenInfo& t : tokens_as_of(app.history.trace, int(app.history.trace.steps.size()) - 1)) ids.push_back(t.id);
+  for (const TokenInfo& t : tokens_as_of(app.history.trace, int(app.history.trace.steps.size()) - 1))
+    ids.push_back(t.id);
   out.push_back({"live_ids", js(ids)});
   out.push_back({"next_text", js(json(next_explanation(app)))});
   if (!app.history.trace.config.encoder_decoder) out.push_back({"cross_text", js(json(cross_note(app)))});

@@ -130,11 +130,7 @@ namespace {
 void draw_strip(App& app, const ds::SampleRecord& r, float width) {
   const float font = ImGui::GetFontSize();
   ImDrawList* dl = ImGui::GetWindowDrawList();
-  if (r.chosen && r.token >= 0) {
-    const ds::Candidate* c = find_cand(r, r.token);
-    ImGui::TextWrapped("%s", choice_text(r, visible(c ? c->text : "#" + std::to_string(r.token))).c_str());
-    return;
-  }
+  if (r.chosen && r.token >= 0) return;  // not drawn: the lines above the table say what chose it
   if (r.config.contrastive) {
     contrastive_note(r);
     return;
@@ -281,10 +277,11 @@ struct NextState {
 
 // The columns of a candidate table.
 struct Columns {
-  bool rep = false;          // the repetition penalty was on
-  bool topk = false;         // top-k was on (sampling)
-  bool contrastive = false;  // confidence, penalty and score instead of temperature and filters
-  float bar = 60;            // width of a bar column
+  bool rep = false;            // the repetition penalty was on
+  bool topk = false;           // top-k was on (sampling)
+  bool contrastive = false;    // confidence, penalty and score instead of temperature and filters
+  float bar = 60;              // width of a bar column
+  bool before_chosen = false;  // the token marked "before" was given to the step, not drawn
 };
 
 // A probability as a bar; grey for a row a filter removed, "0 (cut)" where it was cut.
@@ -360,9 +357,9 @@ void candidate_row(const ds::SampleRecord& r, const ds::Candidate& c, int rank, 
   ImGui::TableNextColumn();
   if (removed) ImGui::PopStyleColor();
   if (is_drawn)
-    ImGui::TextColored(readable(ImVec4(1, 0.7f, 0.2f, 1)), col.contrastive ? "CHOSEN" : "DRAWN");
+    ImGui::TextColored(readable(ImVec4(1, 0.7f, 0.2f, 1)), col.contrastive || r.chosen ? "CHOSEN" : "DRAWN");
   else if (c.id == before)
-    ImGui::TextColored(readable(ImVec4(0.95f, 0.75f, 0.4f, 1)), "drawn before");
+    ImGui::TextColored(readable(ImVec4(0.95f, 0.75f, 0.4f, 1)), col.before_chosen ? "chosen before" : "drawn before");
   else if (removed && c.removed == ds::kRemovedTopK)
     ImGui::TextColored(readable(ImVec4(0.9f, 0.45f, 0.4f, 1)), "cut by top-k");
   else if (removed && c.removed == ds::kRemovedTopP)
@@ -517,14 +514,17 @@ const ShapeAnswer* preview_of(App& app, int s, const ds::SampleRecord& drawn) {
 
 // The candidate table; returns the largest probability it shows. before: the token
 // the step drew, marked in a preview.
-float candidate_table(const ds::SampleRecord& r, float rw, int before) {
+float candidate_table(const ds::SampleRecord& r, float rw, int before, bool before_chosen) {
   const float font = ImGui::GetFontSize();
   const float row_h = ImGui::GetFrameHeight();
-  const float table_h = std::min(ImGui::GetContentRegionAvail().y - font * 10.0f, row_h * (r.candidates.size() + 1.5f));
+  // Room below for the draw's strip (a given token has none: the lines above explain it).
+  const float below = before_chosen || (r.chosen && r.token >= 0) ? font * 3.0f : font * 10.0f;
+  const float table_h = std::min(ImGui::GetContentRegionAvail().y - below, row_h * (r.candidates.size() + 1.5f));
   // Bars are drawn relative to the largest probability in the table, so small ones show.
   float pmax = 1e-6f;
   for (auto& c : r.candidates) pmax = std::max({pmax, c.p_raw, c.p_rep, c.p_temp, c.p_topk, c.p_final});
   Columns col;
+  col.before_chosen = before_chosen;
   col.contrastive = r.config.contrastive;
   col.rep = r.config.repetition_penalty != 1.0f;
   col.topk = !col.contrastive && r.config.top_k > 0 && !r.greedy;
@@ -603,7 +603,7 @@ std::string kept_text(int n) { return "; " + std::to_string(n) + (n == 1 ? " tok
 std::string step_title(int s, const std::string& after, int last, const ds::SampleRecord& r) {
   const ds::Candidate* c = find_cand(r, r.token);
   const std::string dt = visible(c ? c->text : "#" + std::to_string(r.token));
-  const std::string who = r.chosen                ? r.chosen->by + " chose"
+  const std::string who = r.chosen ? (r.chosen->by == "forced" ? "the step was given" : r.chosen->by + " chose")
                           : r.config.contrastive ? "contrastive search chose"
                           : r.greedy             ? "the model took its most probable token,"
                                                  : "the model drew";
@@ -627,6 +627,10 @@ void step_heading(App& app, int s, const ds::SampleRecord& r, const ShapeAnswer*
   int last = t.positions(s) - 1;
   std::string after = last >= 0 && last < int(toks.size()) ? visible(toks[last].text) : "?";
   ImGui::TextWrapped("%s", step_title(s, after, last, r).c_str());
+  if (r.chosen) {  // what chose it, with its scores, whatever the table previews
+    const ds::Candidate* c = find_cand(r, r.token);
+    wrapped(readable(ImVec4(1, 0.75f, 0.3f, 1)), choice_text(r, visible(c ? c->text : "#" + std::to_string(r.token))));
+  }
   const std::string used = how_chosen(r);
   if (pv && pv->error.empty()) {
     wrapped(ImVec4(0.45f, 0.8f, 1.0f, 1), "PREVIEW: " + settings_text(pv->config, pv->config.temperature == 0) +
@@ -639,7 +643,9 @@ void step_heading(App& app, int s, const ds::SampleRecord& r, const ShapeAnswer*
   }
   if (pv) wrapped(ImVec4(1, 0.6f, 0.4f, 1), "No preview: " + pv->error);
   if (!pv && asked) wrapped(ImVec4(), "preview: computing...");
-  wrapped(ImVec4(), used + (r.chosen ? "" : kept_text(r.n_kept) + (r.config.contrastive ? " as candidates" : " after the filters")));
+  wrapped(
+      ImVec4(),
+      used + (r.chosen ? "" : kept_text(r.n_kept) + (r.config.contrastive ? " as candidates" : " after the filters")));
 }
 
 // The Next token view's explanation of the step it shows, as the view writes it: the
@@ -688,7 +694,7 @@ void panel_next(App& app) {
   ImGui::BeginGroup();
   const float rw = ImGui::GetContentRegionAvail().x;
   step_heading(app, s, drawn, pv, asked);
-  const float pmax = candidate_table(r, rw, showing ? drawn.token : -1);
+  const float pmax = candidate_table(r, rw, showing ? drawn.token : -1, drawn.chosen.has_value());
   ImGui::TextDisabled("bars: the longest is %.3f; grey rows were cut by a filter", pmax);
   draw_strip(app, r, rw - font);
   if (app.whatif.before && app.whatif.before_step == s) {
@@ -697,8 +703,7 @@ void panel_next(App& app) {
     const ds::Candidate* bd = find_cand(b, b.token);
     char u[48] = "";
     if (!b.chosen && !b.greedy && !b.config.contrastive) std::snprintf(u, sizeof u, " with u = %.4f", b.u);
-    ImGui::TextWrapped("Before: \"%s\" came out%s, %s", visible(bd ? bd->text : "?").c_str(), u,
-                       how_chosen(b).c_str());
+    ImGui::TextWrapped("Before: \"%s\" came out%s, %s", visible(bd ? bd->text : "?").c_str(), u, how_chosen(b).c_str());
   }
   ImGui::EndGroup();
 }

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <sstream>
 #include <thread>
 
 #include "engine_link/choice.h"
@@ -116,6 +117,21 @@ TEST(BeamBranch, TheWinnerIsDecodedWithSpacesAndKeptBesideTheLiveSession) {
   }
   EXPECT_TRUE(br->trace.steps.back().sample->chosen->final);
   EXPECT_NEAR(br->trace.steps.back().sample->chosen->score, f.score, 1e-9);
+  // A JSON trace keeps what chose each token.
+  std::stringstream js;
+  br->trace.write_json(js);
+  const ds::Trace back = ds::Trace::read_json(js);
+  ASSERT_EQ(back.steps.size(), br->trace.steps.size());
+  for (size_t k = 0; k < back.steps.size(); ++k) {
+    const auto& want_ch = br->trace.steps[k].sample->chosen;
+    const auto& got_ch = back.steps[k].sample->chosen;
+    ASSERT_TRUE(got_ch) << "step " << k;
+    EXPECT_EQ(got_ch->by, want_ch->by);
+    EXPECT_EQ(got_ch->width, want_ch->width);
+    EXPECT_EQ(got_ch->rank, want_ch->rank);
+    EXPECT_EQ(got_ch->final, want_ch->final);
+    EXPECT_DOUBLE_EQ(got_ch->sum, want_ch->sum);
+  }
 
   // The live session went on where it was: its next step is step 6.
   w.post(cmd::Step{1});

@@ -423,12 +423,7 @@ int cmd_hooks(const Args& a) {
 
 // The text of generated ids (after the prompt's last token), as generate prints it.
 std::string text_after(const ds::LoadedModel& m, int prev, const std::vector<int>& ids) {
-  std::string out;
-  for (int t : ids) {
-    out += m.tokenizer->decode(prev, t);
-    prev = t;
-  }
-  return out;
+  return ds::decode_text(*m.tokenizer, prev, ids);
 }
 
 // generate --beam W: beam search (session/beam.h). Prints the best hypothesis as

@@ -310,6 +310,18 @@ void Trace::write_json(std::ostream& os) const {
                      {"rank", r.rank},
                      {"n_kept", r.n_kept},
                      {"candidates", std::move(cands)}};
+      if (r.chosen) {
+        const TokenChoice& ch = *r.chosen;
+        o["sample"]["chosen"] = {{"by", ch.by}};
+        if (ch.width > 0)
+          o["sample"]["chosen"].update({{"width", ch.width},
+                                        {"length_penalty", ch.length_penalty},
+                                        {"logprob", ch.logprob},
+                                        {"sum", ch.sum},
+                                        {"rank", ch.rank},
+                                        {"score", ch.score},
+                                        {"final", ch.final}});
+      }
     }
     st.push_back(std::move(o));
   }

@@ -58,8 +58,24 @@ struct Candidate {
   float score = 0;         // (1 - alpha) * confidence - alpha * degeneration
 };
 
+// Who chose a step's token when no draw did: the step was given it (Session::step's
+// forced token), so u and the settings below did not decide it. by: "forced" as the
+// session marks it, or the caller's name for what chose it ("beam search"); for beam
+// search, the scores that chose it.
+struct TokenChoice {
+  std::string by = "forced";
+  int width = 0;              // beam search: the number of hypotheses kept
+  double length_penalty = 0;  // beam search: score = sum / length^length_penalty
+  double logprob = 0;         // beam search: log p(token | the hypothesis before it)
+  double sum = 0;             // beam search: the hypothesis's sum of log-probabilities up to this token
+  int rank = -1;              // beam search: the pair's rank among every (hypothesis, token) pair of its step (0: best)
+  double score = 0;           // beam search: the finished hypothesis's score (at its last token)
+  bool final = false;         // beam search: this token ended the chosen hypothesis
+};
+
 struct SampleRecord {
   SamplerConfig config;
+  std::optional<TokenChoice> chosen;  // set when the token was given, not drawn (JSON traces keep it)
   bool greedy = false;
   double u = -1;  // the uniform number drawn (-1 when greedy)
   int token = -1;

@@ -217,6 +217,21 @@ Candidate read_candidate(const json& c, const Config& cfg, const std::string& f,
   return cd;
 }
 
+// Who chose a token that was given, not drawn (SampleRecord::chosen).
+TokenChoice read_choice(const json& v, const Where& w) {
+  const json& o = get_object(v, "sample chosen", w);
+  TokenChoice ch;
+  ch.by = get_str(need(o, "by", w), "sample chosen by", w);
+  if (const json* x = maybe(o, "width")) ch.width = int(get_int(*x, "sample chosen width", 0, 1 << 16, w));
+  if (const json* x = maybe(o, "length_penalty")) ch.length_penalty = get_double(*x, "sample chosen length_penalty", w);
+  if (const json* x = maybe(o, "logprob")) ch.logprob = get_double(*x, "sample chosen logprob", w);
+  if (const json* x = maybe(o, "sum")) ch.sum = get_double(*x, "sample chosen sum", w);
+  if (const json* x = maybe(o, "rank")) ch.rank = int(get_int(*x, "sample chosen rank", -1, 1 << 16, w));
+  if (const json* x = maybe(o, "score")) ch.score = get_double(*x, "sample chosen score", w);
+  if (const json* x = maybe(o, "final")) ch.final = get_bool(*x, "sample chosen final", w);
+  return ch;
+}
+
 SampleRecord read_sample(const json& r, const Config& c, const Where& w) {
   get_object(r, "sample", w);
   SampleRecord rec;
@@ -242,6 +257,7 @@ SampleRecord read_sample(const json& r, const Config& c, const Where& w) {
   for (auto& cj : cands)
     rec.candidates.push_back(
         read_candidate(cj, c, "sample candidates[" + std::to_string(rec.candidates.size()) + "]", w));
+  if (const json* v = maybe(r, "chosen")) rec.chosen = read_choice(*v, w);
   check_sample(rec, c, w);
   return rec;
 }

@@ -135,6 +135,7 @@ int Session::step(int forced) {
   if (forced >= 0) token = forced;
   generated_.push_back(token);
   trace_.steps.back().sample = record(last_, sampler_.config(), token, seq_, scores_, best_heap_);
+  if (forced >= 0) trace_.steps.back().sample->chosen = TokenChoice{};  // given, not drawn
   keep_logits(logits_.data());
 
   if (std::find(opt_.stop_ids.begin(), opt_.stop_ids.end(), token) != opt_.stop_ids.end()) stopped_ = true;

@@ -13,7 +13,7 @@
 # both runs in one group. Without GROUP every group runs in turn, in OUT_DIR.
 # A failed check is counted, not fatal: the script goes on to the next one.
 set -euo pipefail
-ALL_GROUPS=(views encdec replay models block gguf tracebin_dec tracebin_enc maps soak keys blockview)
+ALL_GROUPS=(views encdec replay models block gguf tracebin_dec tracebin_enc maps soak keys blockview beamtab)
 if [ "${1:-}" = --list ]; then
   printf '%s\n' "${ALL_GROUPS[@]}"
   exit 0
@@ -360,13 +360,14 @@ group_models() {
       check blank "$OUT/dates.png"
       check heatmap "$OUT/dates.png" cross nomask
     fi
-    # The beam search tree; the window replays the winner, whose tokens are the ones
-    # decoderscope-cli's beam search prints (between <s> and </s>).
+    # The beam search tree; the window keeps the winner as a branch, whose tokens are the
+    # ones decoderscope-cli's beam search prints (between <s> and </s>).
     if run beams --model builtin:dates --source "Sunday, 22 November 2026" --steps 3 --view beams --beam 3; then
       check blank "$OUT/beams.png"
       want="1 $("$(dirname "$APP")/decoderscope-cli" generate --model builtin:dates \
         --source "Sunday, 22 November 2026" --beam 3 --ids) 2" || true
-      got=$(grep -o '"tokens": \[[^]]*\]' "$OUT/beams.png.json" | tr -d '",[]a-z:' | xargs) || true
+      got=$(grep -o '"branches": \[{[^]]*\]' "$OUT/beams.png.json" | sed 's/.*"tokens": //' | tr -d '",[]a-z:' |
+        xargs) || true
       if [ "$got" = "$want" ]; then
         passed=$((passed + 1))
       else
@@ -812,6 +813,129 @@ need(k["label_x1"] <= k["plot_x1"] + 1, "a label ends at x=%.0f past the plot %.
 '
     done
   done
+}
+
+# ---- beamtab: beam search beside the generation, how each token was chosen, branch labels
+# field FILE KEY: a top-level value of a screenshot's sidecar (strings as they are, lists
+# of numbers space-separated), or "" when absent.
+field() {
+  python3 -c '
+import json, sys
+v = json.load(open(sys.argv[1])).get(sys.argv[2])
+print(" ".join(str(x) for x in v) if isinstance(v, list) and all(isinstance(x, int) for x in v) else
+      json.dumps(v) if isinstance(v, list) else "" if v is None else v)' "$1" "$2" 2>/dev/null || true
+}
+# expect NAME WHAT CONDITION-RESULT: counts a check (CONDITION-RESULT: 0 passed).
+expect() {
+  if [ "$3" = 0 ]; then
+    passed=$((passed + 1))
+  else
+    echo "FAIL $1: $2"
+    failed=$((failed + 1))
+  fi
+}
+has() { case "$1" in *"$2"*) echo 0 ;; *) echo 1 ;; esac; }
+lacks() { case "$1" in *"$2"*) echo 1 ;; *) echo 0 ;; esac; }
+same() { [ "$1" = "$2" ] && echo 0 || echo 1; }
+
+group_beamtab() {
+  if ! [ -f "$MODELS/stories/model.safetensors" ] || ! command -v python3 >/dev/null 2>&1; then
+    echo "note: builtin:stories or python3 is absent; the beamtab group is skipped"
+    return
+  fi
+  local CLI P STORY json ref live best ids cli_ids cli_text br n score text
+  CLI="$(dirname "$APP")/decoderscope-cli"
+  P="Once upon a time, Lily"
+  STORY=(--model builtin:stories --prompt "$P" --steps 200 --seed 5)
+  # The lesson: the story to its end, Left to step 4, the Beam search tab opened. The
+  # story stays the live generation (the same tokens as the same run without the tab),
+  # the beam's winner is kept as a branch, and Undo can forget it.
+  run story_ref "${STORY[@]}" --cursor 4 --view next || return
+  ref=$(field "$OUT/story_ref.png.json" live_ids)
+  if run_big beam_open "${STORY[@]}" --cursor 4 --view beams --beam 3; then
+    json="$OUT/beam_open.png.json"
+    check blank "$OUT/beam_open.png"
+    live=$(field "$json" live_ids)
+    expect beam_open "the live story changed on opening Beam search: '$live', was '$ref'" "$(same "$live" "$ref")"
+    expect beam_open "the cursor left step 4" "$(same "$(field "$json" cursor)" 3)"
+    ids=$(field "$json" beam_best_ids)
+    cli_ids=$("$CLI" generate --model builtin:stories --prompt "$P" --beam 3 --steps 48 --ids) || true
+    expect beam_open "the window's winner '$ids' is not the CLI's '$cli_ids'" "$(has "$ids" "$cli_ids")"
+    br=$(python3 -c 'import json,sys; b=json.load(open(sys.argv[1]))["branches"]; print(len(b), " ".join(map(str, b[0]["tokens"])) if b else "")' "$json")
+    expect beam_open "the branches are '$br', wanted one ending with the winner '$ids'" \
+      "$([ "${br%% *}" = 1 ] && [ "${br%"$ids"}" != "$br" ] && echo 0 || echo 1)"
+    expect beam_open "Edit > Undo has nothing to undo" "$(same "$(field "$json" can_undo)" True)"
+    # The Best line is the tokenizer's decoding of the winner's ids (as the CLI prints
+    # it after the prompt), with the spaces between words.
+    best=$(field "$json" beam_best_text)
+    cli_text=$("$CLI" generate --model builtin:stories --prompt "$P" --beam 3 --steps 48) || true
+    expect beam_open "Best text '$best' is not the CLI's text after the prompt: '$cli_text'" \
+      "$([ -n "$best" ] && [ "${cli_text%"$best"}" != "$cli_text" ] && echo 0 || echo 1)"
+    expect beam_open "Best text '$best' has no space" "$(has "$best" " ")"
+    expect beam_open "the Best line does not show the text" "$(has "$(field "$json" beam_best)" "$best")"
+    expect beam_open "the Runners-up line lost its spaces" "$(has "$(field "$json" beam_runners_up)" " ")"
+  fi
+  if run beam_undo "${STORY[@]}" --cursor 4 --view branches --beam 3 --undo 1; then
+    json="$OUT/beam_undo.png.json"
+    expect beam_undo "Undo left the branches '$(field "$json" branches)'" "$(same "$(field "$json" branches)" "")"
+    expect beam_undo "Undo changed the story" "$(same "$(field "$json" live_ids)" "$ref")"
+  fi
+  # The teacher makes the beam's branch live: the Next token view says beam search chose
+  # the step, with the beam's cumulative log-probability, and invents no draw.
+  if run_big beam_next "${STORY[@]}" --cursor 4 --view next --beam 3 --choose-branch 1 --preview-temperature 1.88; then
+    json="$OUT/beam_next.png.json"
+    check blank "$OUT/beam_next.png"
+    text=$(field "$json" next_text)
+    expect beam_next "next text: '$text'" "$(has "$text" "beam search chose")"
+    expect beam_next "next text does not say 'chosen by beam search'" "$(has "$text" "chosen by beam search")"
+    expect beam_next "next text has no cumulative log-probability" "$(has "$text" "cumulative log-probability is -")"
+    expect beam_next "next text invents a draw" "$(lacks "$text" "u =")"
+    expect beam_next "next text reports settings that did not choose the token" "$(lacks "$text" "1.88")"
+    expect beam_next "the story is not kept as a branch" \
+      "$(python3 -c 'import json,sys; b=json.load(open(sys.argv[1]))["branches"]; print(0 if len(b)==1 and " ".join(map(str,b[0]["tokens"]))==sys.argv[2] else 1)' "$json" "$ref")"
+    expect beam_next "the live generation is not the beam's winner" "$(has "$(field "$json" live_ids)" "$ids")"
+  fi
+  # At the winner's last step the score is the CLI's (sum / length^penalty).
+  n=$("$CLI" generate --model builtin:stories --prompt "$P" --beam 3 --steps 48 --all-beams | sed -n 's/^beam 0: .* \([0-9]*\) tokens.*/\1/p') || true
+  score=$("$CLI" generate --model builtin:stories --prompt "$P" --beam 3 --steps 48 --all-beams | sed -n 's/^beam 0: score \(-*[0-9.]*\),.*/\1/p') || true
+  if [ -n "$n" ] && run beam_last "${STORY[@]}" --cursor "$n" --view next --beam 3 --choose-branch 1 --size 1024x768; then
+    text=$(field "$OUT/beam_last.png.json" next_text)
+    want=$(printf '%.4f' "$score")
+    expect beam_last "the last step's text '$text' does not give the CLI's score $want" "$(has "$text" "= $want.")"
+  fi
+  if run beam_choose_undo "${STORY[@]}" --cursor 4 --view branches --beam 3 --choose-branch 1 --undo 1; then
+    json="$OUT/beam_choose_undo.png.json"
+    expect beam_choose_undo "Undo did not bring the story back live" "$(same "$(field "$json" live_ids)" "$ref")"
+    expect beam_choose_undo "Undo did not put the beam's branch back" "$(has "$(field "$json" branches)" "$(echo "$ids" | tr ' ' ',' | sed 's/,/, /g')")"
+  fi
+  # Branch labels name the method that made each side's tokens, from the steps
+  # themselves: contrastive search with alpha and k (never the temperature its steps
+  # ignored); sampling with the settings drawn with, not a previewed temperature.
+  if run branches_contrastive --model builtin:stories --prompt "$P" --steps 12 --penalty-alpha 0.6 --top-k 5 \
+      --temperature 1.88 --fork-at 6 --view branches --size 1024x768; then
+    json="$OUT/branches_contrastive.png.json"
+    check blank "$OUT/branches_contrastive.png"
+    text=$(field "$json" live_label)
+    expect branches_contrastive "live label '$text'" "$(has "$text" "contrastive search (alpha 0.60, top-k 5)")"
+    expect branches_contrastive "live label '$text' names a temperature" "$(lacks "$text" "temperature")"
+    text=$(field "$json" branch_labels)
+    expect branches_contrastive "branch labels '$text'" "$(has "$text" "contrastive search (alpha 0.60, top-k 5)")"
+  fi
+  if run branches_preview --model builtin:stories --prompt "$P" --steps 10 --temperature 0.7 --seed 3 --fork-at 5 \
+      --fork-seed 8 --preview-temperature 1.88 --view branches; then
+    text=$(field "$OUT/branches_preview.png.json" live_label)
+    expect branches_preview "live label '$text'" "$(has "$text" "sampling (temperature 0.70")"
+    expect branches_preview "live label '$text' names the previewed temperature" "$(lacks "$text" "1.88")"
+  fi
+  # Cross-attention on a decoder-only model points to builtin:dates.
+  if run cross_decoder --model builtin:stories --prompt "$P" --steps 3 --view cross --size 1024x768; then
+    text=$(field "$OUT/cross_decoder.png.json" cross_text)
+    if [ -f "$MODELS/dates/model.safetensors" ]; then
+      expect cross_decoder "cross text '$text'" "$(has "$text" "Open builtin:dates")"
+    else
+      expect cross_decoder "cross text '$text'" "$(has "$text" "no cross-attention")"
+    fi
+  fi
 }
 
 for g in "${ALL_GROUPS[@]}"; do

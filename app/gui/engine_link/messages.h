@@ -56,13 +56,19 @@ struct LensResult {
 };
 
 // A finished beam search (cmd::Beam), with the text of every token its tree names.
+// Texts of several tokens are decoded as generated text is printed (ds::decode_text,
+// as decoderscope-cli prints them): pieces side by side lose a word tokenizer's spaces.
 struct BeamAnswer {
   ds::BeamResult result;
   std::map<int, std::string> text;  // token id -> its piece
   std::string prompt, source;       // the text it was run on
+  std::vector<int> src;             // the source ids (encoder-decoder models)
   int width = 0;
   float length_penalty = 1;
   double seconds = 0;
+  std::vector<std::string> finished_text;                        // [finished]: its tokens' text, the end token left out
+  std::vector<std::vector<std::string>> hyp_text;                // [step][hyp]: the hypothesis's text so far
+  std::vector<std::vector<std::vector<std::string>>> cand_text;  // [step][hyp][cand]: the candidate's text after it
 };
 
 // A kept step's candidate table under other settings, with nothing drawn (cmd::Shape):
@@ -175,6 +181,16 @@ struct Beam {
   int positions = 0;
 };
 
+// A hypothesis of a beam search as a trace of its own, beside the session (which it
+// leaves alone): the prompt, then its tokens, each step's record saying beam search
+// chose the token and with what scores (ds::TokenChoice). step -1: the winner; else the
+// hypothesis `hyp` of step `step` extended by its candidate `cand`.
+struct BeamBranch {
+  std::shared_ptr<const BeamAnswer> answer;
+  int step = -1, hyp = 0, cand = 0;
+  int threads = 1;
+};
+
 // Run `tokens` (positions 0 .. n-1; `src`: the source ids of an encoder-decoder) through
 // decoder layer `layer`, keeping the numbers of position `pos` and the whole score matrix
 // of head `head`; `key` is sent back with the answer (BlockSnapshot).
@@ -221,7 +237,7 @@ struct Restore {
 
 using Command =
     std::variant<cmd::Load, cmd::Start, cmd::Step, cmd::Rewind, cmd::Sampler, cmd::Heads, cmd::Lens, cmd::SaveTrace,
-                 cmd::Shape, cmd::Beam, cmd::Inspect, cmd::Measure, cmd::Roles, cmd::Restore>;
+                 cmd::Shape, cmd::Beam, cmd::BeamBranch, cmd::Inspect, cmd::Measure, cmd::Roles, cmd::Restore>;
 
 // ---- events: worker -> window
 namespace ev {
@@ -285,6 +301,12 @@ struct Shape {
 struct Beam {
   std::shared_ptr<const BeamAnswer> answer;
 };
+// cmd::BeamBranch's trace, for the window to keep as a branch.
+struct BeamBranch {
+  std::shared_ptr<const BeamAnswer> answer;
+  int step = -1, hyp = 0, cand = 0;
+  ds::Trace trace;
+};
 struct Inspect {
   std::shared_ptr<const BlockSnapshot> answer;
 };
@@ -298,7 +320,7 @@ struct Roles {
 }  // namespace ev
 
 using Event = std::variant<ev::Loading, ev::Loaded, ev::Started, ev::Step, ev::Truncate, ev::Lens, ev::Saved, ev::Error,
-                           ev::Idle, ev::Shape, ev::Beam, ev::Inspect, ev::Measure, ev::Roles>;
+                           ev::Idle, ev::Shape, ev::Beam, ev::BeamBranch, ev::Inspect, ev::Measure, ev::Roles>;
 
 // For std::visit with one lambda per alternative.
 template <class... F>

@@ -249,7 +249,7 @@ void Worker::handle(cmd::Start& c) {
   emit(ev::Started{t.source, t.source_text, t.encoder});
 }
 
-void Worker::begin(int threads, bool kv_cache, const std::vector<int>& prompt, const std::vector<int>& src) {
+ds::SessionOptions Worker::session_options(int threads, bool kv_cache) const {
   const ds::Config& cfg = lm_.model->cfg;
   ds::SessionOptions o;
   o.sampler = sampler_;
@@ -268,6 +268,11 @@ void Worker::begin(int threads, bool kv_cache, const std::vector<int>& prompt, c
   o.keep_logits_bytes = size_t(64) << 20;  // the Next token view reshapes kept steps (cmd::Shape)
   o.threads = std::max(1, threads);
   o.kv_cache = kv_cache;
+  return o;
+}
+
+void Worker::begin(int threads, bool kv_cache, const std::vector<int>& prompt, const std::vector<int>& src) {
+  const ds::SessionOptions o = session_options(threads, kv_cache);
   // A prompt the session turns down (too long for the context, say) leaves the session
   // that was running as it was: the window still shows its trace.
   std::unique_ptr<ds::Session> old = std::move(session_);
@@ -310,6 +315,111 @@ void Worker::handle(cmd::Restore& c) {
   session_->set_sampler(sampler_);  // the steps to come draw with the window's settings
 }
 
+namespace {
+
+// Text of ids after prev: decoded as generated text is printed, or the pieces ("#id"
+// for ids without one) when there is no tokenizer.
+std::string ids_text(const ds::Tokenizer* tok, const BeamAnswer& a, int prev, std::span<const int> ids) {
+  if (tok) try {
+      return ds::decode_text(*tok, prev, ids);
+    } catch (const ds::Error&) {
+    }
+  std::string s;
+  for (int id : ids) {
+    auto it = a.text.find(id);
+    s += it == a.text.end() ? "#" + std::to_string(id) : it->second;
+  }
+  return s;
+}
+
+// The texts of a beam search's hypotheses, finished ones and candidates (BeamAnswer).
+void beam_texts(BeamAnswer& a, const ds::Tokenizer* tok) {
+  const ds::BeamResult& r = a.result;
+  const int start = r.prompt.empty() ? -1 : r.prompt.back();
+  for (const ds::BeamFinished& f : r.finished) {
+    std::span<const int> ids(f.tokens);
+    if (f.eos && !ids.empty()) ids = ids.first(ids.size() - 1);
+    a.finished_text.push_back(ids_text(tok, a, start, ids));
+  }
+  for (const ds::BeamStep& st : r.steps) {
+    auto& ht = a.hyp_text.emplace_back();
+    auto& ct = a.cand_text.emplace_back();
+    for (const ds::BeamHyp& h : st.hyps) {
+      ht.push_back(ids_text(tok, a, start, h.tokens));
+      const int prev = h.tokens.empty() ? start : h.tokens.back();
+      auto& c = ct.emplace_back();
+      for (const ds::BeamCandidate& cd : h.candidates)
+        c.push_back(ids_text(tok, a, prev, std::span<const int>(&cd.token, 1)));
+    }
+  }
+}
+
+// The tokens of hypothesis h of step t extended by its candidate j, and how beam search
+// chose each of them (the candidate it was at every step on the way).
+bool beam_path(const BeamAnswer& a, int t, int h, int j, std::vector<int>& tokens, std::vector<ds::TokenChoice>& why) {
+  const ds::BeamResult& r = a.result;
+  if (t < 0 || t >= int(r.steps.size()) || h < 0 || h >= int(r.steps[size_t(t)].hyps.size())) return false;
+  const auto& last = r.steps[size_t(t)].hyps[size_t(h)];
+  if (j < 0 || j >= int(last.candidates.size())) return false;
+  tokens = last.tokens;
+  tokens.push_back(last.candidates[size_t(j)].token);
+  why.assign(tokens.size(), ds::TokenChoice{});
+  for (int k = t, hk = h; k >= 0 && hk >= 0; hk = r.steps[size_t(k)].hyps[size_t(hk)].parent, --k) {
+    for (const ds::BeamCandidate& cd : r.steps[size_t(k)].hyps[size_t(hk)].candidates)
+      if (cd.token == tokens[size_t(k)]) {
+        ds::TokenChoice& ch = why[size_t(k)];
+        ch.by = "beam search";
+        ch.width = a.width;
+        ch.length_penalty = a.length_penalty;
+        ch.logprob = cd.logprob;
+        ch.sum = cd.sum;
+        ch.rank = cd.rank;
+      }
+  }
+  why.back().final = true;
+  const double len = double(tokens.size());
+  why.back().score = why.back().sum / std::pow(len, double(a.length_penalty));
+  return true;
+}
+
+}  // namespace
+
+void Worker::handle(cmd::BeamBranch& c) {
+  if (!lm_.model || !c.answer) throw ds::Error("beam search: no model is loaded to follow the hypothesis with");
+  const BeamAnswer& a = *c.answer;
+  int t = c.step, h = c.hyp, j = c.cand;
+  if (t < 0) {  // the winner: its last step's hypothesis and candidate
+    if (a.result.finished.empty()) throw ds::Error("beam search finished no hypothesis");
+    const ds::BeamFinished& f = a.result.finished[0];
+    t = f.step;
+    h = f.path.at(size_t(t));
+    j = -1;
+    const auto& cs = a.result.steps.at(size_t(t)).hyps.at(size_t(h)).candidates;
+    for (int k = 0; k < int(cs.size()); ++k)
+      if (cs[size_t(k)].token == f.tokens.back()) j = k;
+  }
+  std::vector<int> tokens;
+  std::vector<ds::TokenChoice> why;
+  if (!beam_path(a, t, h, j, tokens, why)) throw ds::Error("beam search: no such hypothesis in the tree");
+  set_activity("following the beam search's hypothesis");
+  ds::SessionOptions o = session_options(c.threads, true);
+  o.keep_logits_bytes = 0;
+  ds::Session s(lm_.model, lm_.tokenizer, o);
+  s.start(a.result.prompt, a.src);
+  for (size_t k = 0; k < tokens.size() && !s.done(); ++k) {
+    if (cancel_) return;
+    s.step(tokens[k]);
+  }
+  ev::BeamBranch e;
+  e.answer = c.answer;
+  e.step = t, e.hyp = h, e.cand = j;
+  e.trace = s.trace();
+  e.trace.model_name = lm_.name;
+  for (size_t k = 0; k < e.trace.steps.size() && k < why.size(); ++k)
+    if (e.trace.steps[k].sample) e.trace.steps[k].sample->chosen = why[k];
+  emit(std::move(e));
+}
+
 void Worker::handle(cmd::Beam& c) {
   if (!lm_.model) throw ds::Error("no model is loaded");
   set_activity("beam search");
@@ -341,8 +451,10 @@ void Worker::handle(cmd::Beam& c) {
   for (auto& st : a->result.steps)
     for (auto& h : st.hyps)
       for (auto& cd : h.candidates) name(cd.token);
+  beam_texts(*a, lm_.tokenizer.get());
   a->prompt = c.prompt;
   a->source = c.source;
+  a->src = src;
   a->width = c.width;
   a->length_penalty = c.length_penalty;
   a->seconds = since(t0);

@@ -57,10 +57,13 @@ class Worker {
   void handle(cmd::SaveTrace& c);
   void handle(cmd::Shape& c);
   void handle(cmd::Beam& c);
+  void handle(cmd::BeamBranch& c);
   void handle(cmd::Inspect& c);
   void handle(cmd::Measure& c);
   void handle(cmd::Roles& c);
   void handle(cmd::Restore& c);
+  // The options of the window's sessions (what the trace records, the candidate table).
+  ds::SessionOptions session_options(int threads, bool kv_cache) const;
   // A new session on these ids (a refused prompt keeps the old one).
   void begin(int threads, bool kv_cache, const std::vector<int>& prompt, const std::vector<int>& src);
   // The prompt and source ids of a Start or Beam command, as the window's boxes say.

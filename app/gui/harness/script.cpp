@@ -21,6 +21,7 @@ void ScriptedRun::settle_settings() {
   app_.sel.head = std::clamp(o_.head, -1, c.n_heads - 1);
   cross_select(app_, app_.sel.layer, app_.sel.head);
   if (o_.select >= 0) app_.sel.pos = o_.select;
+  if (o_.cursor > 0) app_.scrub_to(o_.cursor - 1);
   app_.sel.view = view_index(o_.view);
   app_.sel.view_request = true;
 }
@@ -121,11 +122,11 @@ bool ScriptedRun::advance(double t, double prev_frame) {
         if (!o_.save_trace.empty()) app_.save_trace(o_.save_trace);
         if (o_.preview_temperature >= 0)
           app_.whatif.sampler.temperature = o_.preview_temperature;  // not sent: a preview
-        beams_search_now(app_);  // the Beam search view searches once the steps are done
+        beams_search_now(app_, o_.beam_width > 0);  // the Beam search view searches once the steps are done
         if (o_.view == "kv") kv_time_now(app_);
       }
       if (bench_ && phase_frames_ > 4) bench_->idle_frame((t - prev_frame) * 1000.0);
-      if (++phase_frames_ >= (bench_ ? 64 : 4) && idle && !views_waiting(app_))
+      if (++phase_frames_ >= (bench_ ? 64 : 4) && idle && !views_waiting(app_) && !final_actions())
         phase_ = bench_ && have > 1 ? kBenchScrub : kShoot, phase_frames_ = 0;
       break;
     case kBenchScrub:
@@ -136,6 +137,24 @@ bool ScriptedRun::advance(double t, double prev_frame) {
       break;
   }
   return true;
+}
+
+bool ScriptedRun::final_actions() {
+  if (o_.choose_branch > 0 && !chosen_) {
+    chosen_ = true;
+    if (!branches_choose(app_, o_.choose_branch - 1))
+      std::fprintf(stderr, "decoderscope: --choose-branch %d: there is no such branch to make live\n",
+                   o_.choose_branch);
+    phase_frames_ = 1;
+    return true;
+  }
+  if (undone_ < o_.undo) {
+    app_.undo();
+    ++undone_;
+    phase_frames_ = 1;
+    return true;
+  }
+  return false;
 }
 
 int ScriptedRun::shoot(int fw, int fh, int gl_errors) {
@@ -204,7 +223,10 @@ void write_sidecar(const std::string& path, const App& app, const Options& o, in
     for (size_t j = 0; j < bt.size(); ++j) f << (j ? ", " : "") << bt[j].id;
     f << "]}";
   }
-  f << "],\n  \"heatmaps\": [";
+  f << "],\n";
+  for (const auto& [key, value] : beamtab_sidecar(const_cast<App&>(app)))
+    f << "  \"" << key << "\": " << value << ",\n";
+  f << "  \"heatmaps\": [";
   for (size_t i = 0; i < app.maps.placements.size(); ++i) {
     const auto& p = app.maps.placements[i];
     f << (i ? ",\n" : "\n") << "    {\"name\": \"" << p.name << "\", \"x\": " << p.x << ", \"y\": " << p.y

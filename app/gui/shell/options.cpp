@@ -21,6 +21,7 @@ usage: decoderscope [--model M] [--tokenizer F] [--precision f32|bf16|f16] [--th
                     [--temperature T] [--top-k K] [--top-p P] [--seed S] [--head-off [c]L:H ...]
                     [--repetition-penalty R] [--penalty-alpha A] [--preview-temperature T]
                     [--step-back K] [--fork-at STEP [--fork-seed S]] [--undo N] [--beam W] [--length-penalty A]
+                    [--cursor N] [--choose-branch N]
                     [--screenshot out.png] [--save-heatmap cells.png] [--save-trace out.dstrace]
                     [--stage ID] [--no-kv-cache] [--bench] [--size WxH] [--presenter]
                     [--last-tokens N] [--zoom Z] [--soak N [--seed S]] [--sidecar]
@@ -54,7 +55,11 @@ Scripted runs: --screenshot sets up, runs --steps steps (default 8), waits for t
   --fork-at STEP keeps the run as a branch, forks at STEP (1-based) with seed
   --fork-seed and generates again to --steps (for the Branches view). --undo N then presses
   Ctrl+Z N times (each what-if undone: its steps, settings and branches back).
-  --beam W and --length-penalty A: the Beam search view's width and length penalty.
+  --beam W and --length-penalty A: the Beam search view's width and length penalty; with
+  --beam the search runs once the steps are done whatever the view, and its winner is kept
+  as a branch. --cursor N then looks at step N (as Left would); --choose-branch N makes
+  branch N live (Branches' button); --undo N without a what-if before presses Ctrl+Z N
+  times at the very end.
 --stage ID: the stage the Block view opens: input, ln1, attn.qkv, attn.scores, attn.mask,
   attn.softmax, attn.z, attn.out, add1, ln2, mlp.up, mlp.act, mlp.down, add2 (encoder-
   decoder: cross_attn.*, ln2, add2, then ln3, the FFN, add3), ln_final, logits or output;
@@ -171,6 +176,13 @@ void head_off_option(Options& o, const std::string& a, std::string v) {
       .push_back({int(to_int(v.substr(0, c), a)), int(to_int(v.substr(c + 1), a))});
 }
 
+// --cursor N, --choose-branch N: a step or branch number, from 1.
+void number_option(Options& o, const std::string& a, const std::string& v) {
+  const long n = to_int(v, a);
+  if (n < 1 || n > 100000) die(a + " expects a step or branch number from 1 to 100000");
+  (a == "--cursor" ? o.cursor : o.choose_branch) = int(n);
+}
+
 // --size WIDTHxHEIGHT.
 void size_option(Options& o, const std::string& a, const std::string& v) {
   auto x = v.find('x');
@@ -230,7 +242,9 @@ Options parse_options(int argc, char** argv) {
     else if (a == "--undo") {
       o.undo = int(to_int(val(), a));
       if (o.undo < 0 || o.undo > 20) die("--undo must be between 0 and 20 (the what-ifs undo keeps)");
-    } else if (a == "--beam") {
+    } else if (a == "--cursor" || a == "--choose-branch")
+      number_option(o, a, val());
+    else if (a == "--beam") {
       o.beam_width = int(to_int(val(), a));
       if (o.beam_width < 1 || o.beam_width > 8) die("--beam must be between 1 and 8");
     } else if (a == "--length-penalty")

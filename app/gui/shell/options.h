@@ -38,6 +38,8 @@ struct Options {
   std::string stage;         // the Block view's stage opened (block_data.h ids: attn.scores, ln1, ...)
   int undo = 0;              // --undo N: Ctrl+Z N times after --head-off, --fork-at or --step-back
   int soak = 0;              // --soak N: N random user actions (soak.h); --seed seeds their choice
+  int cursor = 0;            // --cursor N: look at step N (1-based) once the steps are in, as Left would
+  int choose_branch = 0;     // --choose-branch N: make branch N live at the end (Branches' button)
 };
 
 // A bad command line; the message names the option.

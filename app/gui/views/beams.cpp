@@ -1,12 +1,16 @@
 // Beam search as a tree: every hypothesis kept at each step, the tokens it was extended
 // with and their log-probabilities, what was kept, finished or pruned, and the winner's
-// path. Clicking a node replays that hypothesis so every other view shows it.
+// path. The winner (and any node clicked) is kept as a branch beside the generation,
+// which stays live: Branches compares them and can make one live.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "engine_link/choice.h"
 #include "views/common.h"
 
 namespace dsgui {
@@ -22,8 +26,9 @@ struct BeamsState {
   std::shared_ptr<const BeamAnswer> ans;
   const ModelInfo* model = nullptr;  // the model the answer is for
   bool waiting = false;
-  bool asked = false;  // a search was asked for this model (run once on opening the view)
-  int reveal = 0;      // steps of the tree shown
+  bool branch_waiting = false;  // a hypothesis is on its way to be kept as a branch
+  bool asked = false;           // a search was asked for this model (run once on opening the view)
+  int reveal = 0;               // steps of the tree shown
   int sel_step = -1, sel_hyp = -1, sel_cand = -1;
   float scroll_to = -1;  // x to scroll the tree to (the newest column)
 };
@@ -47,18 +52,11 @@ std::string text_of(const BeamAnswer& a, int id) {
   return visible(it == a.text.end() ? "#" + std::to_string(id) : it->second);
 }
 
-std::string tokens_text(const BeamAnswer& a, const std::vector<int>& ids) {
-  std::string s;
-  for (int id : ids) s += text_of(a, id);
-  return s;
-}
-
 // A finished hypothesis's text (its first `chars` bytes at most, on a character
-// boundary), its end token named apart.
-std::string finished_text(const BeamAnswer& a, const ds::BeamFinished& f, size_t chars = 120) {
-  std::vector<int> ids = f.tokens;
-  if (f.eos && !ids.empty()) ids.pop_back();
-  std::string t = tokens_text(a, ids);
+// boundary), decoded as the CLI prints it, its end token named apart.
+std::string finished_text(const BeamAnswer& a, size_t i, size_t chars = 120) {
+  const ds::BeamFinished& f = a.result.finished[i];
+  std::string t = i < a.finished_text.size() ? a.finished_text[i] : "";
   if (t.size() > chars) {
     size_t cut = chars;
     while (cut > 0 && (static_cast<unsigned char>(t[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 character
@@ -67,16 +65,14 @@ std::string finished_text(const BeamAnswer& a, const ds::BeamFinished& f, size_t
   return "\"" + t + "\"" + (f.eos ? " + " + text_of(a, f.tokens.back()) : " (not ended)");
 }
 
-// The winner's last node: (step, hypothesis, candidate).
-void winner_node(const ds::BeamResult& r, int& t, int& h, int& j) {
-  t = h = j = -1;
-  if (r.finished.empty()) return;
-  const ds::BeamFinished& f = r.finished[0];
-  t = f.step;
-  h = f.path.at(size_t(t));
-  const auto& cs = r.steps[size_t(t)].hyps[size_t(h)].candidates;
-  for (int k = 0; k < int(cs.size()); ++k)
-    if (cs[size_t(k)].token == f.tokens.back()) j = k;
+// A hypothesis's text so far and a candidate's after it, decoded (BeamAnswer).
+std::string hyp_text(const BeamAnswer& a, int t, int h) {
+  return t < int(a.hyp_text.size()) && h < int(a.hyp_text[size_t(t)].size()) ? a.hyp_text[size_t(t)][size_t(h)] : "";
+}
+std::string cand_text(const BeamAnswer& a, int t, int h, int j) {
+  if (t >= int(a.cand_text.size()) || h >= int(a.cand_text[size_t(t)].size())) return "";
+  const auto& c = a.cand_text[size_t(t)][size_t(h)];
+  return j < int(c.size()) ? c[size_t(j)] : "";
 }
 
 // Whether candidate j of hypothesis h at step t lies on the winner's path.
@@ -97,27 +93,19 @@ std::vector<int> shown_candidates(const ds::BeamHyp& hyp, int per_hyp) {
   return out;
 }
 
-// Replays a hypothesis (its tokens, then the candidate's) through the engine, so the
-// other views show it.
-void replay(App& app, BeamsState& st, int t, int h, int j) {
-  const ds::BeamResult& r = st.ans->result;
-  const ds::BeamCandidate* c = cand_of(r, t, h, j);
-  if (!c || !app.engine.model) return;
+// Keeps a hypothesis (its tokens, then the candidate's; t -1: the winner) as a branch
+// beside the generation, which stays live: the worker runs it through a session of its
+// own (cmd::BeamBranch) and the Branches view compares the two.
+void keep_hypothesis(App& app, BeamsState& st, int t, int h, int j) {
+  if (!st.ans || !app.engine.model) return;
+  if (t >= 0 && !cand_of(st.ans->result, t, h, j)) return;
   st.sel_step = t, st.sel_hyp = h, st.sel_cand = j;
-  std::vector<int> forced = r.steps[size_t(t)].hyps[size_t(h)].tokens;
-  forced.push_back(c->token);
-  app.engine.worker.cancel();
-  app.play.playing = false;
-  app.history.replay = false;
-  app.send_heads();
-  cmd::Start s;
-  s.prompt = st.ans->prompt;
-  s.source = st.ans->source;
-  s.threads = app.engine.threads;
-  s.forced = forced;
-  app.engine.ask(std::move(s));
-  app.engine.ask(cmd::Step{int(forced.size())});
-  app.engine.steps_wanted = int(forced.size());
+  cmd::BeamBranch c;
+  c.answer = st.ans;
+  c.step = t, c.hyp = h, c.cand = j;
+  c.threads = app.engine.threads;
+  app.engine.ask(std::move(c));
+  st.branch_waiting = true;
 }
 
 void run_search(App& app, BeamsState& st) {
@@ -186,13 +174,13 @@ void node_tooltip(const BeamsState& st, const Node& n) {
   ImGui::BeginTooltip();
   ImGui::PushTextWrapPos(ImGui::GetFontSize() * 30);
   if (n.t < 0) {
-    ImGui::Text("The prompt: \"%s\"", tokens_text(a, r.prompt).c_str());
+    ImGui::Text("The prompt ends with \"%s\"", text_of(a, r.prompt.back()).c_str());
     ImGui::TextUnformatted("Every hypothesis starts here with a log-probability sum of 0.");
   } else {
     const ds::BeamHyp& hyp = r.steps[size_t(n.t)].hyps[size_t(n.h)];
     const ds::BeamCandidate& c = hyp.candidates[size_t(n.j)];
     ImGui::Text("Step %d, hypothesis %d + \"%s\"", n.t + 1, n.h + 1, text_of(a, c.token).c_str());
-    ImGui::Text("text: \"%s%s\"", tokens_text(a, hyp.tokens).c_str(), text_of(a, c.token).c_str());
+    ImGui::Text("text: \"%s%s\"", hyp_text(a, n.t, n.h).c_str(), cand_text(a, n.t, n.h, n.j).c_str());
     ImGui::Text("log p(token) = %.4f   (p = %.4f)", c.logprob, std::exp(c.logprob));
     ImGui::Text("sum of log-probabilities = %.4f + %.4f = %.4f", hyp.sum, c.logprob, c.sum);
     if (c.rank >= 0) ImGui::Text("rank among this step's %d best pairs: %d", 2 * a.width, c.rank + 1);
@@ -202,7 +190,7 @@ void node_tooltip(const BeamsState& st, const Node& n) {
       ImGui::Text("score = sum / length^%.2f = %.4f / %zu^%.2f = %.4f  (finished #%d)", a.length_penalty, f.sum,
                   f.tokens.size(), a.length_penalty, f.score, c.finished + 1);
     }
-    ImGui::TextDisabled("Click to show this hypothesis in every other view.");
+    ImGui::TextDisabled("Click to keep this hypothesis as a branch: Branches compares it with the generation.");
   }
   ImGui::PopTextWrapPos();
   ImGui::EndTooltip();
@@ -327,7 +315,8 @@ void draw_tree(App& app, BeamsState& st) {
   if (hovered >= 0) {
     node_tooltip(st, nodes[size_t(hovered)]);
     const Node& n = nodes[size_t(hovered)];
-    if (n.t >= 0 && ImGui::IsMouseClicked(ImGuiMouseButton_Left)) replay(app, st, n.t, n.h, n.j);
+    if (n.t >= 0 && ImGui::IsMouseClicked(ImGuiMouseButton_Left) && !app.engine.worker.busy())
+      keep_hypothesis(app, st, n.t, n.h, n.j);
   }
   if (st.scroll_to >= 0) {
     ImGui::SetScrollX(std::max(0.0f, st.scroll_to - ImGui::GetWindowWidth() + colw));
@@ -382,14 +371,31 @@ void controls(App& app, BeamsState& st) {
           "log-probabilities from the prompt to it, which is what beam search ranks.");
 }
 
+std::string best_line(const BeamAnswer& a) {
+  const ds::BeamFinished& w = a.result.finished[0];
+  char b[96];
+  std::snprintf(b, sizeof b, "   score %.4f = %.4f / %zu^%.2f", w.score, w.sum, w.tokens.size(), a.length_penalty);
+  return "Best: " + finished_text(a, 0, 400) + b;
+}
+
+std::string runners_up_line(const BeamAnswer& a) {
+  std::string others;
+  for (size_t i = 1; i < a.result.finished.size() && i < 4; ++i) {
+    char b[64];
+    std::snprintf(b, sizeof b, "   #%zu ", i + 1);
+    others += b + finished_text(a, i, 40);
+    std::snprintf(b, sizeof b, " %.3f", a.result.finished[i].score);
+    others += b;
+  }
+  return "Runners-up:" + others;
+}
+
 void summary(App& app, BeamsState& st) {
   const BeamAnswer& a = *st.ans;
   const ds::BeamResult& r = a.result;
   const float font = ImGui::GetFontSize();
   if (r.finished.empty()) return;
-  const ds::BeamFinished& w = r.finished[0];
-  ImGui::TextWrapped("Best: %s   score %.4f = %.4f / %zu^%.2f", finished_text(a, w).c_str(), w.score, w.sum,
-                     w.tokens.size(), a.length_penalty);
+  ImGui::TextWrapped("%s", best_line(a).c_str());
   char info[200];
   std::snprintf(info, sizeof info, "(width %d, %zu steps, %.0f ms%s)", a.width, r.steps.size(), a.seconds * 1000,
                 r.stopped_early ? ", stopped early: no running hypothesis could still win" : "");
@@ -402,16 +408,8 @@ void summary(App& app, BeamsState& st) {
   }
   tooltip(app, "Show the search one step at a time: Right shows the next step, Left goes back, Space plays.");
   if (r.finished.size() > 1) {
-    std::string others;
-    for (size_t i = 1; i < r.finished.size() && i < 4; ++i) {
-      char b[64];
-      std::snprintf(b, sizeof b, "   #%zu ", i + 1);
-      others += b + finished_text(a, r.finished[i], 40);
-      std::snprintf(b, sizeof b, " %.3f", r.finished[i].score);
-      others += b;
-    }
     ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
-    ImGui::TextWrapped("Runners-up:%s", others.c_str());
+    ImGui::TextWrapped("%s", runners_up_line(a).c_str());
     ImGui::PopStyleColor();
   }
 }
@@ -441,24 +439,83 @@ void legend_row(const App& app) {
 
 }  // namespace
 
-bool beams_waiting(App& app) { return app.state<BeamsState>().waiting; }
+bool beams_waiting(App& app) {
+  const BeamsState& st = app.state<BeamsState>();
+  return st.waiting || st.branch_waiting;
+}
+
+namespace {
+
+// The first step at which two traces drew different tokens (or one has no step): where
+// a branch parts from the generation.
+int parting_step(const ds::Trace& a, const ds::Trace& b) {
+  size_t k = 0;
+  while (k < a.steps.size() && k < b.steps.size() && a.steps[k].input == b.steps[k].input && a.steps[k].sample &&
+         b.steps[k].sample && a.steps[k].sample->token == b.steps[k].sample->token)
+    ++k;
+  return int(k);
+}
+
+// A hypothesis's trace arrived: kept as a branch beside the generation (which stays
+// live), unless the generation or a branch already has its tokens; Ctrl+Z forgets it.
+void keep_branch(App& app, BeamsState& st, ev::BeamBranch& e) {
+  st.branch_waiting = false;
+  if (e.trace.steps.empty()) return;
+  if (same_tokens(app.history.trace, e.trace)) {
+    app.say("the generation shown already has the tokens of this hypothesis");
+    return;
+  }
+  for (int i = 0; i < int(app.history.branches.size()); ++i)
+    if (same_tokens(app.history.branches[size_t(i)].trace, e.trace)) {
+      app.history.branch_shown = i;
+      app.say("this hypothesis is kept already: branch " + std::to_string(i + 1));
+      return;
+    }
+  const bool winner = e.answer && !e.answer->result.finished.empty() &&
+                      e.trace.steps.size() == e.answer->result.finished[0].tokens.size() &&
+                      e.step == e.answer->result.finished[0].step;
+  char label[160];
+  std::snprintf(label, sizeof label, "beam search, width %d, length penalty %.2f: %s", e.answer ? e.answer->width : 0,
+                e.answer ? e.answer->length_penalty : 0.0f,
+                winner ? "the best hypothesis" : ("a hypothesis of step " + std::to_string(e.step + 1)).c_str());
+  Branch b;
+  b.label = label;
+  b.fork_step = std::min(parting_step(app.history.trace, e.trace), int(e.trace.steps.size()) - 1);
+  b.trace = std::move(e.trace);
+  app.history.branches.push_back(std::move(b));
+  app.history.branch_shown = int(app.history.branches.size()) - 1;
+  Undo u;
+  u.label = "keeping the beam search's hypothesis as branch " + std::to_string(app.history.branch_shown + 1);
+  u.has_trace = false;
+  u.added_branch = app.history.branch_shown;
+  app.history.undo.push(std::move(u));
+  app.say("beam search: kept as branch " + std::to_string(app.history.branch_shown + 1) +
+          " beside the generation (Branches compares them; Ctrl+Z forgets it)");
+}
+
+}  // namespace
 
 bool beams_answer(App& app, Event& e) {
+  BeamsState& st = app.state<BeamsState>();
+  if (auto* b = std::get_if<ev::BeamBranch>(&e)) {
+    keep_branch(app, st, *b);
+    return true;
+  }
   auto* a = std::get_if<ev::Beam>(&e);
   if (!a) return false;
-  BeamsState& st = app.state<BeamsState>();
   st.waiting = false;
   if (!a->answer) return true;
   st.ans = std::move(a->answer);
   st.reveal = int(st.ans->result.steps.size());
   st.scroll_to = 0;
-  int t, h, j;
-  winner_node(st.ans->result, t, h, j);
-  if (t >= 0 && j >= 0) replay(app, st, t, h, j);
+  if (!st.ans->result.finished.empty()) keep_hypothesis(app, st, -1, 0, 0);  // the winner, as a branch
   return true;
 }
 
-void beams_failed(App& app) { app.state<BeamsState>().waiting = false; }
+void beams_failed(App& app) {
+  app.state<BeamsState>().waiting = false;
+  app.state<BeamsState>().branch_waiting = false;
+}
 
 void beams_set(App& app, int width, float length_penalty) {
   BeamsState& st = app.state<BeamsState>();
@@ -476,14 +533,15 @@ bool beams_step(App& app, int dir) {
   if (next == st.reveal) return true;
   st.reveal = next;
   st.scroll_to = ImGui::GetFontSize() * 8.5f * float(next + 1);  // at most: a column is at most 8.5 fonts
-  // Follow the winner's path: show its node of the newest step in the other views.
+  // Follow the winner's path: its node of the newest step is marked (the generation in
+  // the other views stays as it is).
   if (!r.finished.empty()) {
     const ds::BeamFinished& w = r.finished[0];
     const int t = std::min(next - 1, w.step);
     const int h = w.path.at(size_t(t));
     const auto& cs = r.steps[size_t(t)].hyps[size_t(h)].candidates;
     for (int j = 0; j < int(cs.size()); ++j)
-      if (cs[size_t(j)].token == w.tokens[size_t(t)]) replay(app, st, t, h, j);
+      if (cs[size_t(j)].token == w.tokens[size_t(t)]) st.sel_step = t, st.sel_hyp = h, st.sel_cand = j;
   }
   return true;
 }
@@ -497,8 +555,9 @@ bool beams_playing(App& app, bool& playing) {
   return true;
 }
 
-void beams_search_now(App& app) {
-  if (app.sel.view < 0 || std::string(all_views()[size_t(app.sel.view)].id) != "beams" || !app.engine.model) return;
+void beams_search_now(App& app, bool any_view) {
+  const bool shown = app.sel.view >= 0 && std::string(all_views()[size_t(app.sel.view)].id) == "beams";
+  if ((!shown && !any_view) || !app.engine.model) return;
   BeamsState& st = app.state<BeamsState>();
   st.model = app.engine.model.get();
   run_search(app, st);
@@ -535,6 +594,40 @@ void panel_beams(App& app) {
   summary(app, st);
   legend_row(app);
   draw_tree(app, st);
+}
+
+std::string next_explanation(App& app);
+std::string cross_note(const App& app);
+std::string live_label(const App& app, int fork_step);
+
+std::vector<std::pair<std::string, std::string>> beamtab_sidecar(App& app) {
+  using json = nlohmann::json;
+  std::vector<std::pair<std::string, std::string>> out;
+  const auto js = [](const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); };
+  const BeamsState& st = app.state<BeamsState>();
+  if (st.ans && !st.ans->result.finished.empty()) {
+    out.push_back({"beam_best", js(json(best_line(*st.ans)))});
+    out.push_back({"beam_runners_up", js(json(runners_up_line(*st.ans)))});
+    out.push_back({"beam_best_text", js(json(st.ans->finished_text.at(0)))});
+    out.push_back({"beam_best_ids", js(json(st.ans->result.finished[0].tokens))});
+  }
+  json labels = json::array();
+  for (const Branch& b : app.history.branches) labels.push_back(branch_method(b.trace, b.fork_step));
+  out.push_back({"branch_labels", js(labels)});
+  const int fork =
+      app.history.branches.empty()
+          ? 0
+          : app.history.branches[size_t(std::clamp(app.history.branch_shown, 0, int(app.history.branches.size()) - 1))]
+                .fork_step;
+  out.push_back({"live_label", js(json(live_label(app, fork)))});
+  json ids = json::array();
+  for (const TokenInfo& t : tokens_as_of(app.history.trace, int(app.history.trace.steps.size()) - 1))
+    ids.push_back(t.id);
+  out.push_back({"live_ids", js(ids)});
+  out.push_back({"next_text", js(json(next_explanation(app)))});
+  if (!app.history.trace.config.encoder_decoder) out.push_back({"cross_text", js(json(cross_note(app)))});
+  out.push_back({"can_undo", app.history.undo.empty() ? "false" : "true"});
+  return out;
 }
 
 }  // namespace dsgui

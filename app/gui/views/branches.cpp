@@ -1,8 +1,11 @@
 // Branches: fork the generation at a step, continue it another way, and compare the two
-// continuations side by side with the first step where they differ marked.
+// continuations side by side with the first step where they differ marked. Each side is
+// labelled with the method its own steps say chose their tokens (engine_link/choice.h),
+// and a kept branch can be made the live generation.
 #include <algorithm>
 #include <cstdio>
 
+#include "engine_link/choice.h"
 #include "shell/notices.h"
 #include "views/common.h"
 
@@ -37,6 +40,64 @@ void token_flow(const std::vector<TokenInfo>& toks, int fork_pos, int diff_pos, 
 
 }  // namespace
 
+// The live side's label: the methods of its steps from the fork on, and heads switched off.
+std::string live_label(const App& app, int fork_step) {
+  return branch_method(app.history.trace, fork_step) + (app.whatif.heads_engine.empty() ? "" : ", heads switched off");
+}
+
+bool branches_choose(App& app, int i) {
+  TraceHistory& h = app.history;
+  if (i < 0 || i >= int(h.branches.size()) || h.replay || !app.engine.model || app.engine.worker.busy() ||
+      h.branches[size_t(i)].trace.steps.empty() || !h.branches[size_t(i)].trace.steps.front().sample)
+    return false;
+  Branch chosen = std::move(h.branches[size_t(i)]);
+  h.branches.erase(h.branches.begin() + i);
+  Undo u = app.snapshot("making branch " + std::to_string(i + 1) + " live", -1);
+  u.removed_at = i;
+  u.removed_label = chosen.label;
+  u.removed_trace = chosen.trace;
+  u.removed_fork = chosen.fork_step;
+  if (!h.trace.steps.empty()) {  // the generation shown is kept in its place
+    Branch was;
+    was.label = "the generation before branch " + std::to_string(i + 1) + " was made live";
+    was.trace = std::move(h.trace);
+    was.fork_step = chosen.fork_step;
+    h.branches.push_back(std::move(was));
+    u.added_branch = int(h.branches.size()) - 1;
+  }
+  h.undo.push(std::move(u));
+  h.branch_shown = std::max(0, int(h.branches.size()) - 1);
+  // The engine's session is put on the branch's tokens (each step with its own
+  // settings); the window already has the steps.
+  cmd::Restore c;
+  c.restart = true;
+  c.threads = app.engine.threads;
+  c.kv_cache = app.engine.kv_cache;
+  c.prompt = chosen.trace.steps.front().input;
+  c.src = chosen.trace.source;
+  for (const ds::TraceStep& st : chosen.trace.steps) {
+    if (!st.sample) break;
+    c.forced.push_back(st.sample->token);
+    c.step_samplers.push_back(st.sample->config);
+  }
+  h.trace = std::move(chosen.trace);
+  ++h.version;
+  ++h.epoch;
+  app.play.playing = false;
+  app.whatif.before.reset();
+  app.sel.cursor = std::clamp(app.sel.cursor, 0, int(h.trace.steps.size()) - 1);
+  app.sel.pos = -1;
+  app.engine.worker.cancel();
+  app.send_heads();
+  app.engine.ask(std::move(c));
+  app.engine.done = false;
+  app.engine.ask(cmd::Step{0});  // a finished text says so (ev::Truncate)
+  app.engine.started = true;
+  app.say("branch " + std::to_string(i + 1) + " is now the live generation; the one before is kept as branch " +
+          std::to_string(h.branch_shown + 1) + " (Ctrl+Z undoes this)");
+  return true;
+}
+
 void panel_branches(App& app) {
   view_caption(app, "branches");
   const float font = ImGui::GetFontSize();
@@ -58,16 +119,28 @@ void panel_branches(App& app) {
   app.history.branch_shown = std::clamp(app.history.branch_shown, 0, int(app.history.branches.size()) - 1);
   const Branch& b = app.history.branches[app.history.branch_shown];
   char cur[200];
-  std::snprintf(cur, sizeof cur, "branch %d: fork at step %d", app.history.branch_shown + 1, b.fork_step + 1);
+  std::snprintf(cur, sizeof cur, "branch %d: from step %d", app.history.branch_shown + 1, b.fork_step + 1);
   if (ImGui::BeginCombo("##branch", cur)) {
     for (int i = 0; i < int(app.history.branches.size()); ++i) {
-      char s[200];
-      std::snprintf(s, sizeof s, "branch %d: fork at step %d (%s)", i + 1, app.history.branches[i].fork_step + 1,
-                    app.history.branches[i].label.c_str());
-      if (ImGui::Selectable(s, i == app.history.branch_shown)) app.history.branch_shown = i;
+      const Branch& bi = app.history.branches[size_t(i)];
+      const std::string s = "branch " + std::to_string(i + 1) + ": from step " + std::to_string(bi.fork_step + 1) +
+                            ", " + branch_method(bi.trace, bi.fork_step);
+      if (ImGui::Selectable(s.c_str(), i == app.history.branch_shown)) app.history.branch_shown = i;
+      if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", bi.label.c_str());
     }
     ImGui::EndCombo();
   }
+  ImGui::SameLine();
+  ImGui::BeginDisabled(app.history.replay || !app.engine.model || app.engine.worker.busy());
+  if (ImGui::Button("Make this branch live")) {
+    ImGui::EndDisabled();
+    branches_choose(app, app.history.branch_shown);
+    return;
+  }
+  ImGui::EndDisabled();
+  tooltip(app,
+          "Continue from this branch: it becomes the generation every view shows and Step extends; the "
+          "generation shown now is kept as a branch in its place. Ctrl+Z takes it back.");
   ImGui::SameLine();
   if (ImGui::Button("Forget this branch")) {
     app.forget_branch(app.history.branch_shown);
@@ -101,15 +174,16 @@ void panel_branches(App& app) {
     ImGui::TableNextRow();
     ImGui::TableNextColumn();
     ImGui::Text("Branch %d (kept)", app.history.branch_shown + 1);
-    ImGui::TextDisabled("%s", b.label.c_str());
+    ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + colw - font);
+    ImGui::TextDisabled("%s", branch_method(b.trace, b.fork_step).c_str());
+    ImGui::PopTextWrapPos();
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", b.label.c_str());
     token_flow(ta, fork_pos, diff, colw - font);
     ImGui::TableNextColumn();
     ImGui::TextUnformatted("Now (live)");
-    char lab[160];
-    std::snprintf(lab, sizeof lab, "T %.2f, top-k %d, top-p %.2f, seed %llu%s", app.whatif.sampler.temperature,
-                  app.whatif.sampler.top_k, app.whatif.sampler.top_p, (unsigned long long)app.whatif.sampler.seed,
-                  app.whatif.heads_off.empty() ? "" : ", heads switched off");
-    ImGui::TextDisabled("%s", lab);
+    ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + colw - font);
+    ImGui::TextDisabled("%s", live_label(app, b.fork_step).c_str());
+    ImGui::PopTextWrapPos();
     token_flow(tb, fork_pos, diff, colw - font);
     ImGui::EndTable();
   }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "engine_link/models.h"
 #include "views/common.h"
 
 namespace dsgui {
@@ -68,15 +69,45 @@ std::pair<const Matrix*, uint64_t> cross_matrix(App& app, const CrossState& st, 
 
 }  // namespace
 
+// Whether the built-in dates model (an encoder-decoder) is there to open.
+bool dates_available() {
+  static const bool yes = [] {
+    for (const ModelChoice& c : model_choices())
+      if (c.spec == "builtin:dates") return true;
+    return false;
+  }();
+  return yes;
+}
+
+// What the view says about a model without cross-attention.
+std::string cross_note(const App& app) {
+  const std::string name = app.engine.model ? " (" + app.engine.model->name + ")" : std::string();
+  return "This model" + name +
+         " is decoder-only: it reads only its own text, so it has no source and no cross-attention. " +
+         (dates_available() ? "Open builtin:dates, an encoder-decoder that rewrites dates, to see cross-attention."
+                            : "Open random:encdec, a small encoder-decoder, to see cross-attention.");
+}
+
+// A decoder-only model: what it lacks and a button to open one that has it.
+void no_cross(App& app) {
+  ImGui::TextWrapped("%s", cross_note(app).c_str());
+  const bool dates = dates_available();
+  ImGui::BeginDisabled(app.engine.loading);
+  if (ImGui::Button(dates ? "Open builtin:dates" : "Open random:encdec")) {
+    app.load_model(dates ? "builtin:dates" : "random:encdec", "");
+    app.inputs.keep_text = false;
+  }
+  ImGui::EndDisabled();
+  tooltip(app, dates ? "Loads the built-in encoder-decoder that rewrites dates (\"July 14, 1989\" -> \"1989-07-14\"); "
+                       "this view then shows its cross-attention."
+                     : "Loads a small random encoder-decoder; this view then shows its cross-attention.");
+}
+
 void panel_cross(App& app) {
   view_caption(app, "cross");
   CrossState& st = app.state<CrossState>();
   const ds::Trace& t = app.history.trace;
-  if (!t.config.encoder_decoder) {
-    ImGui::TextDisabled("This model is decoder-only: it has no source and no cross-attention.");
-    ImGui::TextDisabled("Pick \"random encoder-decoder\" in the Model box to see one.");
-    return;
-  }
+  if (!t.config.encoder_decoder) return no_cross(app);
   if (!has_step(app)) return;
   const float font = ImGui::GetFontSize();
   cross_controls(app, st);

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 
+#include "engine_link/choice.h"
 #include "imgui_internal.h"
 #include "shell/notices.h"
 #include "views/common.h"
@@ -58,7 +59,7 @@ ImU32 seg_colour(int i) {
 }
 
 // Contrastive search draws no number: how the candidate with the best score won.
-void contrastive_note(const ds::SampleRecord& r) {
+std::string contrastive_sentence(const ds::SampleRecord& r) {
   const ds::Candidate* best = nullptr;
   int n = 0;
   for (auto& c : r.candidates)
@@ -67,31 +68,69 @@ void contrastive_note(const ds::SampleRecord& r) {
       if (c.id == r.token) best = &c;
     }
   const float a = r.config.penalty_alpha;
+  char b[900];
   if (r.token < 0) {
-    ImGui::TextWrapped(
-        "Contrastive search: Re-draw runs each of the top %d candidates one token ahead to measure how much it "
-        "would repeat what is already written (its degeneration penalty), then takes the best score.",
-        std::max(1, r.config.top_k));
-    return;
+    std::snprintf(b, sizeof b,
+                  "Contrastive search: Re-draw runs each of the top %d candidates one token ahead to measure how much "
+                  "it would repeat what is already written (its degeneration penalty), then takes the best score.",
+                  std::max(1, r.config.top_k));
+    return b;
   }
-  if (!best || n == 0) {
-    ImGui::TextWrapped("Contrastive search took the most probable token (no room was left to look ahead).");
-    return;
-  }
-  ImGui::TextWrapped(
+  if (!best || n == 0) return "Contrastive search took the most probable token (no room was left to look ahead).";
+  std::snprintf(
+      b, sizeof b,
       "Contrastive search draws no random number. Each of the %d candidates was run one token ahead; its degeneration "
       "penalty is the largest cosine similarity between its hidden state and those of every position so far (1: it "
       "would say what was said before). score = (1 - %.2f) x confidence - %.2f x penalty. \"%s\" has the highest "
       "score, %.4f (confidence %.4f, penalty %.4f).%s",
       n, a, a, visible(best->text).c_str(), best->score, best->confidence, best->degeneration,
       a == 0.0f ? " With alpha 0 this is greedy: the most probable token." : "");
+  return b;
+}
+void contrastive_note(const ds::SampleRecord& r) { ImGui::TextWrapped("%s", contrastive_sentence(r).c_str()); }
+
+// The kept tokens of a sampled step, most probable first (the order the draw walks).
+std::vector<const ds::Candidate*> kept_in_order(const ds::SampleRecord& r) {
+  std::vector<const ds::Candidate*> kept;
+  for (auto& c : r.candidates)
+    if (c.removed == 0 && c.p_final > 0) kept.push_back(&c);
+  std::sort(kept.begin(), kept.end(),
+            [](auto* a, auto* b) { return a->p_final != b->p_final ? a->p_final > b->p_final : a->id < b->id; });
+  return kept;
 }
 
+}  // namespace
+
+// How a sampled step's u picked its token, in words: the running total of the kept
+// tokens' probabilities across the drawn one, which u falls within.
+std::string draw_sentence(const ds::SampleRecord& r) {
+  float cum = 0;
+  char b[400];
+  for (const ds::Candidate* c : kept_in_order(r)) {
+    if (c->id == r.token) {
+      const std::string s = visible(c->text);
+      std::snprintf(b, sizeof b,
+                    "Adding up the kept tokens from the most probable, the total goes from %.3f to %.3f at \"%s\": "
+                    "u = %.3f falls in between, so \"%s\" came out.",
+                    cum, cum + c->p_final, s.c_str(), r.u, s.c_str());
+      return b;
+    }
+    cum += c->p_final;
+  }
+  std::snprintf(b, sizeof b, "u = %.3f fell among the less probable kept tokens (\"others\"), on token id %d.", r.u,
+                r.token);
+  return b;
+}
+
+namespace {
+
 // The draw: kept tokens laid end to end by probability, and where u fell (a preview,
-// token -1, has no u).
+// token -1, has no u). A token given to the step (beam search, forced) was not drawn:
+// what chose it instead.
 void draw_strip(App& app, const ds::SampleRecord& r, float width) {
   const float font = ImGui::GetFontSize();
   ImDrawList* dl = ImGui::GetWindowDrawList();
+  if (r.chosen && r.token >= 0) return;  // not drawn: the lines above the table say what chose it
   if (r.config.contrastive) {
     contrastive_note(r);
     return;
@@ -101,11 +140,7 @@ void draw_strip(App& app, const ds::SampleRecord& r, float width) {
     return;
   }
   const bool preview = r.token < 0;
-  std::vector<const ds::Candidate*> kept;
-  for (auto& c : r.candidates)
-    if (c.removed == 0 && c.p_final > 0) kept.push_back(&c);
-  std::sort(kept.begin(), kept.end(),
-            [](auto* a, auto* b) { return a->p_final != b->p_final ? a->p_final > b->p_final : a->id < b->id; });
+  const std::vector<const ds::Candidate*> kept = kept_in_order(r);
   if (preview)
     ImGui::TextUnformatted("What the draw would pick from (nothing drawn yet)");
   else
@@ -117,19 +152,15 @@ void draw_strip(App& app, const ds::SampleRecord& r, float width) {
   p.y += font * 1.2f;
   const float h = font * 2.0f;
   float x = p.x, cum = 0;
-  const ds::Candidate* hit = nullptr;
-  float hit_lo = 0, hit_hi = 0;
   for (size_t i = 0; i < kept.size(); ++i) {
     float w = kept[i]->p_final * width;
     ImU32 col = seg_colour(int(i));
-    bool drawn = kept[i]->id == r.token;
     dl->AddRectFilled(ImVec2(x, p.y), ImVec2(x + w, p.y + h), col);
     dl->AddRect(ImVec2(x, p.y), ImVec2(x + w, p.y + h), IM_COL32(0, 0, 0, 160));
     std::string s = visible(kept[i]->text);
     ImVec2 ts = ImGui::CalcTextSize(s.c_str());
     if (ts.x + 4 < w)
       dl->AddText(ImVec2(x + (w - ts.x) * 0.5f, p.y + (h - ts.y) * 0.5f), IM_COL32(255, 255, 255, 255), s.c_str());
-    if (drawn) hit = kept[i], hit_lo = cum, hit_hi = cum + kept[i]->p_final;
     cum += kept[i]->p_final;
     x += w;
   }
@@ -165,15 +196,7 @@ void draw_strip(App& app, const ds::SampleRecord& r, float width) {
   ImVec2 us = ImGui::CalcTextSize(ub);
   dl->AddText(ImVec2(std::clamp(ux + font * 0.5f, p.x, p.x + width - us.x), p.y - font * 1.2f), red, ub);
   ImGui::Dummy(ImVec2(width, h + font * 2.6f));
-  if (hit) {
-    std::string s = visible(hit->text);
-    ImGui::TextWrapped(
-        "Adding up the kept tokens from the most probable, the total goes from %.3f to %.3f at \"%s\": u = %.3f "
-        "falls in between, so \"%s\" came out.",
-        hit_lo, hit_hi, s.c_str(), r.u, s.c_str());
-  } else {
-    ImGui::TextWrapped("u = %.3f fell among the less probable kept tokens (\"others\"), on token id %d.", r.u, r.token);
-  }
+  ImGui::TextWrapped("%s", draw_sentence(r).c_str());
 }
 
 }  // namespace
@@ -254,10 +277,11 @@ struct NextState {
 
 // The columns of a candidate table.
 struct Columns {
-  bool rep = false;          // the repetition penalty was on
-  bool topk = false;         // top-k was on (sampling)
-  bool contrastive = false;  // confidence, penalty and score instead of temperature and filters
-  float bar = 60;            // width of a bar column
+  bool rep = false;            // the repetition penalty was on
+  bool topk = false;           // top-k was on (sampling)
+  bool contrastive = false;    // confidence, penalty and score instead of temperature and filters
+  float bar = 60;              // width of a bar column
+  bool before_chosen = false;  // the token marked "before" was given to the step, not drawn
 };
 
 // A probability as a bar; grey for a row a filter removed, "0 (cut)" where it was cut.
@@ -333,9 +357,9 @@ void candidate_row(const ds::SampleRecord& r, const ds::Candidate& c, int rank, 
   ImGui::TableNextColumn();
   if (removed) ImGui::PopStyleColor();
   if (is_drawn)
-    ImGui::TextColored(readable(ImVec4(1, 0.7f, 0.2f, 1)), col.contrastive ? "CHOSEN" : "DRAWN");
+    ImGui::TextColored(readable(ImVec4(1, 0.7f, 0.2f, 1)), col.contrastive || r.chosen ? "CHOSEN" : "DRAWN");
   else if (c.id == before)
-    ImGui::TextColored(readable(ImVec4(0.95f, 0.75f, 0.4f, 1)), "drawn before");
+    ImGui::TextColored(readable(ImVec4(0.95f, 0.75f, 0.4f, 1)), col.before_chosen ? "chosen before" : "drawn before");
   else if (removed && c.removed == ds::kRemovedTopK)
     ImGui::TextColored(readable(ImVec4(0.9f, 0.45f, 0.4f, 1)), "cut by top-k");
   else if (removed && c.removed == ds::kRemovedTopP)
@@ -490,14 +514,17 @@ const ShapeAnswer* preview_of(App& app, int s, const ds::SampleRecord& drawn) {
 
 // The candidate table; returns the largest probability it shows. before: the token
 // the step drew, marked in a preview.
-float candidate_table(const ds::SampleRecord& r, float rw, int before) {
+float candidate_table(const ds::SampleRecord& r, float rw, int before, bool before_chosen) {
   const float font = ImGui::GetFontSize();
   const float row_h = ImGui::GetFrameHeight();
-  const float table_h = std::min(ImGui::GetContentRegionAvail().y - font * 10.0f, row_h * (r.candidates.size() + 1.5f));
+  // Room below for the draw's strip (a given token has none: the lines above explain it).
+  const float below = before_chosen || (r.chosen && r.token >= 0) ? font * 3.0f : font * 10.0f;
+  const float table_h = std::min(ImGui::GetContentRegionAvail().y - below, row_h * (r.candidates.size() + 1.5f));
   // Bars are drawn relative to the largest probability in the table, so small ones show.
   float pmax = 1e-6f;
   for (auto& c : r.candidates) pmax = std::max({pmax, c.p_raw, c.p_rep, c.p_temp, c.p_topk, c.p_final});
   Columns col;
+  col.before_chosen = before_chosen;
   col.contrastive = r.config.contrastive;
   col.rep = r.config.repetition_penalty != 1.0f;
   col.topk = !col.contrastive && r.config.top_k > 0 && !r.greedy;
@@ -572,31 +599,76 @@ void wrapped(ImVec4 col, const std::string& text) {
 
 std::string kept_text(int n) { return "; " + std::to_string(n) + (n == 1 ? " token kept" : " tokens kept"); }
 
+// The first line: the step, where, and the token that came out and what chose it.
+std::string step_title(int s, const std::string& after, int last, const ds::SampleRecord& r) {
+  const ds::Candidate* c = find_cand(r, r.token);
+  const std::string dt = visible(c ? c->text : "#" + std::to_string(r.token));
+  const std::string who = r.chosen ? (r.chosen->by == "forced" ? "the step was given" : r.chosen->by + " chose")
+                          : r.config.contrastive ? "contrastive search chose"
+                          : r.greedy             ? "the model took its most probable token,"
+                                                 : "the model drew";
+  char b[320];
+  std::snprintf(b, sizeof b, "Step %d: after \"%s\" (position %d) %s \"%s\"", s + 1, after.c_str(), last, who.c_str(),
+                dt.c_str());
+  return b;
+}
+
+// How the step's own record says its token was chosen (never the settings on the left,
+// which may be a preview): "drawn by sampling (...)", "chosen by beam search (...)".
+std::string how_chosen(const ds::SampleRecord& r) {
+  const bool drawn = !r.chosen && !r.config.contrastive && !r.greedy;
+  return (drawn ? "drawn by " : "chosen by ") + step_method(r);
+}
+
 // The lines above the table: what the step drew, and what the preview shows.
 void step_heading(App& app, int s, const ds::SampleRecord& r, const ShapeAnswer* pv, bool asked) {
   const ds::Trace& t = app.history.trace;
   auto toks = app.tokens();
   int last = t.positions(s) - 1;
   std::string after = last >= 0 && last < int(toks.size()) ? visible(toks[last].text) : "?";
-  const ds::Candidate* drawn = find_cand(r, r.token);
-  std::string dt = visible(drawn ? drawn->text : "#" + std::to_string(r.token));
-  char b[256];
-  std::snprintf(b, sizeof b, "Step %d: after \"%s\" (position %d) the model drew \"%s\"", s + 1, after.c_str(), last,
-                dt.c_str());
-  ImGui::TextWrapped("%s", b);
-  const std::string used = settings_text(r.config, r.greedy);
+  ImGui::TextWrapped("%s", step_title(s, after, last, r).c_str());
+  if (r.chosen) {  // what chose it, with its scores, whatever the table previews
+    const ds::Candidate* c = find_cand(r, r.token);
+    wrapped(readable(ImVec4(1, 0.75f, 0.3f, 1)), choice_text(r, visible(c ? c->text : "#" + std::to_string(r.token))));
+  }
+  const std::string used = how_chosen(r);
   if (pv && pv->error.empty()) {
     wrapped(ImVec4(0.45f, 0.8f, 1.0f, 1), "PREVIEW: " + settings_text(pv->config, pv->config.temperature == 0) +
                                               kept_text(pv->rec.n_kept) + ". Nothing drawn yet.");
     tooltip(app,
             "The step's logits (the whole vocabulary) reshaped by the settings on the left. The token drawn before "
             "is marked; Re-draw draws with these settings.");
-    wrapped(ImVec4(), "drawn with " + used);
+    wrapped(ImVec4(), used);
     return;
   }
   if (pv) wrapped(ImVec4(1, 0.6f, 0.4f, 1), "No preview: " + pv->error);
   if (!pv && asked) wrapped(ImVec4(), "preview: computing...");
-  wrapped(ImVec4(), used + kept_text(r.n_kept) + (r.config.contrastive ? " as candidates" : " after the filters"));
+  wrapped(
+      ImVec4(),
+      used + (r.chosen ? "" : kept_text(r.n_kept) + (r.config.contrastive ? " as candidates" : " after the filters")));
+}
+
+// The Next token view's explanation of the step it shows, as the view writes it: the
+// title, how the token was chosen, and why it came out (for the screenshot's sidecar).
+std::string next_explanation(App& app) {
+  const ds::Trace& t = app.history.trace;
+  int s = step_sampling_at(t, app.selected_position());
+  if (s < 0) s = app.sel.cursor;
+  if (s < 0 || s >= int(t.steps.size()) || !t.steps[size_t(s)].sample) return "";
+  const ds::SampleRecord& r = *t.steps[size_t(s)].sample;
+  auto toks = app.tokens();
+  const int last = t.positions(s) - 1;
+  const std::string after = last >= 0 && last < int(toks.size()) ? visible(toks[size_t(last)].text) : "?";
+  std::string why;
+  if (r.chosen) {
+    const ds::Candidate* c = find_cand(r, r.token);
+    why = choice_text(r, visible(c ? c->text : "#" + std::to_string(r.token)));
+  } else if (r.config.contrastive) {
+    why = contrastive_sentence(r);
+  } else if (!r.greedy) {
+    why = draw_sentence(r);
+  }
+  return step_title(s, after, last, r) + "\n" + how_chosen(r) + "\n" + why;
 }
 
 void panel_next(App& app) {
@@ -622,14 +694,16 @@ void panel_next(App& app) {
   ImGui::BeginGroup();
   const float rw = ImGui::GetContentRegionAvail().x;
   step_heading(app, s, drawn, pv, asked);
-  const float pmax = candidate_table(r, rw, showing ? drawn.token : -1);
+  const float pmax = candidate_table(r, rw, showing ? drawn.token : -1, drawn.chosen.has_value());
   ImGui::TextDisabled("bars: the longest is %.3f; grey rows were cut by a filter", pmax);
   draw_strip(app, r, rw - font);
   if (app.whatif.before && app.whatif.before_step == s) {
     ImGui::Separator();
-    const ds::Candidate* bd = find_cand(*app.whatif.before, app.whatif.before->token);
-    ImGui::Text("Before: \"%s\" was drawn with u = %.4f (%s)", visible(bd ? bd->text : "?").c_str(),
-                app.whatif.before->u, settings_text(app.whatif.before->config, app.whatif.before->greedy).c_str());
+    const ds::SampleRecord& b = *app.whatif.before;
+    const ds::Candidate* bd = find_cand(b, b.token);
+    char u[48] = "";
+    if (!b.chosen && !b.greedy && !b.config.contrastive) std::snprintf(u, sizeof u, " with u = %.4f", b.u);
+    ImGui::TextWrapped("Before: \"%s\" came out%s, %s", visible(bd ? bd->text : "?").c_str(), u, how_chosen(b).c_str());
   }
   ImGui::EndGroup();
 }

@@ -80,7 +80,8 @@ const ViewInfo kViews[] = {
     {"beams", "Beam search",
      "Beam search keeps the W most probable continuations at every step instead of one: each column is a step, "
      "each box a token with its log-probability; blue boxes were kept, grey ones pruned, green ones ended a "
-     "hypothesis, and the gold path is the winner. Click a box to show that hypothesis in every other view.",
+     "hypothesis, and the gold path is the winner, kept as a branch beside the generation (Branches compares them). "
+     "Click a box to keep that hypothesis as a branch too.",
      panel_beams, beams_waiting, beams_answer, beams_failed, nullptr, beams_step, beams_playing},
     {"block", "Block",
      "Inside one block, step by step, with the real numbers for the selected token: click a box to see its "

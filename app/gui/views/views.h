@@ -2,6 +2,8 @@
 // What views offer the rest of the window beyond their row of the table
 // (shell/view_table.h): what the command line and the scripted runs set and read.
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "shell/view_table.h"
 
@@ -16,9 +18,16 @@ void cross_select(App& app, int layer, int head);
 void cross_show(App& app, int layer, int head, bool encoder);
 // Beam search (beams.cpp): the width and length penalty asked for on the command line.
 void beams_set(App& app, int width, float length_penalty);
-// Scripted runs: starts the view's search now when it is on screen (a window in use
-// starts it when the view opens; a scripted run waits until its steps are done).
-void beams_search_now(App& app);
+// Scripted runs: starts the view's search now when it is on screen, or whatever view is
+// (any_view: --beam given) (a window in use starts it when the view opens; a scripted
+// run waits until its steps are done). The winner is kept as a branch.
+void beams_search_now(App& app, bool any_view = false);
+// Branches (branches.cpp): makes branch i the live generation; the generation shown is
+// kept as a branch in its place (Ctrl+Z undoes both). False when it cannot now.
+bool branches_choose(App& app, int i);
+// What the beam search, branches, next token and cross-attention views say, for the
+// screenshot's sidecar: (key, JSON value) pairs.
+std::vector<std::pair<std::string, std::string>> beamtab_sidecar(App& app);
 
 // The Block and KV cache views (block.cpp, kv.cpp) share one snapshot: the
 // selected token's numbers inside one layer, which the worker measures on request.

@@ -61,6 +61,7 @@ class Worker {
   void handle(cmd::Measure& c);
   void handle(cmd::Roles& c);
   void handle(cmd::Restore& c);
+  void handle(cmd::Ablate& c);
   // A new session on these ids (a refused prompt keeps the old one).
   void begin(int threads, bool kv_cache, const std::vector<int>& prompt, const std::vector<int>& src);
   // The prompt and source ids of a Start or Beam command, as the window's boxes say.

@@ -6,6 +6,7 @@
 
 #include "shell/app.h"
 #include "shell/window_io.h"
+#include "views/heads_ablation.h"
 #include "views/views.h"
 
 namespace dsgui {
@@ -109,6 +110,9 @@ bool ScriptedRun::advance(double t, double prev_frame) {
       if (idle && undone_ < o_.undo && (have >= o_.steps || app_.engine.done)) {
         app_.undo();  // Ctrl+Z: the engine puts the steps back (busy until it has)
         ++undone_;
+      } else if (idle && o_.more_steps > 0 && !more_asked_ && undone_ >= o_.undo) {
+        step(o_.more_steps);  // --more-steps: the steps after the undo, with the heads it left
+        more_asked_ = true;
       } else if (idle && (have >= o_.steps || app_.engine.done)) {
         app_.sel.cursor = have - 1;
         phase_ = kSettle;
@@ -123,6 +127,7 @@ bool ScriptedRun::advance(double t, double prev_frame) {
           app_.whatif.sampler.temperature = o_.preview_temperature;  // not sent: a preview
         beams_search_now(app_);  // the Beam search view searches once the steps are done
         if (o_.view == "kv") kv_time_now(app_);
+        if (o_.rank_heads >= 0) ablation_ask(app_, o_.rank_heads);
       }
       if (bench_ && phase_frames_ > 4) bench_->idle_frame((t - prev_frame) * 1000.0);
       if (++phase_frames_ >= (bench_ ? 64 : 4) && idle && !views_waiting(app_))
@@ -182,6 +187,7 @@ void write_sidecar(const std::string& path, const App& app, const Options& o, in
   for (const auto& p : app.maps.placements)
     if (p.name.rfind("heads", 0) == 0) f << (ng++ ? ", " : "") << "\"" << p.name << "\"";
   f << "],\n";
+  heads_sidecar(app, f);
   f << "  \"block_ok\": " << (block_ok(const_cast<App&>(app)) ? "true" : "false") << ",\n";
   f << "  \"precision\": \"" << (app.engine.model ? ds::precision_name(app.engine.model->precision) : "") << "\",\n";
   f << "  \"storage\": \"" << (app.engine.model ? app.engine.model->storage_name() : "") << "\",\n";

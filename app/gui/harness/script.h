@@ -40,6 +40,7 @@ class ScriptedRun {
   Phase phase_ = kLoad;
   int phase_frames_ = 0;
   int undone_ = 0;  // Ctrl+Z pressed (--undo)
+  bool more_asked_ = false;  // --more-steps asked
 };
 
 // The sidecar of a screenshot (PNG.json): the window's size, the heatmaps' cell

@@ -840,8 +840,7 @@ std::string prob4(double logp) {
 }
 
 std::string head_name(ds::HeadSite site, int l, int h) {
-  return std::string(site == ds::HeadSite::Cross ? "cross " : "") + "L" + std::to_string(l) + " H" +
-         std::to_string(h);
+  return std::string(site == ds::HeadSite::Cross ? "cross " : "") + "L" + std::to_string(l) + " H" + std::to_string(h);
 }
 
 // "L:H" or "cL:H" (cross-attention).
@@ -867,8 +866,9 @@ int print_head_steps(const Args& a, const ds::LoadedModel& m, const ds::Trace& t
   int l, h;
   parse_head(a.str("head"), site, l, h);
   std::vector<ds::StepEffect> v = ds::head_across_steps(m.model, t, site, l, h, threads);
-  std::stable_sort(v.begin(), v.end(),
-                   [](const ds::StepEffect& x, const ds::StepEffect& y) { return std::fabs(x.delta) > std::fabs(y.delta); });
+  std::stable_sort(v.begin(), v.end(), [](const ds::StepEffect& x, const ds::StepEffect& y) {
+    return std::fabs(x.delta) > std::fabs(y.delta);
+  });
   if (a.has("json")) {
     nlohmann::json rows = nlohmann::json::array();
     for (const auto& e : v)
@@ -922,8 +922,9 @@ int cmd_heads_ablation(const Args& a) {
                        {"head", e.head},
                        {"logp", e.logp},
                        {"delta", e.delta}});
-    nlohmann::json j{{"model", m.name},   {"step", k + 1},   {"token", r.token},
-                     {"text", piece_of(m, r.token)}, {"logp", r.logp}, {"heads", std::move(heads)}};
+    nlohmann::json j{{"model", m.name},  {"step", k + 1},
+                     {"token", r.token}, {"text", piece_of(m, r.token)},
+                     {"logp", r.logp},   {"heads", std::move(heads)}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
   }

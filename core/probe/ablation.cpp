@@ -24,7 +24,8 @@ AblationStep ablation_step(const Trace& t, int s) {
   const TraceStep& ts = t.steps[size_t(s)];
   if (!ts.sample) throw Error("step " + std::to_string(s + 1) + " drew no token");
   AblationStep st;
-  for (int i = 0; i <= s; ++i) st.tokens.insert(st.tokens.end(), t.steps[size_t(i)].input.begin(), t.steps[size_t(i)].input.end());
+  for (int i = 0; i <= s; ++i)
+    st.tokens.insert(st.tokens.end(), t.steps[size_t(i)].input.begin(), t.steps[size_t(i)].input.end());
   st.pos0 = ts.pos0;
   st.source = t.source;
   st.token = ts.sample->token;
@@ -90,8 +91,7 @@ double run_with_head_off(Engine& e, const AblationStep& st, HeadSite site, int l
 void run_prefix(Engine& e, const AblationStep& st) {
   if (!st.kv_cache) return;  // the step recomputes every position
   if (e.pos() > st.pos0) e.reset();
-  if (e.pos() < st.pos0)
-    e.forward(std::span<const int>(st.tokens.data() + e.pos(), size_t(st.pos0 - e.pos())));
+  if (e.pos() < st.pos0) e.forward(std::span<const int>(st.tokens.data() + e.pos(), size_t(st.pos0 - e.pos())));
 }
 
 }  // namespace

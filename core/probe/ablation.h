@@ -45,7 +45,7 @@ struct HeadEffect {
 
 struct HeadAblation {
   int token = -1;
-  double logp = 0;               // the chosen token's log-probability with every head on
+  double logp = 0;                // the chosen token's log-probability with every head on
   std::vector<HeadEffect> heads;  // every self-attention head, then every cross-attention head; see rank_by_effect
 };
 

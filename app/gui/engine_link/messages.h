@@ -96,10 +96,10 @@ struct RolesAnswer {
 // Heads switched off alone (cmd::Ablate): at one step, every head ranked (probe/ablation.h);
 // or one head at every step, the steps where it matters most first.
 struct AblationAnswer {
-  std::string key;                   // the request it answers
-  bool cancelled = false;            // stopped by the user: nothing below
-  int step = -1;                     // the step ranked (across: -1)
-  ds::HeadAblation ranked;           // heads, largest change first
+  std::string key;                         // the request it answers
+  bool cancelled = false;                  // stopped by the user: nothing below
+  int step = -1;                           // the step ranked (across: -1)
+  ds::HeadAblation ranked;                 // heads, largest change first
   ds::HeadSite site = ds::HeadSite::Self;  // across: the head
   int layer = -1, head = -1;
   std::vector<ds::StepEffect> across;  // across: every step, largest change first
@@ -248,8 +248,7 @@ struct Restore {
 
 using Command =
     std::variant<cmd::Load, cmd::Start, cmd::Step, cmd::Rewind, cmd::Sampler, cmd::Heads, cmd::Lens, cmd::SaveTrace,
-                 cmd::Shape, cmd::Beam, cmd::Inspect, cmd::Measure, cmd::Roles, cmd::Restore,
-                 cmd::Ablate>;
+                 cmd::Shape, cmd::Beam, cmd::Inspect, cmd::Measure, cmd::Roles, cmd::Restore, cmd::Ablate>;
 
 // ---- events: worker -> window
 namespace ev {
@@ -329,8 +328,7 @@ struct Ablate {
 }  // namespace ev
 
 using Event = std::variant<ev::Loading, ev::Loaded, ev::Started, ev::Step, ev::Truncate, ev::Lens, ev::Saved, ev::Error,
-                           ev::Idle, ev::Shape, ev::Beam, ev::Inspect, ev::Measure, ev::Roles,
-                           ev::Ablate>;
+                           ev::Idle, ev::Shape, ev::Beam, ev::Inspect, ev::Measure, ev::Roles, ev::Ablate>;
 
 // For std::visit with one lambda per alternative.
 template <class... F>

@@ -38,7 +38,7 @@ struct Undo {
   int cursor = -1, sel_pos = -1;
   std::vector<std::pair<int, int>> heads_off;        // the heads the kept steps were computed with
   std::vector<std::pair<int, int>> cross_heads_off;  // and the cross-attention heads (encoder-decoder models)
-  ds::SamplerConfig sampler;                   // the settings the window had
+  ds::SamplerConfig sampler;                         // the settings the window had
   // Branches: the index of the branch the what-if added (-1: none); the branch it
   // forgot, and where it was in the list (removed_at -1: none).
   int added_branch = -1;

@@ -39,7 +39,7 @@ class ScriptedRun {
   double t_start_;
   Phase phase_ = kLoad;
   int phase_frames_ = 0;
-  int undone_ = 0;  // Ctrl+Z pressed (--undo)
+  int undone_ = 0;           // Ctrl+Z pressed (--undo)
   bool more_asked_ = false;  // --more-steps asked
 };
 

@@ -37,8 +37,9 @@ struct Options {
   std::string stage;         // the Block view's stage opened (block_data.h ids: attn.scores, ln1, ...)
   int undo = 0;              // --undo N: Ctrl+Z N times after --head-off, --fork-at or --step-back
   int more_steps = 0;        // --more-steps N: N steps more after the undos
-  int rank_heads = -1;       // --rank-heads [R]: All heads ranks every head at the last step (R > 0: then re-runs without the R-th)
-  int soak = 0;              // --soak N: N random user actions (soak.h); --seed seeds their choice
+  int rank_heads =
+      -1;        // --rank-heads [R]: All heads ranks every head at the last step (R > 0: then re-runs without the R-th)
+  int soak = 0;  // --soak N: N random user actions (soak.h); --seed seeds their choice
 };
 
 // A bad command line; the message names the option.

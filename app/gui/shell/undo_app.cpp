@@ -12,7 +12,8 @@ std::string App::settings_label() const {
   std::snprintf(buf, sizeof buf, "T %.2f, top-k %d, top-p %.2f, seed %llu", whatif.sampler.temperature,
                 whatif.sampler.top_k, whatif.sampler.top_p, (unsigned long long)whatif.sampler.seed);
   std::string s = buf;
-  if (const size_t n = whatif.heads_off.size() + whatif.cross_heads_off.size()) s += ", " + std::to_string(n) + " heads off";
+  if (const size_t n = whatif.heads_off.size() + whatif.cross_heads_off.size())
+    s += ", " + std::to_string(n) + " heads off";
   return s;
 }
 

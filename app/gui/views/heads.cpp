@@ -421,7 +421,7 @@ void panel_heads(App& app) {
   ImVec2 avail = ImGui::GetContentRegionAvail();
   const bool compare = app.whatif.before && app.whatif.before_step == app.sel.cursor && t.steps[app.sel.cursor].sample;
   const bool ranked = ablation_open(app);
-  const float side = compare || ranked ? std::min(avail.x * 0.42f, font * 28) : 0.0f;
+  const float side = compare || ranked ? std::min(avail.x * 0.45f, font * 27) : 0.0f;
   const float lab_w = font * 3.2f, lab_h = font * 1.4f;
   const float gap = std::max(2.0f, std::floor(font * 0.25f));
   const float col_gap = font * 1.5f;
@@ -472,9 +472,9 @@ void panel_heads(App& app) {
 
 void heads_sidecar(const App& app, std::ostream& f) {
   const HeadsLayout& lay = const_cast<App&>(app).state<HeadsLayout>();
-  f << "  \"heads_layout\": {\"tile\": " << lay.tile << ", \"columns\": " << lay.columns << ", \"area\": [" << lay.view.x
-    << ", " << lay.view.y << ", " << lay.view.z << ", " << lay.view.w << "], \"box\": [" << lay.box.x << ", "
-    << lay.box.y << ", " << lay.box.z << ", " << lay.box.w << "]},\n";
+  f << "  \"heads_layout\": {\"tile\": " << lay.tile << ", \"columns\": " << lay.columns << ", \"area\": ["
+    << lay.view.x << ", " << lay.view.y << ", " << lay.view.z << ", " << lay.view.w << "], \"box\": [" << lay.box.x
+    << ", " << lay.box.y << ", " << lay.box.z << ", " << lay.box.w << "]},\n";
   ablation_sidecar(app, f);
 }
 

@@ -72,8 +72,7 @@ ds::Trace light_trace(const App& app, int last) {
 }
 
 bool can_ask(App& app) {
-  return !app.history.replay && app.engine.model && !app.engine.worker.busy() &&
-         app.state<AblateState>().asked.empty();
+  return !app.history.replay && app.engine.model && !app.engine.worker.busy() && app.state<AblateState>().asked.empty();
 }
 
 void ask_across(App& app, ds::HeadSite site, int l, int h) {
@@ -104,17 +103,15 @@ std::string head_label(ds::HeadSite site, int l, int h) {
   return b;
 }
 
-// A signed horizontal bar of |d| / scale of the width, red when the head helped the token
-// (switching it off lowers it), green when it held the token back.
-void delta_bar(double d, double scale, float w) {
+// A change as text over a bar of |d| / scale of the cell's width: red when the head helped
+// the token (switching it off lowers it), green when it held the token back.
+void delta_cell(double d, double scale) {
   const ImVec2 p = ImGui::GetCursorScreenPos();
-  const float h = ImGui::GetTextLineHeight();
+  const float w = ImGui::GetContentRegionAvail().x, h = ImGui::GetTextLineHeight();
   const float len = scale > 0 ? float(std::min(1.0, std::fabs(d) / scale)) * w : 0.0f;
-  ImDrawList* dl = ImGui::GetWindowDrawList();
-  dl->AddRectFilled(p, ImVec2(p.x + w, p.y + h), IM_COL32(128, 128, 128, 40));
-  dl->AddRectFilled(p, ImVec2(p.x + std::max(1.0f, len), p.y + h),
-                    d < 0 ? IM_COL32(225, 80, 70, 255) : IM_COL32(80, 190, 90, 255));
-  ImGui::Dummy(ImVec2(w, h));
+  ImGui::GetWindowDrawList()->AddRectFilled(p, ImVec2(p.x + std::max(1.0f, len), p.y + h),
+                                            d < 0 ? IM_COL32(225, 80, 70, 150) : IM_COL32(80, 190, 90, 150));
+  ImGui::TextUnformatted(sig4(d).c_str());
 }
 
 // The what-if of one ranked head: the step again with that head alone off.
@@ -140,16 +137,18 @@ void ranked_table(App& app, AblateState& st, const AblationAnswer& a, float widt
                        token_text(app, a.step, now->token).c_str());
   ImGui::TextDisabled("Each head switched off alone (%.2f s). Click a row to re-run the step without it.", a.seconds);
   ImGui::PopTextWrapPos();
-  const ImGuiTableFlags fl = ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY | ImGuiTableFlags_SizingFixedFit |
-                             ImGuiTableFlags_BordersInnerV;
+  const ImGuiTableFlags fl =
+      ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY | ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_BordersInnerV;
   const float rows_h = std::max(font * 8, ImGui::GetContentRegionAvail().y * 0.6f);
   if (!ImGui::BeginTable("ablation", 5, fl, ImVec2(width, rows_h))) return;
   ImGui::TableSetupScrollFreeze(0, 1);
-  ImGui::TableSetupColumn("#");
-  ImGui::TableSetupColumn("head");
-  ImGui::TableSetupColumn("change in log p");
-  ImGui::TableSetupColumn("p off");
-  ImGui::TableSetupColumn("change in p", ImGuiTableColumnFlags_WidthStretch);
+  auto wide = [](const char* s) { return ImGui::CalcTextSize(s).x; };
+  ImGui::TableSetupColumn("#", ImGuiTableColumnFlags_WidthFixed, wide("000"));
+  ImGui::TableSetupColumn("head", ImGuiTableColumnFlags_WidthFixed,
+                          wide(app.history.trace.config.encoder_decoder ? "cross L00 H00" : "L00 H00"));
+  ImGui::TableSetupColumn("change log p", ImGuiTableColumnFlags_WidthFixed, wide("change log p"));
+  ImGui::TableSetupColumn("p off", ImGuiTableColumnFlags_WidthFixed, wide("1-1.234e-05"));
+  ImGui::TableSetupColumn("change p", ImGuiTableColumnFlags_WidthStretch);
   ImGui::TableHeadersRow();
   const bool can = !app.history.replay && app.engine.model && !app.engine.worker.busy();
   for (size_t i = 0; i < r.heads.size(); ++i) {
@@ -169,9 +168,7 @@ void ranked_table(App& app, AblateState& st, const AblationAnswer& a, float widt
     if (ImGui::IsItemHovered() && app.look.tooltips)
       ImGui::SetTooltip("Re-run step %d with %s switched off (Ctrl+Z undoes it)", a.step + 1, name.c_str());
     ImGui::TableNextColumn();
-    ImGui::TextUnformatted(sig4(e.delta).c_str());
-    ImGui::SameLine();
-    delta_bar(e.delta, scale, font * 4);
+    delta_cell(e.delta, scale);
     ImGui::TableNextColumn();
     ImGui::TextUnformatted(prob4(e.logp).c_str());
     ImGui::TableNextColumn();
@@ -190,8 +187,8 @@ void across_table(App& app, const AblationAnswer& a, float width) {
   const float h = std::max(font * 5, ImGui::GetContentRegionAvail().y);
   if (!ImGui::BeginTable("across", 3, fl, ImVec2(width, h))) return;
   ImGui::TableSetupScrollFreeze(0, 1);
-  ImGui::TableSetupColumn("step");
-  ImGui::TableSetupColumn("token");
+  ImGui::TableSetupColumn("step", ImGuiTableColumnFlags_WidthFixed, ImGui::CalcTextSize("step ").x);
+  ImGui::TableSetupColumn("token", ImGuiTableColumnFlags_WidthFixed, font * 7);
   ImGui::TableSetupColumn("change in log p", ImGuiTableColumnFlags_WidthStretch);
   ImGui::TableHeadersRow();
   for (const ds::StepEffect& e : a.across) {
@@ -203,9 +200,7 @@ void across_table(App& app, const AblationAnswer& a, float width) {
     ImGui::TableNextColumn();
     ImGui::TextUnformatted(token_text(app, e.step, e.token).c_str());
     ImGui::TableNextColumn();
-    ImGui::TextUnformatted(sig4(e.delta).c_str());
-    ImGui::SameLine();
-    delta_bar(e.delta, scale, font * 4);
+    delta_cell(e.delta, scale);
   }
   ImGui::EndTable();
 }
@@ -321,8 +316,8 @@ void ablation_panel(App& app, float width) {
   const std::string name = head_label(st.site, st.layer, st.head);
   const bool fresh = st.across && st.across->key == across_key(app, st.site, st.layer, st.head);
   ImGui::BeginDisabled(!can_ask(app));
-  const std::string label = "Where does " + name + " matter? (" + std::to_string(app.history.trace.steps.size()) +
-                            " steps)";
+  const std::string label =
+      "Where does " + name + " matter? (" + std::to_string(app.history.trace.steps.size()) + " steps)";
   if (ImGui::Button(label.c_str())) ask_across(app, st.site, st.layer, st.head);
   ImGui::EndDisabled();
   if (fresh) across_table(app, *st.across, width);

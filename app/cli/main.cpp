@@ -25,6 +25,7 @@
 #include "io/loader.h"
 #include "io/model_folder.h"
 #include "model/cost.h"
+#include "probe/ablation.h"
 #include "probe/heads.h"
 #include "probe/lens.h"
 #include "session/beam.h"
@@ -61,6 +62,9 @@ usage:
                             [--temperature T] [--top-p P] [--seed S] [--json] [--threads N] [--precision P]
   decoderscope-cli heads    --model PATH [--tokenizer FILE] [--half N] [--seed S] [--exclude-bos]
                             [--exclude-current-token] [--json] [--threads N] [--precision P]
+  decoderscope-cli heads    --ablation --model PATH [--prompt TEXT | --prompt-ids "..."]
+                            [--source TEXT | --source-ids "..."] [--steps N] [--step K] [--head [c]L:H]
+                            [--temperature T] [--top-p P] [--seed S] [--json] [--threads N]
   decoderscope-cli bench    --model PATH [--steps N] [--threads N] [--reps R] [--precision P]
                             [--prefill N] [--trace-tokens N] [--copy]
   decoderscope-cli inspect  --model PATH [--precision P]
@@ -128,6 +132,14 @@ heads: the head detector (TransformerLens's head_detector). Runs a probe of --ha
   scores (both off by default, as in TransformerLens). With the defaults the induction score
   of a perfect induction head is about 0.5: the BOS and the first half have no earlier copy to
   look at. --json prints one JSON object instead.
+heads --ablation: which heads matter for one step. Generates up to --steps N positions (as
+  lens does: temperature 1, top-p 0.9, seed 0 unless given), then at step --step K (1 = the
+  prompt's step; default the last) switches each head off alone (self-attention, and cross-
+  attention on encoder-decoder models) as the window's "Re-run with heads off" does, and prints
+  every head ranked by the change in the log-probability of the token step K chose (the model's,
+  at temperature 1), with the probability with the head off and its change.
+  --head L:H (cL:H: cross-attention) prints instead that head's change at every step, the steps
+  where it matters most first. --json prints one JSON object with full precision.
 --trace FILE.dstrace writes the compact binary format (README); FILE.json JSON, refused
   above 200 MB. --window-recording records what the window records instead: float16
   values, its hook points and the logit lens's top 5.
@@ -265,7 +277,8 @@ const char* kFlags[] = {"ids",
                         "exclude-bos",
                         "exclude-current-token",
                         "window-recording",
-                        "copy"};
+                        "copy",
+                        "ablation"};
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -805,8 +818,127 @@ nlohmann::json heads_json(const ds::LoadedModel& m, const ds::HeadRoles& r) {
   return j;
 }
 
+// A change or a probability with 4 significant digits (scientific when small): never a
+// "-0.000" that hides a real change.
+std::string sig4(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.4g", v);
+  return b;
+}
+
+// A probability from its log: 4 significant digits, and above 0.9995 as "1-q" (q = 1 - p
+// to 4 digits, from expm1 so that nothing is lost), where 4 digits of p would read 1.
+std::string prob4(double logp) {
+  const double q = -std::expm1(logp);
+  if (q > 0 && q < 5e-4) return "1-" + sig4(q);
+  return sig4(std::exp(logp));
+}
+
+std::string head_name(ds::HeadSite site, int l, int h) {
+  return std::string(site == ds::HeadSite::Cross ? "cross " : "") + "L" + std::to_string(l) + " H" + std::to_string(h);
+}
+
+// "L:H" or "cL:H" (cross-attention).
+void parse_head(const std::string& v, ds::HeadSite& site, int& l, int& h) {
+  std::string s = v;
+  site = ds::HeadSite::Self;
+  if (!s.empty() && (s[0] == 'c' || s[0] == 'C')) site = ds::HeadSite::Cross, s.erase(0, 1);
+  char* end = nullptr;
+  l = int(std::strtol(s.c_str(), &end, 10));
+  if (end == s.c_str() || *end != ':') throw Error("--head expects LAYER:HEAD or cLAYER:HEAD, got '" + v + "'");
+  const char* hp = end + 1;
+  h = int(std::strtol(hp, &end, 10));
+  if (end == hp || *end) throw Error("--head expects LAYER:HEAD or cLAYER:HEAD, got '" + v + "'");
+}
+
+std::string piece_of(const ds::LoadedModel& m, int id) {
+  return m.tokenizer ? m.tokenizer->piece(id) : "#" + std::to_string(id);
+}
+
+// heads --ablation --head: one head switched off at every step, largest change first.
+int print_head_steps(const Args& a, const ds::LoadedModel& m, const ds::Trace& t, int threads) {
+  ds::HeadSite site;
+  int l, h;
+  parse_head(a.str("head"), site, l, h);
+  std::vector<ds::StepEffect> v = ds::head_across_steps(m.model, t, site, l, h, threads);
+  std::stable_sort(v.begin(), v.end(), [](const ds::StepEffect& x, const ds::StepEffect& y) {
+    return std::fabs(x.delta) > std::fabs(y.delta);
+  });
+  if (a.has("json")) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& e : v)
+      rows.push_back({{"step", e.step + 1}, {"token", e.token}, {"logp", e.logp}, {"delta", e.delta}});
+    nlohmann::json j{{"model", m.name}, {"head", a.str("head")}, {"steps", std::move(rows)}};
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    return 0;
+  }
+  std::printf("%s switched off alone at each step of %s, largest change first\n", head_name(site, l, h).c_str(),
+              m.name.c_str());
+  std::printf("\n step  token                 log p on  change (log p)  p on        change (p)\n");
+  for (const auto& e : v)
+    std::printf("%5d  %-20s  %-9s %-15s %-11s %s\n", e.step + 1, piece_of(m, e.token).c_str(), sig4(e.logp).c_str(),
+                sig4(e.delta).c_str(), prob4(e.logp).c_str(),
+                sig4(std::exp(e.logp + e.delta) - std::exp(e.logp)).c_str());
+  return 0;
+}
+
+// heads --ablation: every head switched off alone at one step, ranked (probe/ablation.h).
+int cmd_heads_ablation(const Args& a) {
+  only(a, {"ablation", "model", "tokenizer", "precision", "prompt", "prompt-ids", "source", "source-ids", "steps",
+           "step", "head", "temperature", "top-p", "seed", "threads", "json"});
+  auto m = open_model(a);
+  const ds::Config& c = m.model->cfg;
+  const std::vector<int> prompt = prompt_of(a, m);
+  ds::SessionOptions o;
+  o.sampler.temperature = float(a.number("temperature", 1.0));
+  o.sampler.top_p = float(a.number("top-p", 0.9));
+  o.sampler.seed = uint64_t(a.integer("seed", 0, 0, (1LL << 62)));
+  ds::validate(o.sampler);
+  o.steps = a.has("steps") ? int(a.integer("steps", 0, 1, c.max_seq)) : int(prompt.size()) + 1;
+  o.stop_ids = m.stop_ids;
+  const int threads = int(a.integer("threads", 1, 1, 256));
+  o.threads = threads;
+  ds::Session s(m.model, m.tokenizer, o);
+  s.start(prompt, source_of(a, m));
+  while (!s.done()) s.step();
+  const ds::Trace& t = s.trace();
+  int last = int(t.steps.size());
+  while (last > 0 && !t.steps[size_t(last) - 1].sample) --last;
+  if (last == 0) throw Error("no step drew a token: give more --steps");
+  if (a.has("head")) return print_head_steps(a, m, t, threads);
+  const int k = int(a.integer("step", last, 1, last)) - 1;
+  ds::HeadAblation r = ds::ablate_heads(m.model, ds::ablation_step(t, k), threads);
+  ds::rank_by_effect(r.heads);
+  if (a.has("json")) {
+    nlohmann::json heads = nlohmann::json::array();
+    for (const auto& e : r.heads)
+      heads.push_back({{"site", e.site == ds::HeadSite::Cross ? "cross" : "self"},
+                       {"layer", e.layer},
+                       {"head", e.head},
+                       {"logp", e.logp},
+                       {"delta", e.delta}});
+    nlohmann::json j{{"model", m.name},  {"step", k + 1},
+                     {"token", r.token}, {"text", piece_of(m, r.token)},
+                     {"logp", r.logp},   {"heads", std::move(heads)}};
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    return 0;
+  }
+  std::printf("step %d of %d on %s chose '%s' (id %d): log p = %s, p = %s with every head on\n", k + 1, last,
+              m.name.c_str(), piece_of(m, r.token).c_str(), r.token, sig4(r.logp).c_str(), prob4(r.logp).c_str());
+  std::printf("each head switched off alone, largest change first\n\n");
+  std::printf("rank  head          log p off  change (log p)  p off       change (p)\n");
+  for (size_t i = 0; i < r.heads.size(); ++i) {
+    const auto& e = r.heads[i];
+    std::printf("%4zu  %-12s  %-10s %-15s %-11s %s\n", i + 1, head_name(e.site, e.layer, e.head).c_str(),
+                sig4(e.logp).c_str(), sig4(e.delta).c_str(), prob4(e.logp).c_str(),
+                sig4(std::exp(e.logp) - std::exp(r.logp)).c_str());
+  }
+  return 0;
+}
+
 // heads: the head detector (probe/heads.h) on every decoder self-attention head.
 int cmd_heads(const Args& a) {
+  if (a.has("ablation")) return cmd_heads_ablation(a);
   only(a,
        {"model", "tokenizer", "precision", "half", "seed", "exclude-bos", "exclude-current-token", "json", "threads"});
   auto m = open_model(a);

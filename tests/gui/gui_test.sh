@@ -13,7 +13,7 @@
 # both runs in one group. Without GROUP every group runs in turn, in OUT_DIR.
 # A failed check is counted, not fatal: the script goes on to the next one.
 set -euo pipefail
-ALL_GROUPS=(views encdec replay models block gguf tracebin_dec tracebin_enc maps soak keys blockview beamtab)
+ALL_GROUPS=(views encdec replay models block gguf tracebin_dec tracebin_enc maps soak keys blockview beamtab headsmatter)
 if [ "${1:-}" = --list ]; then
   printf '%s\n' "${ALL_GROUPS[@]}"
   exit 0
@@ -935,6 +935,130 @@ group_beamtab() {
     else
       expect cross_decoder "cross text '$text'" "$(has "$text" "no cross-attention")"
     fi
+  fi
+}
+
+# ---- headsmatter: which heads matter (All heads' ranking), the grids' layout, undo of heads off
+group_headsmatter() {
+  local CLI
+  CLI="$(dirname "$APP")/decoderscope-cli"
+  if [ ! -f "$MODELS/stories/model.safetensors" ] || [ ! -f "$MODELS/dates/model.safetensors" ] || [ ! -x "$CLI" ]; then
+    echo "SKIP headsmatter: the built-in models or decoderscope-cli are missing"
+    return
+  fi
+  local ST=(--model builtin:stories --prompt "Once upon a time" --view heads)
+  local DT=(--model builtin:dates --source "July 14, 1989" --view heads)
+  local all_self=() all_cross=() l h
+  for l in 0 1 2 3; do for h in 0 1 2 3; do all_self+=(--head-off "$l:$h"); done; done
+  for l in 0 1; do for h in 0 1 2 3; do all_cross+=(--head-off "c$l:$h"); done; done
+  # Undo of a re-run with heads off, then more steps: they run with every head on, as
+  # the plain run's steps did (stuck: the same without the undo, which must differ, or
+  # the check would prove nothing).
+  run hm_plain "${ST[@]}" --steps 12 &&
+    run hm_undo "${ST[@]}" --steps 8 "${all_self[@]}" --undo 1 --more-steps 4 &&
+    run hm_stuck "${ST[@]}" --steps 8 "${all_self[@]}" --more-steps 4 &&
+    run hm_dplain "${DT[@]}" --steps 8 &&
+    run hm_dundo "${DT[@]}" --steps 5 "${all_cross[@]}" --undo 1 --more-steps 3 &&
+    run hm_dstuck "${DT[@]}" --steps 5 "${all_cross[@]}" --more-steps 3
+  # The ranking at the last step, against decoderscope-cli heads --ablation --json on the
+  # same run (same sampling defaults), and a click on the first ranked head (--rank-heads 1).
+  run hm_rank "${ST[@]}" --steps 10 --rank-heads 0 &&
+    run hm_pick "${ST[@]}" --steps 10 --rank-heads 1 &&
+    run hm_drank "${DT[@]}" --steps 6 --rank-heads 0
+  "$CLI" heads --ablation --model builtin:stories --prompt "Once upon a time" --steps 64 --step 10 --json \
+    >"$OUT/hm_cli.json" 2>"$OUT/hm_cli.log" || echo "cli failed" >>"$OUT/hm_cli.log"
+  "$CLI" heads --ablation --model builtin:dates --source "July 14, 1989" --steps 12 --step 6 --json \
+    >"$OUT/hm_dcli.json" 2>"$OUT/hm_dcli.log" || echo "cli failed" >>"$OUT/hm_dcli.log"
+  # The layout of dates' three grids at both screen sizes and in presenter mode.
+  run_big hm_big "${DT[@]}" --steps 8
+  xrun 1024x768x24 "$OUT/hm_small.log" --size 1024x768 --screenshot "$OUT/hm_small.png" "${DT[@]}" --steps 8 ||
+    echo "FAIL hm_small: the window exited with an error"
+  xrun 1920x1080x24 "$OUT/hm_pres.log" --size 1920x1080 --presenter --scale 1.5 --screenshot "$OUT/hm_pres.png" \
+    "${DT[@]}" --steps 8 --rank-heads 0 || echo "FAIL hm_pres: the window exited with an error"
+  for n in hm_big hm_small hm_pres hm_rank hm_drank; do [ -f "$OUT/$n.png" ] && check blank "$OUT/$n.png"; done
+  if python3 - "$OUT" <<'PY'; then
+import json, math, os, sys
+d = sys.argv[1]
+def side(n):
+    p = f"{d}/{n}.png.json"
+    return json.load(open(p)) if os.path.exists(p) else None
+problems = []
+# Undo, then more steps.
+for plain, undo, stuck, what in (("hm_plain", "hm_undo", "hm_stuck", "self"), ("hm_dplain", "hm_dundo", "hm_dstuck", "cross")):
+    p, u, s = side(plain), side(undo), side(stuck)
+    if not (p and u and s):
+        problems.append(f"{what}: a run is missing")
+        continue
+    if s["tokens"] == p["tokens"]:
+        problems.append(f"{what}: the heads-off run without undo equals the plain run: the check proves nothing")
+    if u["steps"] != p["steps"] or u["tokens"] != p["tokens"]:
+        problems.append(f"{what}: after undo and more steps, tokens {u['tokens']} (plain run: {p['tokens']})")
+    off = u["heads_off"] + u["cross_heads_off"] + u["heads_engine"] + u["cross_heads_engine"]
+    if off:
+        problems.append(f"{what}: after undo, heads still off: {off}")
+# The ranking: the window's against the CLI's, head for head.
+for gui, cli, n in (("hm_rank", "hm_cli.json", 16), ("hm_drank", "hm_dcli.json", 16)):
+    g = side(gui)
+    try:
+        c = json.load(open(f"{d}/{cli}"))
+    except Exception as e:
+        problems.append(f"{cli}: {e}: {open(f'{d}/{cli[:-5]}.log').read()[:300]}")
+        continue
+    a = g and g.get("ablation")
+    if not a:
+        problems.append(f"{gui}: no ranking in the sidecar")
+        continue
+    if a["step"] + 1 != c["step"] or a["token"] != c["token"]:
+        problems.append(f"{gui}: the window ranked step {a['step'] + 1} token {a['token']}, the CLI step {c['step']} token {c['token']}")
+        continue
+    if len(a["heads"]) != n or len(c["heads"]) != n:
+        problems.append(f"{gui}: {len(a['heads'])} heads in the window, {len(c['heads'])} in the CLI, want {n}")
+    if abs(a["logp"] - c["logp"]) > 1e-9:
+        problems.append(f"{gui}: log p {a['logp']} in the window, {c['logp']} in the CLI")
+    cd = {(h["site"], h["layer"], h["head"]): h["delta"] for h in c["heads"]}
+    for h in a["heads"]:
+        k = (h["site"], h["layer"], h["head"])
+        if k not in cd or abs(cd[k] - h["delta"]) > 1e-9:
+            problems.append(f"{gui}: head {k} changes log p by {h['delta']} in the window, {cd.get(k)} in the CLI")
+    if gui == "hm_drank" and sum(h["site"] == "cross" for h in a["heads"]) != 8:
+        problems.append("hm_drank: the cross-attention heads are not ranked")
+    if max(abs(h["delta"]) for h in a["heads"]) < 1e-6:
+        problems.append(f"{gui}: no head changes anything: the comparison proves nothing")
+# One click on the first ranked head: the step re-run with that head alone off, undoable.
+pk, rk = side("hm_pick"), side("hm_rank")
+if pk and rk and rk.get("ablation"):
+    top = rk["ablation"]["heads"][0]
+    if pk["heads_off"] != [[top["layer"], top["head"]]] or pk["heads_engine"] != pk["heads_off"] or pk["undo"] != 1:
+        problems.append(f"hm_pick: heads off {pk['heads_off']} (engine {pk['heads_engine']}), {pk['undo']} to undo; "
+                        f"want the top head {top} and 1")
+# Layout: the grids fill the area. Bound from geometry alone: the largest square tile
+# 4 heads x 6 layers (stacked) or 12 heads x 2 layers (side by side) could have in the
+# area, labels ignored; the tiles must reach half of it, and the grids' box 60% of the
+# area in one dimension.
+for n in ("hm_big", "hm_small", "hm_pres"):
+    s = side(n)
+    if not s or "heads_layout" not in s:
+        problems.append(f"{n}: no layout in the sidecar")
+        continue
+    lay = s["heads_layout"]
+    _, _, aw, ah = lay["area"]
+    _, _, bw, bh = lay["box"]
+    bound = max(min(aw / 4, ah / 6), min(aw / 12, ah / 2), min(aw / 8, ah / 4))
+    print(f"{n}: area {aw:.0f}x{ah:.0f}, grids {bw:.0f}x{bh:.0f} in {lay['columns']} columns, tile {lay['tile']:.0f} px "
+          f"(bound {bound:.0f})")
+    if lay["tile"] < 0.5 * bound:
+        problems.append(f"{n}: tiles of {lay['tile']} px, under half the {bound:.0f} px the area allows")
+    if max(bw / aw, bh / ah) < 0.6:
+        problems.append(f"{n}: the grids fill {bw:.0f}x{bh:.0f} of {aw:.0f}x{ah:.0f}")
+    if bw > aw + 1 or bh > ah + 1:
+        problems.append(f"{n}: the grids ({bw:.0f}x{bh:.0f}) overflow the area ({aw:.0f}x{ah:.0f})")
+for p in problems:
+    print("FAIL headsmatter:", p)
+sys.exit(1 if problems else 0)
+PY
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
   fi
 }
 

@@ -12,6 +12,7 @@
 
 #include "engine_link/block_data.h"
 #include "model/config.h"
+#include "probe/ablation.h"
 #include "probe/heads.h"
 #include "probe/trace.h"
 #include "sample/sampler.h"
@@ -96,6 +97,19 @@ struct RolesAnswer {
   ds::HeadRoles roles;
   std::vector<std::string> labels;  // the probe's tokens, visible
   int half = 0;                     // random tokens per half of the probe
+};
+
+// Heads switched off alone (cmd::Ablate): at one step, every head ranked (probe/ablation.h);
+// or one head at every step, the steps where it matters most first.
+struct AblationAnswer {
+  std::string key;                         // the request it answers
+  bool cancelled = false;                  // stopped by the user: nothing below
+  int step = -1;                           // the step ranked (across: -1)
+  ds::HeadAblation ranked;                 // heads, largest change first
+  ds::HeadSite site = ds::HeadSite::Self;  // across: the head
+  int layer = -1, head = -1;
+  std::vector<ds::StepEffect> across;  // across: every step, largest change first
+  double seconds = 0;
 };
 
 // ---- commands: window -> worker
@@ -218,6 +232,19 @@ struct Roles {
   int threads = 1;
 };
 
+// Switch each head off alone at `step` (across false: `trace` holds the steps up to it)
+// and rank them; or (across) switch head (site, layer, head) off at each step of `trace`.
+// `trace` needs only each step's input, pos0, kv_cache and drawn token, and the source.
+struct Ablate {
+  std::string key;
+  ds::Trace trace;
+  int step = -1;
+  bool across = false;
+  ds::HeadSite site = ds::HeadSite::Self;
+  int layer = 0, head = 0;
+  int threads = 1;
+};
+
 // Put the session back as an undo left it: the steps from `keep` on are taken again with
 // the tokens `forced` (one a step), each with the settings it was drawn with
 // (step_samplers, when given). Nothing is sent back: the window already has those steps.
@@ -237,7 +264,7 @@ struct Restore {
 
 using Command =
     std::variant<cmd::Load, cmd::Start, cmd::Step, cmd::Rewind, cmd::Sampler, cmd::Heads, cmd::Lens, cmd::SaveTrace,
-                 cmd::Shape, cmd::Beam, cmd::BeamBranch, cmd::Inspect, cmd::Measure, cmd::Roles, cmd::Restore>;
+                 cmd::Shape, cmd::Beam, cmd::BeamBranch, cmd::Inspect, cmd::Measure, cmd::Roles, cmd::Restore, cmd::Ablate>;
 
 // ---- events: worker -> window
 namespace ev {
@@ -316,11 +343,14 @@ struct Measure {
 struct Roles {
   std::shared_ptr<const RolesAnswer> answer;
 };
+struct Ablate {
+  std::shared_ptr<const AblationAnswer> answer;
+};
 
 }  // namespace ev
 
 using Event = std::variant<ev::Loading, ev::Loaded, ev::Started, ev::Step, ev::Truncate, ev::Lens, ev::Saved, ev::Error,
-                           ev::Idle, ev::Shape, ev::Beam, ev::BeamBranch, ev::Inspect, ev::Measure, ev::Roles>;
+                           ev::Idle, ev::Shape, ev::Beam, ev::BeamBranch, ev::Inspect, ev::Measure, ev::Roles, ev::Ablate>;
 
 // For std::visit with one lambda per alternative.
 template <class... F>

@@ -67,6 +67,8 @@ cmd::Restore restore_command(const Undo& u, const ds::Trace& t, int threads) {
   return c;
 }
 
+cmd::Heads restore_heads(const Undo& u) { return cmd::Heads{u.heads_off, u.cross_heads_off}; }
+
 bool same_tokens(const ds::Trace& a, const ds::Trace& b) {
   if (a.steps.size() != b.steps.size()) return false;
   for (size_t s = 0; s < a.steps.size(); ++s) {

@@ -36,8 +36,9 @@ struct Undo {
   ds::Trace trace;
   bool replay = false, done = false;  // the window's replay and finished flags
   int cursor = -1, sel_pos = -1;
-  std::vector<std::pair<int, int>> heads_off;  // the heads the kept steps were computed with
-  ds::SamplerConfig sampler;                   // the settings the window had
+  std::vector<std::pair<int, int>> heads_off;        // the heads the kept steps were computed with
+  std::vector<std::pair<int, int>> cross_heads_off;  // and the cross-attention heads (encoder-decoder models)
+  ds::SamplerConfig sampler;                         // the settings the window had
   // Branches: the index of the branch the what-if added (-1: none); the branch it
   // forgot, and where it was in the list (removed_at -1: none).
   int added_branch = -1;
@@ -74,6 +75,11 @@ ds::Trace undone_trace(const ds::Trace& now, Undo& u);
 // the steps from u.shared on taken again with the tokens t drew, each with its own
 // settings; whole: a new session on t's prompt and source first. threads: the engine's.
 cmd::Restore restore_command(const Undo& u, const ds::Trace& t, int threads);
+
+// The heads, self- and cross-attention, that u's kept steps were computed with: what the
+// engine (and the window's lists of heads switched off) must have again after undoing u,
+// so that the steps after the undo run as the kept ones did.
+cmd::Heads restore_heads(const Undo& u);
 
 // Whether two traces drew the same tokens (a branch that would repeat one kept already).
 bool same_tokens(const ds::Trace& a, const ds::Trace& b);

@@ -663,6 +663,37 @@ void Worker::handle(cmd::Roles& c) {
   emit(ev::Roles{std::move(a)});
 }
 
+// Heads switched off alone (probe/ablation.h), with the progress on the status line; the
+// window's Stop (cancel) ends it with an answer that says so.
+void Worker::handle(cmd::Ablate& c) {
+  if (!lm_.model) throw ds::Error("switching heads off needs a model loaded");
+  auto a = std::make_shared<AblationAnswer>();
+  a->key = c.key;
+  a->step = c.across ? -1 : c.step;
+  a->site = c.site, a->layer = c.layer, a->head = c.head;
+  const auto t0 = Clock::now();
+  const std::string what = c.across ? "switching the head off at each step: " : "switching each head off alone: ";
+  auto progress = [&](int done, int total) {
+    set_activity(what + std::to_string(done) + " of " + std::to_string(total));
+    return !cancel_;
+  };
+  try {
+    if (c.across) {
+      a->across = ds::head_across_steps(lm_.model, c.trace, c.site, c.layer, c.head, c.threads, progress);
+      std::stable_sort(a->across.begin(), a->across.end(), [](const ds::StepEffect& x, const ds::StepEffect& y) {
+        return std::fabs(x.delta) > std::fabs(y.delta);
+      });
+    } else {
+      a->ranked = ds::ablate_heads(lm_.model, ds::ablation_step(c.trace, c.step), c.threads, progress);
+      ds::rank_by_effect(a->ranked.heads);
+    }
+  } catch (const ds::Cancelled&) {
+    a->cancelled = true;
+  }
+  a->seconds = since(t0);
+  emit(ev::Ablate{std::move(a)});
+}
+
 void Worker::handle(cmd::Step& c) {
   if (!session_) throw ds::Error("press Start first: there is no prompt yet");
   if (session_->done()) {  // nothing to take: say so, or the window would wait for a step

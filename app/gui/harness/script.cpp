@@ -6,6 +6,7 @@
 
 #include "shell/app.h"
 #include "shell/window_io.h"
+#include "views/heads_ablation.h"
 #include "views/views.h"
 
 namespace dsgui {
@@ -110,6 +111,9 @@ bool ScriptedRun::advance(double t, double prev_frame) {
       if (idle && undone_ < o_.undo && (have >= o_.steps || app_.engine.done)) {
         app_.undo();  // Ctrl+Z: the engine puts the steps back (busy until it has)
         ++undone_;
+      } else if (idle && o_.more_steps > 0 && !more_asked_ && undone_ >= o_.undo) {
+        step(o_.more_steps);  // --more-steps: the steps after the undo, with the heads it left
+        more_asked_ = true;
       } else if (idle && (have >= o_.steps || app_.engine.done)) {
         app_.sel.cursor = have - 1;
         phase_ = kSettle;
@@ -124,6 +128,7 @@ bool ScriptedRun::advance(double t, double prev_frame) {
           app_.whatif.sampler.temperature = o_.preview_temperature;  // not sent: a preview
         beams_search_now(app_, o_.beam_width > 0);  // the Beam search view searches once the steps are done
         if (o_.view == "kv") kv_time_now(app_);
+        if (o_.rank_heads >= 0) ablation_ask(app_, o_.rank_heads);
       }
       if (bench_ && phase_frames_ > 4) bench_->idle_frame((t - prev_frame) * 1000.0);
       if (++phase_frames_ >= (bench_ ? 64 : 4) && idle && !views_waiting(app_) && !final_actions())
@@ -204,6 +209,7 @@ void write_sidecar(const std::string& path, const App& app, const Options& o, in
   f << "  \"playing\": " << (app.play.playing ? "true" : "false")
     << ", \"running_to_end\": " << (app.running_to_end() ? "true" : "false")
     << ", \"done\": " << (app.engine.done ? "true" : "false") << ",\n";
+  heads_sidecar(app, f);
   f << "  \"block_ok\": " << (block_ok(const_cast<App&>(app)) ? "true" : "false") << ",\n";
   f << "  \"block_view\": " << block_sidecar(const_cast<App&>(app)) << ",\n";
   f << "  \"kv_view\": " << kv_sidecar(const_cast<App&>(app)) << ",\n";

@@ -39,8 +39,9 @@ class ScriptedRun {
   double t_start_;
   Phase phase_ = kLoad;
   int phase_frames_ = 0;
-  int undone_ = 0;       // Ctrl+Z pressed (--undo)
-  bool chosen_ = false;  // --choose-branch done
+  int undone_ = 0;           // Ctrl+Z pressed (--undo)
+  bool chosen_ = false;      // --choose-branch done
+  bool more_asked_ = false;  // --more-steps asked
   // The last actions once the views have settled (--choose-branch, --undo at the end);
   // true when one was taken (the views settle again).
   bool final_actions();

@@ -340,6 +340,7 @@ bool App::send_sampler() {
 
 void App::send_heads() {
   whatif.heads_engine = whatif.heads_off;
+  whatif.cross_heads_engine = whatif.cross_heads_off;
   engine.ask(cmd::Heads{whatif.heads_off, whatif.cross_heads_off});
 }
 

@@ -89,10 +89,11 @@ struct Playback {
 // re-run replaced (for comparison).
 struct WhatIfs {
   ds::SamplerConfig sampler;
-  std::vector<std::pair<int, int>> heads_off;        // (layer, head)
-  std::vector<std::pair<int, int>> cross_heads_off;  // cross-attention (layer, head), encoder-decoder models
-  std::vector<std::pair<int, int>> heads_engine;     // the heads send_heads last switched off in the engine
-  std::optional<ds::SampleRecord> before;            // the draw before a re-run, for comparison
+  std::vector<std::pair<int, int>> heads_off;           // (layer, head)
+  std::vector<std::pair<int, int>> cross_heads_off;     // cross-attention (layer, head), encoder-decoder models
+  std::vector<std::pair<int, int>> heads_engine;        // the heads send_heads last switched off in the engine
+  std::vector<std::pair<int, int>> cross_heads_engine;  // the cross-attention heads send_heads last switched off
+  std::optional<ds::SampleRecord> before;               // the draw before a re-run, for comparison
   int before_step = -1;
   std::string before_label;
 };

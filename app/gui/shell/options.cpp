@@ -20,8 +20,8 @@ usage: decoderscope [--model M] [--tokenizer F] [--precision f32|bf16|f16] [--th
                     [--colormap viridis|magma|greys] [--light] [--scale S]
                     [--temperature T] [--top-k K] [--top-p P] [--seed S] [--head-off [c]L:H ...]
                     [--repetition-penalty R] [--penalty-alpha A] [--preview-temperature T]
-                    [--step-back K] [--fork-at STEP [--fork-seed S]] [--undo N] [--beam W] [--length-penalty A]
-                    [--cursor N] [--choose-branch N]
+                    [--step-back K] [--fork-at STEP [--fork-seed S]] [--undo N] [--more-steps N] [--rank-heads R]
+                    [--beam W] [--length-penalty A] [--cursor N] [--choose-branch N]
                     [--screenshot out.png] [--save-heatmap cells.png] [--save-trace out.dstrace]
                     [--stage ID] [--no-kv-cache] [--bench] [--size WxH] [--presenter]
                     [--last-tokens N] [--zoom Z] [--soak N [--seed S]] [--sidecar]
@@ -54,7 +54,9 @@ Scripted runs: --screenshot sets up, runs --steps steps (default 8), waits for t
   repeats). --penalty-alpha A: contrastive search over the --top-k candidates.
   --fork-at STEP keeps the run as a branch, forks at STEP (1-based) with seed
   --fork-seed and generates again to --steps (for the Branches view). --undo N then presses
-  Ctrl+Z N times (each what-if undone: its steps, settings and branches back).
+  Ctrl+Z N times (each what-if undone: its steps, settings and branches back); --more-steps N
+  then takes N more steps. --rank-heads R: the All heads view switches each head off alone at
+  the last step and ranks them (R > 0: then re-runs the step with the R-th ranked head off).
   --beam W and --length-penalty A: the Beam search view's width and length penalty; with
   --beam the search runs once the steps are done whatever the view, and its winner is kept
   as a branch. --cursor N then looks at step N (as Left would); --choose-branch N makes
@@ -239,6 +241,8 @@ Options parse_options(int argc, char** argv) {
       o.fork_at = int(to_int(val(), a));
     else if (a == "--fork-seed")
       o.fork_seed = to_int(val(), a);
+    else if (a == "--more-steps" || a == "--rank-heads")
+      (a == "--rank-heads" ? o.rank_heads : o.more_steps) = std::max(0, int(to_int(val(), a)));
     else if (a == "--undo") {
       o.undo = int(to_int(val(), a));
       if (o.undo < 0 || o.undo > 20) die("--undo must be between 0 and 20 (the what-ifs undo keeps)");

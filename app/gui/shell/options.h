@@ -37,7 +37,10 @@ struct Options {
   bool sidecar = false;      // F12's pictures get the scripted run's PNG.json too (tests with keys)
   std::string stage;         // the Block view's stage opened (block_data.h ids: attn.scores, ln1, ...)
   int undo = 0;              // --undo N: Ctrl+Z N times after --head-off, --fork-at or --step-back
-  int soak = 0;              // --soak N: N random user actions (soak.h); --seed seeds their choice
+  int more_steps = 0;        // --more-steps N: N steps more after the undos
+  int rank_heads =
+      -1;        // --rank-heads [R]: All heads ranks every head at the last step (R > 0: then re-runs without the R-th)
+  int soak = 0;  // --soak N: N random user actions (soak.h); --seed seeds their choice
   int cursor = 0;            // --cursor N: look at step N (1-based) once the steps are in, as Left would
   int choose_branch = 0;     // --choose-branch N: make branch N live at the end (Branches' button)
 };

@@ -12,7 +12,8 @@ std::string App::settings_label() const {
   std::snprintf(buf, sizeof buf, "T %.2f, top-k %d, top-p %.2f, seed %llu", whatif.sampler.temperature,
                 whatif.sampler.top_k, whatif.sampler.top_p, (unsigned long long)whatif.sampler.seed);
   std::string s = buf;
-  if (!whatif.heads_off.empty()) s += ", " + std::to_string(whatif.heads_off.size()) + " heads off";
+  if (const size_t n = whatif.heads_off.size() + whatif.cross_heads_off.size())
+    s += ", " + std::to_string(n) + " heads off";
   return s;
 }
 
@@ -31,7 +32,9 @@ Undo App::snapshot(const std::string& label, int shared) const {
   u.done = engine.done;
   u.cursor = sel.cursor;
   u.sel_pos = sel.pos;
-  u.heads_off = history.replay ? whatif.heads_off : whatif.heads_engine;  // what the kept steps were computed with
+  // What the kept steps were computed with (the engine's heads; in a replay, the lists).
+  u.heads_off = history.replay ? whatif.heads_off : whatif.heads_engine;
+  u.cross_heads_off = history.replay ? whatif.cross_heads_off : whatif.cross_heads_engine;
   u.sampler = whatif.sampler;
   // The settings the first replaced step was drawn with (a re-draw changes them first).
   if (!u.whole && u.shared < int(history.trace.steps.size()) && history.trace.steps[size_t(u.shared)].sample)
@@ -88,7 +91,9 @@ void App::undo() {
       engine.done = u.done;
       sel.cursor = std::clamp(u.cursor, history.trace.steps.empty() ? -1 : 0, int(history.trace.steps.size()) - 1);
       sel.pos = u.sel_pos;
-      whatif.heads_off = u.heads_off;
+      const cmd::Heads heads = restore_heads(u);
+      whatif.heads_off = heads.self;
+      whatif.cross_heads_off = heads.cross;
       whatif.sampler = u.sampler;
       whatif.before.reset();
       engine.steps_wanted = 0;

@@ -4,9 +4,11 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <ostream>
 
 #include "shell/window_io.h"
 #include "views/common.h"
+#include "views/heads_ablation.h"
 #include "widgets/thumb.h"
 
 namespace dsgui {
@@ -66,6 +68,7 @@ struct HeadsGrids {
 };
 const char* const kGridTitles[] = {"Decoder self-attention", "Cross-attention (output tokens reading the source)",
                                    "Encoder self-attention (source tokens reading each other)"};
+const char* const kGridShort[] = {"Decoder self-attention", "Cross-attention", "Encoder self-attention"};
 
 // Per frame: at most this long spent pooling new rows into thumbnails, and at most
 // this many bytes of thumbnails sent to the GPU (at least one tile a frame).
@@ -157,6 +160,20 @@ struct GridLayout {
   int gw = 0, gh = 0;  // the grid's size in pixels
 };
 
+// The grids' arrangement (plan_grids): the tile's side and the grids in each column.
+struct GridPlan {
+  float tile = 0;
+  std::vector<int> cols;
+};
+
+// What the view drew last frame, for the scripted run's sidecar: the tile's side, the
+// columns, the area the grids had and the box they filled (x, y, w, h).
+struct HeadsLayout {
+  float tile = 0;
+  int columns = 0;
+  ImVec4 view, box;
+};
+
 // The weights/scores switch, the colour map and the re-run buttons.
 void heads_controls(App& app) {
   const float font = ImGui::GetFontSize();
@@ -186,6 +203,8 @@ void heads_controls(App& app) {
   if (ImGui::Button("All heads on")) app.all_heads_on();
   ImGui::EndDisabled();
   ImGui::EndDisabled();
+  flow(font * 12);
+  ablation_button(app);
   ImGui::TextDisabled("click a map to open it; right-click to switch that head off or on");
 }
 
@@ -241,12 +260,34 @@ void open_head(App& app, int kind, int l, int h) {
   app.sel.view_request = true;
 }
 
+// The change in the chosen token's log-probability when head (l, h) of a grid is
+// switched off alone, in the tile's corner (large tiles only), with its rank.
+void effect_label(const ds::HeadAblation& r, int kind, int l, int h, ImVec2 a, float tile, float font) {
+  const ds::HeadSite site = kind == kHeadsCross ? ds::HeadSite::Cross : ds::HeadSite::Self;
+  for (size_t i = 0; i < r.heads.size(); ++i) {
+    const ds::HeadEffect& e = r.heads[i];
+    if (e.site != site || e.layer != l || e.head != h) continue;
+    char b[48];
+    std::snprintf(b, sizeof b, "#%zu %s", i + 1, sig4(e.delta).c_str());
+    const ImVec2 ts = ImGui::CalcTextSize(b);
+    if (ts.x + 4 > tile || tile < font * 2.5f) std::snprintf(b, sizeof b, "#%zu", i + 1);
+    const ImVec2 s2 = ImGui::CalcTextSize(b);
+    if (s2.x + 4 > tile) return;
+    ImDrawList* dl = ImGui::GetWindowDrawList();
+    dl->AddRectFilled(a, ImVec2(a.x + s2.x + 4, a.y + s2.y + 2), IM_COL32(0, 0, 0, 190));
+    dl->AddText(ImVec2(a.x + 2, a.y + 1), i < 3 ? IM_COL32(255, 200, 60, 255) : IM_COL32(255, 255, 255, 255), b);
+    return;
+  }
+}
+
 // Switched-off heads, the open head and the hovered head over the grid at org; a click
 // opens a head, a right-click switches it off or on.
 void grid_overlays(App& app, int kind, const GridLayout& g, ImVec2 org, bool hovered) {
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const int L = g.L, H = g.H;
   const float tw = g.tile, th = g.tile, gap = g.gap, tile = g.tile;
+  const float font = ImGui::GetFontSize();
+  const ds::HeadAblation* ranking = ablation_now(app);
   for (int l = 0; l < L; ++l)
     for (int h = 0; h < H; ++h) {
       ImVec2 a(org.x + h * (tw + gap), org.y + l * (th + gap)), b(a.x + tw, a.y + th);
@@ -258,6 +299,7 @@ void grid_overlays(App& app, int kind, const GridLayout& g, ImVec2 org, bool hov
         if (tile > ts.x)
           dl->AddText(ImVec2(a.x + (tw - ts.x) * 0.5f, a.y + (th - ts.y) * 0.5f), IM_COL32(255, 255, 255, 255), "OFF");
       }
+      if (ranking && kind != kHeadsEncoder) effect_label(*ranking, kind, l, h, a, tile, font);
       if (kind == kHeadsSelf && l == app.sel.layer && h == app.sel.head)
         dl->AddRect(ImVec2(a.x - 2, a.y - 2), ImVec2(b.x + 2, b.y + 2), IM_COL32(255, 170, 40, 255), 0, 0, 2);
     }
@@ -323,6 +365,39 @@ void draw_grid(App& app, int kind, const GridLayout& g) {
 
 }  // namespace
 
+namespace {
+
+// The arrangement of the grids in the area: grids in order, split into columns of
+// consecutive grids (one column: stacked; one grid a column: side by side), with the
+// largest square tile that fits. rows: each grid's layers; H heads; over_h: the height
+// each grid takes besides its tiles (title, head labels, spacing); over_w: the width each
+// column takes besides its tiles (layer labels); col_gap between columns.
+GridPlan plan_grids(const std::vector<int>& rows, int H, float W, float Ht, float over_h, float over_w, float col_gap,
+                    float gap) {
+  GridPlan best;
+  const int n = int(rows.size());
+  if (n == 0 || H <= 0) return best;
+  for (int cuts = 0; cuts < (1 << (n - 1)); ++cuts) {  // bit i: a new column after grid i
+    std::vector<int> cols(1, 0);
+    for (int i = 0; i < n; ++i) {
+      ++cols.back();
+      if (i < n - 1 && (cuts >> i & 1)) cols.push_back(0);
+    }
+    const int c = int(cols.size());
+    float tile = (W - float(c) * over_w - float(c - 1) * col_gap) / float(c * H) - gap;
+    for (int j = 0, g = 0; j < c; ++j) {
+      int sum = 0;
+      for (int k = 0; k < cols[size_t(j)]; ++k) sum += rows[size_t(g++)];
+      tile = std::min(tile, (Ht - float(cols[size_t(j)]) * over_h) / float(std::max(sum, 1)) - gap);
+    }
+    tile = std::floor(tile);
+    if (tile > best.tile) best.tile = tile, best.cols = cols;
+  }
+  return best;
+}
+
+}  // namespace
+
 void panel_heads(App& app) {
   view_caption(app, "heads");
   const ds::Trace& t = app.history.trace;
@@ -332,47 +407,75 @@ void panel_heads(App& app) {
 
   heads_controls(app);
 
-  // The grids shown, one above the other: decoder self-attention, and for an
-  // encoder-decoder model its cross-attention and the encoder's self-attention.
+  // The grids shown: decoder self-attention, and for an encoder-decoder model its
+  // cross-attention and the encoder's self-attention.
   std::vector<std::pair<int, int>> grids = {{kHeadsSelf, cfg.n_layers}};
   if (cfg.encoder_decoder) {
     grids.push_back({kHeadsCross, cfg.n_layers});
     if (cfg.n_enc_layers > 0) grids.push_back({kHeadsEncoder, cfg.n_enc_layers});
   }
   const int H = cfg.n_heads;
-  int rows = 0;
-  for (auto [k, n] : grids) rows += n;
   const float title_h = grids.size() > 1 ? ImGui::GetTextLineHeightWithSpacing() : 0.0f;
 
-  // Layout: the grids on the left, the comparison on the right.
+  // The grids on the left, filling what the comparison and the ranking leave.
   ImVec2 avail = ImGui::GetContentRegionAvail();
   const bool compare = app.whatif.before && app.whatif.before_step == app.sel.cursor && t.steps[app.sel.cursor].sample;
-  const float side = compare ? std::min(avail.x * 0.38f, font * 24) : 0.0f;
+  const bool ranked = ablation_open(app);
+  const float side = compare || ranked ? std::min(avail.x * 0.45f, font * 27) : 0.0f;
   const float lab_w = font * 3.2f, lab_h = font * 1.4f;
   const float gap = std::max(2.0f, std::floor(font * 0.25f));
+  const float col_gap = font * 1.5f;
   const float spacing = ImGui::GetStyle().ItemSpacing.y * (grids.size() > 1 ? 2.0f : 1.0f);
-  const float free_h = avail.y - float(grids.size()) * (lab_h + title_h + spacing);
-  float tile = std::floor(std::min((avail.x - side - lab_w) / H - gap, free_h / std::max(rows, 1) - gap));
-  tile = std::clamp(tile, 16.0f, 160.0f);
+  std::vector<int> rows;
+  for (auto [k, n] : grids) rows.push_back(n);
+  const float area_w = avail.x - (side > 0 ? side + font : 0.0f);
+  GridPlan plan = plan_grids(rows, H, area_w, avail.y, lab_h + title_h + spacing, lab_w, col_gap, gap);
+  const float tile = std::clamp(plan.tile, 16.0f, 480.0f);
+  if (plan.cols.empty()) plan.cols = {int(grids.size())};
+  HeadsLayout& lay = app.state<HeadsLayout>();
+  lay.tile = tile;
+  lay.columns = int(plan.cols.size());
+  lay.view = ImVec4(ImGui::GetCursorScreenPos().x, ImGui::GetCursorScreenPos().y, area_w, avail.y);
 
   ImGui::BeginGroup();
-  for (auto [kind, L] : grids) {
-    if (grids.size() > 1) ImGui::TextUnformatted(kGridTitles[kind]);
-    const int gw = int(H * (tile + gap)), gh = int(L * (tile + gap));
-    draw_grid(app, kind, GridLayout{L, H, tile, gap, lab_w, lab_h, gw, gh});
-  }
-  ImGui::EndGroup();
-
-  if (compare) {
-    ImGui::SameLine(0, font);
+  for (size_t j = 0, g = 0; j < plan.cols.size(); ++j) {
+    if (j) ImGui::SameLine(0, col_gap);
     ImGui::BeginGroup();
-    ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + side);
-    ImGui::TextWrapped("Step %d: how the model's next-token probabilities moved", app.sel.cursor + 1);
-    ImGui::PopTextWrapPos();
-    compare_draws(app, *app.whatif.before, *t.steps[app.sel.cursor].sample, app.whatif.before_label.c_str(),
-                  app.whatif.heads_off.empty() && app.whatif.cross_heads_off.empty() ? "now" : "heads off");
+    for (int k = 0; k < plan.cols[j]; ++k, ++g) {
+      const auto [kind, L] = grids[g];
+      // Side by side the short titles fit a column; stacked, the long ones say more.
+      if (grids.size() > 1) ImGui::TextUnformatted(plan.cols.size() > 1 ? kGridShort[kind] : kGridTitles[kind]);
+      const int gw = int(H * (tile + gap)), gh = int(L * (tile + gap));
+      draw_grid(app, kind, GridLayout{L, H, tile, gap, lab_w, lab_h, gw, gh});
+    }
     ImGui::EndGroup();
   }
+  ImGui::EndGroup();
+  const ImVec2 b0 = ImGui::GetItemRectMin(), b1 = ImGui::GetItemRectMax();
+  lay.box = ImVec4(b0.x, b0.y, b1.x - b0.x, b1.y - b0.y);
+
+  if (side > 0) {
+    ImGui::SameLine(0, font);
+    ImGui::BeginGroup();
+    if (compare) {
+      ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + side);
+      ImGui::TextWrapped("Step %d: how the model's next-token probabilities moved", app.sel.cursor + 1);
+      ImGui::PopTextWrapPos();
+      compare_draws(app, *app.whatif.before, *t.steps[app.sel.cursor].sample, app.whatif.before_label.c_str(),
+                    app.whatif.heads_off.empty() && app.whatif.cross_heads_off.empty() ? "now" : "heads off");
+      ImGui::Spacing();
+    }
+    if (ranked) ablation_panel(app, side);
+    ImGui::EndGroup();
+  }
+}
+
+void heads_sidecar(const App& app, std::ostream& f) {
+  const HeadsLayout& lay = const_cast<App&>(app).state<HeadsLayout>();
+  f << "  \"heads_layout\": {\"tile\": " << lay.tile << ", \"columns\": " << lay.columns << ", \"area\": ["
+    << lay.view.x << ", " << lay.view.y << ", " << lay.view.z << ", " << lay.view.w << "], \"box\": [" << lay.box.x
+    << ", " << lay.box.y << ", " << lay.box.z << ", " << lay.box.w << "]},\n";
+  ablation_sidecar(app, f);
 }
 
 }  // namespace dsgui

@@ -36,6 +36,9 @@ void kv_failed(App& app);
 bool roles_waiting(App& app);
 bool roles_answer(App& app, Event& e);
 void roles_failed(App& app);
+bool ablation_waiting(App& app);
+bool ablation_answer(App& app, Event& e);
+void ablation_failed(App& app);
 // The table's other hooks (views/NAME.cpp).
 void cross_model_loaded(App& app);
 bool beams_step(App& app, int dir);
@@ -55,7 +58,7 @@ const ViewInfo kViews[] = {
     {"heads", "All heads",
      "Every attention head of every layer at once, as small maps: click one to open it, right-click to switch it "
      "off and see how the next-token probabilities change.",
-     panel_heads},
+     panel_heads, ablation_waiting, ablation_answer, ablation_failed},
     {"cross", "Cross-attention",
      "In an encoder-decoder model each output token reads the source text through cross-attention: rows are output "
      "tokens, columns are source tokens, and the source below is tinted by how much the selected token reads it.",

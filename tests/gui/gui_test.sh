@@ -13,7 +13,7 @@
 # both runs in one group. Without GROUP every group runs in turn, in OUT_DIR.
 # A failed check is counted, not fatal: the script goes on to the next one.
 set -euo pipefail
-ALL_GROUPS=(views encdec replay models block gguf tracebin_dec tracebin_enc maps soak keys blockview beamtab headsmatter)
+ALL_GROUPS=(views encdec replay models block gguf tracebin_dec tracebin_enc maps soak keys blockview beamtab headsmatter lensgrid)
 if [ "${1:-}" = --list ]; then
   printf '%s\n' "${ALL_GROUPS[@]}"
   exit 0
@@ -1059,6 +1059,66 @@ PY
     passed=$((passed + 1))
   else
     failed=$((failed + 1))
+  fi
+}
+
+# ---- lensgrid: the Logit lens view's grid of layers x positions
+# lens_cells SHOT LAYERS all|newest: the grid on SHOT (its sidecar) has a row for the
+# embedding and one per layer, and shows every position fed (all) or the newest ones,
+# at least 5 columns of cells wide enough for a token's text (newest).
+lens_cells() {
+  if python3 - "$@" <<'PY'; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+import json, sys
+shot, layers, want = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+j = json.load(open(shot + ".json"))
+P = len(j["tokens"]) - 1  # the positions fed: the last token drawn is not run yet
+g = [h for h in j["heatmaps"] if h["name"] == "lens"]
+bad = []
+if len(g) != 1:
+    bad.append("%d lens grids on screen" % len(g))
+else:
+    h = g[0]
+    if h["rows"] != layers + 1 or h["row0"] != 0:
+        bad.append("rows %d from %d, wanted the embedding and %d layers" % (h["rows"], h["row0"], layers))
+    if want == "all" and (h["cols"] != P or h["col0"] != 0):
+        bad.append("columns %d from %d, wanted all %d positions" % (h["cols"], h["col0"], P))
+    if want == "newest" and (h["col0"] + h["cols"] != P or h["cols"] < 5 or h["cols"] >= P or h["cell_w"] < 30):
+        bad.append("columns %d-%d of %d (%.0f px wide), wanted the newest that fit with text"
+                   % (h["col0"], h["col0"] + h["cols"] - 1, P, h["cell_w"]))
+if bad:
+    print("FAIL %s: %s" % (shot, "; ".join(bad)))
+    sys.exit(1)
+print("ok %s: lens grid %d x %d cells (%.0fx%.0f px), positions %d-%d of %d" % (shot, h["rows"], h["cols"],
+      h["cell_w"], h["cell_h"], h["col0"], h["col0"] + h["cols"] - 1, P))
+PY
+}
+
+group_lensgrid() {
+  # builtin:stories has 4 layers; 20 steps of "Once upon a time, Lily" make 26 positions.
+  LENS=(--model builtin:stories --steps 20 --view lens)
+  if run_big lens_big "${LENS[@]}"; then
+    check blank "$OUT/lens_big.png"
+    check cover "$OUT/lens_big.png" lens 0.6
+    check heatmap "$OUT/lens_big.png" lens nomask
+    lens_cells "$OUT/lens_big.png" 4 all
+  fi
+  if run_big lens_big_presenter "${LENS[@]}" --presenter --scale 1.5; then
+    check cover "$OUT/lens_big_presenter.png" lens 0.6
+    lens_cells "$OUT/lens_big_presenter.png" 4 newest
+  fi
+  if run lens_small "${LENS[@]}" --size 1024x768; then
+    check blank "$OUT/lens_small.png"
+    check cover "$OUT/lens_small.png" lens 0.6
+    lens_cells "$OUT/lens_small.png" 4 newest
+  fi
+  if run lens_small_presenter "${LENS[@]}" --size 1024x768 --presenter --scale 1.5; then
+    check cover "$OUT/lens_small_presenter.png" lens 0.5
+    lens_cells "$OUT/lens_small_presenter.png" 4 newest
+  fi
+  # A short run fits whole at 1024x768 too.
+  if run lens_short --model builtin:stories --steps 4 --view lens --size 1024x768; then
+    check heatmap "$OUT/lens_short.png" lens nomask
+    lens_cells "$OUT/lens_short.png" 4 all
   fi
 }
 

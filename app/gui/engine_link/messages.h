@@ -45,15 +45,19 @@ struct ModelInfo {
 // The logit lens at one position: what each layer's residual stream would predict if
 // the model stopped there (final norm, then the output head).
 struct LensRow {
-  std::string label;  // "embed", "layer 0", ...
+  std::string label;  // "embedding", "after layer 0", ...
   std::vector<int> ids;
   std::vector<std::string> texts;
   std::vector<float> probs;  // top few, descending
 };
+struct LensColumn {
+  int pos = -1;
+  std::vector<LensRow> rows;  // in the order the request gave them
+};
 struct LensResult {
-  int step = -1, pos = -1;
+  int step = -1;
   uint64_t version = 0;
-  std::vector<LensRow> rows;
+  std::vector<LensColumn> columns;
 };
 
 // A finished beam search (cmd::Beam), with the text of every token its tree names.
@@ -161,12 +165,17 @@ struct Heads {
   std::vector<HeadId> self, cross;
 };
 
-// The logit lens of residual vectors ([rows][d_model]) with their labels, for the
-// step, position and request (version) they answer.
+// The logit lens of the residual vectors of some positions (each [rows][d_model], with
+// their labels), for the step and request (version) they answer. All rows of all
+// columns are read through the head together.
 struct Lens {
-  std::vector<std::vector<float>> resid;
-  std::vector<std::string> labels;
-  int step = -1, pos = -1;
+  struct Column {
+    int pos = -1;
+    std::vector<std::vector<float>> resid;
+    std::vector<std::string> labels;
+  };
+  std::vector<Column> columns;
+  int step = -1;
   uint64_t version = 0;
 };
 

@@ -162,19 +162,36 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 
 }  // namespace
 
-LensRow Worker::lens_row(const std::vector<float>& x, const std::string& label) {
+std::vector<LensColumn> Worker::lens_columns(const std::vector<cmd::Lens::Column>& cols) {
   const ds::Model& m = *lm_.model;
-  if (int(x.size()) != m.cfg.d_model) throw ds::Error("logit lens: the residual vector does not fit this model");
-  const ds::LensTop top = ds::lens_top_k(m, x.data(), 1, ds::kWindowLensTopK);
-  LensRow row;
-  row.label = label;
-  for (int i = 0; i < top.k && top.ids[size_t(i)] >= 0; ++i) {
-    const int id = top.ids[size_t(i)];
-    row.ids.push_back(id);
-    row.texts.push_back(lm_.tokenizer ? lm_.tokenizer->piece(id) : "#" + std::to_string(id));
-    row.probs.push_back(top.probs[size_t(i)]);
+  const int d = m.cfg.d_model;
+  std::vector<float> x;  // every row of every column, [rows, d_model]
+  for (auto& c : cols)
+    for (auto& r : c.resid) {
+      if (int(r.size()) != d) throw ds::Error("logit lens: the residual vector does not fit this model");
+      x.insert(x.end(), r.begin(), r.end());
+    }
+  const int rows = int(x.size() / size_t(std::max(d, 1)));
+  const ds::LensTop top = ds::lens_top_k(m, x.data(), rows, ds::kWindowLensTopK);
+  std::vector<LensColumn> out;
+  size_t i = 0;
+  for (auto& c : cols) {
+    LensColumn col;
+    col.pos = c.pos;
+    for (size_t r = 0; r < c.resid.size(); ++r, ++i) {
+      LensRow row;
+      row.label = r < c.labels.size() ? c.labels[r] : std::to_string(r);
+      for (int j = 0; j < top.k && top.ids[i * size_t(top.k) + size_t(j)] >= 0; ++j) {
+        const int id = top.ids[i * size_t(top.k) + size_t(j)];
+        row.ids.push_back(id);
+        row.texts.push_back(lm_.tokenizer ? lm_.tokenizer->piece(id) : "#" + std::to_string(id));
+        row.probs.push_back(top.probs[i * size_t(top.k) + size_t(j)]);
+      }
+      col.rows.push_back(std::move(row));
+    }
+    out.push_back(std::move(col));
   }
-  return row;
+  return out;
 }
 
 void Worker::handle(cmd::Load& c) {
@@ -260,7 +277,7 @@ ds::SessionOptions Worker::session_options(int threads, bool kv_cache) const {
   // d_model multiply-adds a token: for a 1B llama-family model with its 128,256-token
   // vocabulary (4.5 G, 3.6 times the model's own step) the window would step at a third of
   // the engine's speed, so beyond kLensRecordMacs the panel asks for the lens of the
-  // position it shows instead (cmd::Lens), and steps run at the engine's speed.
+  // positions it shows instead (cmd::Lens), and steps run at the engine's speed.
   constexpr double kLensRecordMacs = 1.5e9;  // GPT-2 small's 0.5 G and medium's 1.3 G are recorded
   const double lens_macs = double(cfg.n_layers + 1) * double(cfg.vocab_size) * double(cfg.d_model);
   o.trace_options.lens_top_k = lens_macs <= kLensRecordMacs ? ds::kWindowLensTopK : 0;
@@ -763,10 +780,8 @@ void Worker::handle(cmd::Lens& c) {
   set_activity("logit lens");
   ev::Lens e;
   e.lens.step = c.step;
-  e.lens.pos = c.pos;
   e.lens.version = c.version;
-  for (size_t r = 0; r < c.resid.size(); ++r)
-    e.lens.rows.push_back(lens_row(c.resid[r], r < c.labels.size() ? c.labels[r] : std::to_string(r)));
+  e.lens.columns = lens_columns(c.columns);
   emit(std::move(e));
 }
 

@@ -73,7 +73,8 @@ class Worker {
   void emit(Event e);
   void apply_heads();
   void set_activity(std::string s);
-  LensRow lens_row(const std::vector<float>& x, const std::string& label);
+  // The lens of every row of the columns, read through the head in one pass.
+  std::vector<LensColumn> lens_columns(const std::vector<cmd::Lens::Column>& cols);
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -297,8 +297,11 @@ TEST(GuiWorker, NewerLensRequestsReplaceWaitingOnes) {
   step(w, 20);
   for (uint64_t v = 1; v <= 8; ++v) {
     cmd::Lens c;
-    c.resid = {std::vector<float>(64, 0.1f)};
-    c.labels = {"x"};
+    cmd::Lens::Column col;
+    col.pos = 0;
+    col.resid = {std::vector<float>(64, 0.1f)};
+    col.labels = {"x"};
+    c.columns.push_back(std::move(col));
     c.version = v;
     w.post_latest(std::move(c));
   }

@@ -95,7 +95,7 @@ void sync_full_screen(GLFWwindow* win, const App& app, FullScreen& fs) {
 App* g_key_app = nullptr;
 void key_callback(GLFWwindow* w, int key, int scancode, int action, int mods) {
   ImGui_ImplGlfw_KeyCallback(w, key, scancode, action, mods);
-  if (action == GLFW_PRESS && g_key_app) g_key_app->key_taps.push_back(key);
+  if (action == GLFW_PRESS && g_key_app && key >= 0 && key < 0x10000) g_key_app->key_taps.push_back(key | (mods << 16));
 }
 
 // The window with an OpenGL 3.3 core context and Dear ImGui on it, or null (the

@@ -271,9 +271,9 @@ struct Restore {
 
 }  // namespace cmd
 
-using Command =
-    std::variant<cmd::Load, cmd::Start, cmd::Step, cmd::Rewind, cmd::Sampler, cmd::Heads, cmd::Lens, cmd::SaveTrace,
-                 cmd::Shape, cmd::Beam, cmd::BeamBranch, cmd::Inspect, cmd::Measure, cmd::Roles, cmd::Restore, cmd::Ablate>;
+using Command = std::variant<cmd::Load, cmd::Start, cmd::Step, cmd::Rewind, cmd::Sampler, cmd::Heads, cmd::Lens,
+                             cmd::SaveTrace, cmd::Shape, cmd::Beam, cmd::BeamBranch, cmd::Inspect, cmd::Measure,
+                             cmd::Roles, cmd::Restore, cmd::Ablate>;
 
 // ---- events: worker -> window
 namespace ev {
@@ -358,8 +358,9 @@ struct Ablate {
 
 }  // namespace ev
 
-using Event = std::variant<ev::Loading, ev::Loaded, ev::Started, ev::Step, ev::Truncate, ev::Lens, ev::Saved, ev::Error,
-                           ev::Idle, ev::Shape, ev::Beam, ev::BeamBranch, ev::Inspect, ev::Measure, ev::Roles, ev::Ablate>;
+using Event =
+    std::variant<ev::Loading, ev::Loaded, ev::Started, ev::Step, ev::Truncate, ev::Lens, ev::Saved, ev::Error, ev::Idle,
+                 ev::Shape, ev::Beam, ev::BeamBranch, ev::Inspect, ev::Measure, ev::Roles, ev::Ablate>;
 
 // For std::visit with one lambda per alternative.
 template <class... F>

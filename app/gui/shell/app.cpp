@@ -661,13 +661,17 @@ void App::tick(double now) {
 }
 
 bool App::key_pressed(int key, bool repeat) const {
-  return ImGui::IsKeyPressed(key, repeat) || std::find(frame_taps.begin(), frame_taps.end(), key) != frame_taps.end();
+  return ImGui::IsKeyPressed(key, repeat) ||
+         std::any_of(frame_taps.begin(), frame_taps.end(), [key](int t) { return (t & 0xffff) == key; });
 }
 
 void App::shortcuts() {
   frame_taps = std::exchange(key_taps, {});
   ImGuiIO& io = ImGui::GetIO();
-  if (io.KeyCtrl) {
+  // Ctrl held now, or held with a key tapped between two frames.
+  const bool ctrl = io.KeyCtrl || std::any_of(frame_taps.begin(), frame_taps.end(),
+                                              [](int t) { return ((t >> 16) & GLFW_MOD_CONTROL) != 0; });
+  if (ctrl) {
     bool plus = key_pressed(GLFW_KEY_EQUAL) || key_pressed(GLFW_KEY_KP_ADD);
     bool minus = key_pressed(GLFW_KEY_MINUS) || key_pressed(GLFW_KEY_KP_SUBTRACT);
     if (plus) scale_text(+1);

@@ -203,7 +203,7 @@ class App {
 
   // ---- set up by main
   bool scripted = false;        // a scripted run: no mouse, no ini file
-  std::vector<int> key_taps;    // GLFW keys pressed since the last frame (main.cpp's key callback)
+  std::vector<int> key_taps;    // GLFW keys pressed since the last frame, | GLFW mods << 16 (main.cpp)
   std::vector<int> frame_taps;  // those the shortcuts of this frame read (key_pressed)
   // Whether the GLFW key was pressed this frame (held down: also its repeats when
   // repeat): Dear ImGui's reading, or a press and release both between two frames.

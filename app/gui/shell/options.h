@@ -41,8 +41,8 @@ struct Options {
   int rank_heads =
       -1;        // --rank-heads [R]: All heads ranks every head at the last step (R > 0: then re-runs without the R-th)
   int soak = 0;  // --soak N: N random user actions (soak.h); --seed seeds their choice
-  int cursor = 0;            // --cursor N: look at step N (1-based) once the steps are in, as Left would
-  int choose_branch = 0;     // --choose-branch N: make branch N live at the end (Branches' button)
+  int cursor = 0;         // --cursor N: look at step N (1-based) once the steps are in, as Left would
+  int choose_branch = 0;  // --choose-branch N: make branch N live at the end (Branches' button)
 };
 
 // A bad command line; the message names the option.

@@ -698,6 +698,74 @@ void App::shortcuts() {
   if (key_pressed(ImGui::GetKeyIndex(ImGuiKey_Space), false)) toggle_play();
   if (key_pressed(ImGui::GetKeyIndex(ImGuiKey_Home), false)) scrub_to(0);
   if (key_pressed(ImGui::GetKeyIndex(ImGuiKey_End), false)) run_to_end();
+  if (key_pressed(GLFW_KEY_F1, false)) look.keys_help = !look.keys_help;
+  if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Escape), false)) look.keys_help = false;
+  selection_keys();
+}
+
+// Up / Down: the layer; [ / ]: the head (before the first head: the layer's mean); , / .:
+// the selected token. In presenter mode too, so that a teacher never has to leave it.
+void App::selection_keys() {
+  const int layers = history.trace.config.n_layers, heads = history.trace.config.n_heads;
+  if (layers <= 0) return;
+  auto moved = [&](int k) { return key_pressed(k) ? 1 : 0; };
+  const int dl = moved(GLFW_KEY_UP) - moved(GLFW_KEY_DOWN);
+  const int dh = moved(GLFW_KEY_RIGHT_BRACKET) - moved(GLFW_KEY_LEFT_BRACKET);
+  const int dp = moved(GLFW_KEY_PERIOD) - moved(GLFW_KEY_COMMA);
+  if (dl) sel.layer = std::clamp(sel.layer + dl, 0, layers - 1);
+  if (dh) sel.head = std::clamp(sel.head + dh, -1, std::max(0, heads - 1));
+  if (dp) {
+    const int p = selected_position();
+    const int n =
+        sel.cursor >= 0 && sel.cursor < int(history.trace.steps.size()) ? history.trace.positions(sel.cursor) : 0;
+    if (n > 0) sel.pos = std::clamp(p + dp, 0, n - 1);
+  }
+  if (dl || dh || dp) {
+    char b[96];
+    std::snprintf(b, sizeof b, "layer %d, %s, position %d", sel.layer,
+                  sel.head < 0 ? "mean of the heads" : ("head " + std::to_string(sel.head)).c_str(),
+                  selected_position());
+    say(b);
+  }
+}
+
+// F1: every key on one card over the window (Esc or F1 again closes it).
+void App::keys_overlay() {
+  if (!look.keys_help) return;
+  static const char* const kKeys[][2] = {
+      {"Right / Left", "step forward / step back (nothing recomputed going back)"},
+      {"Space", "play / pause; stops Run to end"},
+      {"Home / End", "the first step / run to the end"},
+      {"Up / Down", "layer up / down"},
+      {"[ / ]", "previous / next head (before head 0: the mean of the layer's heads)"},
+      {", / .", "previous / next token selected"},
+      {"Page Down / Page Up", "next / previous view (presenter mode)"},
+      {"F11", "presenter mode: the view alone, full screen"},
+      {"F", "fit the heatmaps again"},
+      {"F12", "save the window as decoderscope-NNN.png"},
+      {"Ctrl + / Ctrl - / Ctrl 0", "bigger / smaller / normal text"},
+      {"Ctrl Z", "undo the last what-if"},
+      {"F1 / Esc", "show / hide this card"},
+  };
+  const ImGuiViewport* vp = ImGui::GetMainViewport();
+  ImGui::SetNextWindowPos(ImVec2(vp->Pos.x + vp->Size.x * 0.5f, vp->Pos.y + vp->Size.y * 0.5f), ImGuiCond_Always,
+                          ImVec2(0.5f, 0.5f));
+  ImGui::SetNextWindowBgAlpha(0.96f);
+  if (ImGui::Begin(
+          "Keys (F1)", &look.keys_help,
+          ImGuiWindowFlags_AlwaysAutoResize | ImGuiWindowFlags_NoCollapse | ImGuiWindowFlags_NoSavedSettings)) {
+    if (ImGui::BeginTable("keys", 2, ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingFixedFit)) {
+      for (const auto& k : kKeys) {
+        ImGui::TableNextRow();
+        ImGui::TableNextColumn();
+        ImGui::TextColored(ImVec4(1, 0.75f, 0.3f, 1), "%s", k[0]);
+        ImGui::TableNextColumn();
+        ImGui::TextUnformatted(k[1]);
+      }
+      ImGui::EndTable();
+    }
+  }
+  ImGui::End();
 }
 
 // ---- the window
@@ -739,6 +807,8 @@ void App::menu_bar() {
     ImGui::TextUnformatted("F11: presenter mode (full screen, the view alone)   F: fit the heatmaps");
     ImGui::TextUnformatted("On a heatmap: mouse wheel zooms, drag pans, hover names the row and column.");
     ImGui::TextUnformatted("Click a token to select the position every view follows.");
+    ImGui::TextUnformatted("Up / Down: layer   [ / ]: head   , / .: token   (presenter mode too)");
+    if (ImGui::MenuItem("Every key (F1)")) look.keys_help = true;
     ImGui::EndMenu();
   }
   ImGui::EndMenuBar();
@@ -1110,13 +1180,19 @@ void App::token_strip() {
       ImVec2 a = ImGui::GetItemRectMin(), b = ImGui::GetItemRectMax();
       if (t.pos >= cur0 && t.pos <= cur1)
         ImGui::GetWindowDrawList()->AddLine(ImVec2(a.x, b.y + 1), ImVec2(b.x, b.y + 1), IM_COL32(255, 170, 40, 255), 2);
+      if (t.pos == cur1 && requests.scrolled_cursor != sel.cursor) {
+        // The timeline moved (a scrub, Left, Home): the shown step's token comes into view.
+        ImGui::SetScrollFromPosY((a.y + b.y) * 0.5f - ImGui::GetWindowPos().y, 0.5f);
+        requests.scrolled_cursor = sel.cursor;
+      }
       if (ImGui::IsItemHovered()) token_tooltip(t, s, special_token(t.id));
       ImGui::PopID();
       return w;
     });
-    if (requests.scrolled_version != history.version) {
+    if (requests.scrolled_version != history.version) {  // a new step: the end of the text
       ImGui::SetScrollHereY(1.0f);
       requests.scrolled_version = history.version;
+      requests.scrolled_cursor = sel.cursor;
     }
   }
   look.strip_lines = (ImGui::GetCursorPosY() - style.WindowPadding.y + 1) / line;
@@ -1260,9 +1336,12 @@ int App::tab_row(int shown) {
   const ImVec2 top = ImGui::GetCursorScreenPos();
   const float right = ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x;
   int clicked = -1;
-  ImGui::PushStyleVar(ImGuiStyleVar_ItemSpacing, ImVec2(st.ItemInnerSpacing.x * 0.5f, st.ItemInnerSpacing.y * 0.5f));
+  // Narrow padding: every tab on one row at 1024 px with normal text.
+  const ImVec2 pad(st.FramePadding.x * 0.4f, st.FramePadding.y);
+  ImGui::PushStyleVar(ImGuiStyleVar_ItemSpacing, ImVec2(2, st.ItemInnerSpacing.y * 0.5f));
+  ImGui::PushStyleVar(ImGuiStyleVar_FramePadding, pad);
   for (int v = 0; v < int(views.size()); ++v) {
-    const float w = ImGui::CalcTextSize(views[v].title).x + st.FramePadding.x * 2;
+    const float w = ImGui::CalcTextSize(views[v].title).x + pad.x * 2;
     if (v > 0) {
       ImGui::SameLine();
       if (ImGui::GetCursorScreenPos().x + w > right) ImGui::NewLine();
@@ -1275,7 +1354,7 @@ int App::tab_row(int shown) {
     ImGui::PopStyleColor(3);
     tab_tip(*this, th, v, views[v].help, top);
   }
-  ImGui::PopStyleVar();
+  ImGui::PopStyleVar(2);
   // The line under the tabs, in the open tab's colour.
   const ImVec2 p = ImGui::GetCursorScreenPos();
   ImGui::GetWindowDrawList()->AddLine(ImVec2(ImGui::GetWindowPos().x, p.y - 1), ImVec2(right, p.y - 1),
@@ -1328,6 +1407,7 @@ void App::frame() {
     presenter_frame(*this);
     alert_dialog();
     ImGui::End();
+    keys_overlay();
     return;
   }
   menu_bar();
@@ -1369,6 +1449,7 @@ void App::frame() {
   status_bar();
   alert_dialog();
   ImGui::End();
+  keys_overlay();
 }
 
 }  // namespace dsgui

@@ -110,6 +110,7 @@ struct Look {
   bool captions = true;         // the one-sentence explanation above each view
   bool presenter = false;       // F11: full screen, the view alone (presenter.cpp)
   double presenter_since = -1;  // when presenter mode was entered (its hint fades)
+  bool keys_help = false;       // the F1 card of every key is up
   int fit_serial = 0;           // bumped by F: every heatmap fits its area again
   bool wheel_zooms = false;     // the mouse is over a heatmap: the wheel zooms it, the view does not scroll
   bool show_legend = true;      // the chip colours and markers under the token strip
@@ -145,6 +146,7 @@ struct Requests {
   std::string window_shot;   // "The whole window": saved on the next frame, the dialog closed
   bool hide_popups = false;  // this frame is saved as a picture: no dialog, no tooltip
   uint64_t scrolled_version = 0;
+  int scrolled_cursor = -2;  // the step the token strip last scrolled to
 };
 
 // The status line and the dialog.
@@ -305,6 +307,8 @@ class App {
   void token_strip();
   void status_bar();
   void view_tabs();
+  void selection_keys();  // Up/Down layer, [ ] head, , . token (shortcuts)
+  void keys_overlay();    // the F1 card
   int tab_row(int shown);
   std::map<std::type_index, std::shared_ptr<void>> view_states_;
 };

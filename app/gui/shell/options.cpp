@@ -28,8 +28,9 @@ usage: decoderscope [--model M] [--tokenizer F] [--precision f32|bf16|f16] [--th
 
 --model: a GGUF file (.gguf: llama, qwen2, qwen3, gemma3), a llama2.c .bin, a Hugging Face
   folder (Llama, Mistral, Qwen2, Qwen3, Gemma 3 with tokenizer.json; or GPT-2),
-  builtin:NAME, random:decoder, random:encdec or random:gpt2-small (default: builtin:stories,
-  else builtin:dates, else the aidreams260K fixture, else random:decoder).
+  builtin:NAME, random:decoder, random:long (1,024 positions), random:encdec or
+  random:gpt2-small (default: builtin:stories, else builtin:dates, else the aidreams260K
+  fixture, else random:decoder).
 --precision: how the model's weights are kept in memory: f32 (float32, the default), bf16
   (bfloat16) or f16 (float16). 16-bit weights halve the memory each token reads; the
   arithmetic stays float32, at a small cost in accuracy. A GGUF file's quantized matrices
@@ -194,10 +195,27 @@ void size_option(Options& o, const std::string& a, const std::string& v) {
   o.has_size = true;
 }
 
+// An option without a value (a switch): sets it and returns true; false for any other.
+bool switch_option(Options& o, const std::string& a) {
+  static const std::pair<const char*, bool Options::*> kSwitches[] = {
+      {"--chat", &Options::chat},       {"--no-kv-cache", &Options::no_kv_cache},
+      {"--scores", &Options::scores},   {"--mask-only", &Options::mask_only},
+      {"--log", &Options::log},         {"--light", &Options::light},
+      {"--sidecar", &Options::sidecar}, {"--presenter", &Options::presenter},
+      {"--bench", &Options::bench}};
+  for (const auto& [name, member] : kSwitches)
+    if (a == name) {
+      o.*member = true;
+      return true;
+    }
+  return false;
+}
+
 Options parse_options(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
+    if (switch_option(o, a)) continue;
     auto val = [&]() -> std::string {
       if (i + 1 >= argc) die(a + " needs a value");
       return argv[++i];
@@ -218,8 +236,6 @@ Options parse_options(int argc, char** argv) {
       o.prompt = val(), o.has_prompt = true;
     else if (a == "--source")
       o.source = val(), o.has_source = true;
-    else if (a == "--chat")
-      o.chat = true;
     else if (a == "--system")
       o.system = val(), o.has_system = true;
     else if (a == "--trace")
@@ -262,26 +278,10 @@ Options parse_options(int argc, char** argv) {
     else if (a == "--soak") {
       o.soak = int(to_int(val(), a));
       if (o.soak < 1 || o.soak > 10000000) die("--soak expects a number of actions from 1 to 10000000");
-    } else if (a == "--no-kv-cache")
-      o.no_kv_cache = true;
-    else if (a == "--stage")
+    } else if (a == "--stage")
       o.stage = val();
-    else if (a == "--scores")
-      o.scores = true;
-    else if (a == "--mask-only")
-      o.mask_only = true;
-    else if (a == "--log")
-      o.log = true;
-    else if (a == "--light")
-      o.light = true;
-    else if (a == "--sidecar")
-      o.sidecar = true;
-    else if (a == "--presenter")
-      o.presenter = true;
     else if (a == "--last-tokens" || a == "--zoom")
       map_option(o, a, val());
-    else if (a == "--bench")
-      o.bench = true;
     else if (a == "--colormap")
       o.colormap = val();
     else if (a == "--scale")

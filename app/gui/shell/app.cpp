@@ -1099,7 +1099,6 @@ static void token_tooltip(const TokenInfo& t, const std::string& s, bool special
 }
 
 void App::token_strip() {
-  const float font = ImGui::GetFontSize();
   const ImGuiStyle& style = ImGui::GetStyle();
   const bool encdec = history.trace.config.encoder_decoder;
   const float line = ImGui::GetFrameHeight() + style.ItemSpacing.y;
@@ -1197,7 +1196,6 @@ void App::token_strip() {
   }
   look.strip_lines = (ImGui::GetCursorPosY() - style.WindowPadding.y + 1) / line;
   ImGui::EndChild();
-  (void)font;
 }
 
 void App::status_bar() {

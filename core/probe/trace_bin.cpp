@@ -477,7 +477,16 @@ Trace Trace::load(const std::string& path, const TraceProgress& progress) {
   try {
     char magic[8] = {};
     f.read(magic, sizeof magic);
-    const bool binary = f.gcount() == sizeof magic && std::memcmp(magic, kMagic, sizeof magic) == 0;
+    const std::streamsize got = f.gcount();
+    const bool binary = got == sizeof magic && std::memcmp(magic, kMagic, sizeof magic) == 0;
+    // Neither format: a binary trace starts with its mark, a JSON trace (after any
+    // white space) with '{'. Say so, rather than where JSON parsing broke.
+    std::streamsize lead = 0;
+    while (lead < got && std::strchr(" \t\r\n", magic[lead]) && magic[lead] != '\0') ++lead;
+    if (!binary && got > 0 && lead < got && magic[lead] != '{')
+      throw Error(
+          "not a decoderscope trace: a trace is a .dstrace file (it starts with the mark DSTRACE) or a "
+          "JSON file starting with '{', and this file is neither");
     f.clear();
     f.seekg(0, std::ios::end);
     const std::streamoff size = f.tellg();

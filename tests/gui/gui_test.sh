@@ -326,6 +326,9 @@ group_replay() {
   fi
   echo '{}' >"$OUT/empty_object.json"
   fails empty_object '"format"' --trace "$OUT/empty_object.json" --screenshot "$OUT/x.png"
+  # A file that is no trace at all (notes saved under the trace's name) says so.
+  echo "lesson notes: attention, then the KV cache" >"$OUT/notes.dstrace"
+  fails not_a_trace "not a decoderscope trace" --trace "$OUT/notes.dstrace" --screenshot "$OUT/x.png"
   fails no_such_trace "cannot open trace file {}" --trace '{}' --screenshot "$OUT/x.png"
   fails bad_option "--bogus" --bogus --screenshot "$OUT/x.png"
   fails bad_value "--steps expects an integer" --steps many --screenshot "$OUT/x.png"

@@ -3,8 +3,11 @@
 // read (which need not be text at all).
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "probe/trace.h"
 #include "util/error.h"
@@ -45,3 +48,30 @@ TEST(TraceErrors, WrongTypeIsMalformedWithoutTheLibraryTag) {
 }
 
 }  // namespace
+
+// Trace::load on a file that is neither format says it is not a trace (not where JSON
+// parsing broke), and a JSON file still gets the JSON messages.
+TEST(TraceErrors, AFileThatIsNoTraceSaysSo) {
+  const std::string dir = ::testing::TempDir();
+  auto load_message = [&](const std::string& name, const std::string& bytes) {
+    const std::string path = dir + "/" + name;
+    std::ofstream(path, std::ios::binary) << bytes;
+    try {
+      ds::Trace::load(path);
+    } catch (const ds::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  for (const auto& [name, bytes] : std::vector<std::pair<std::string, std::string>>{
+           {"picture.dstrace", std::string("\x89PNG\r\n\x1a\n\xff\x00", 10)},
+           {"notes.dstrace", "these are my lesson notes"},
+           {"short.dstrace", "DSTR"},
+           {"list.json", "  [1, 2, 3]"}}) {
+    const std::string m = load_message(name, bytes);
+    EXPECT_NE(m.find("not a decoderscope trace"), std::string::npos) << name << ": " << m;
+    EXPECT_EQ(m.find("JSON ("), std::string::npos) << name << ": " << m;
+  }
+  const std::string m = load_message("cut.json", " {\"format\": ");
+  EXPECT_NE(m.find("not valid JSON"), std::string::npos) << m;
+}

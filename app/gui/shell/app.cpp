@@ -164,8 +164,14 @@ void App::alert_dialog() {
   ImGui::SetNextWindowSizeConstraints(ImVec2(ImGui::GetFontSize() * 20, 0),
                                       ImVec2(vp->Size.x * 0.9f, vp->Size.y * 0.8f));
   if (ImGui::BeginPopupModal("Problem##alert", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
+    // Plain words for the class (file names, not folders); the whole text behind Details.
+    const std::string plain = without_folders(msgs.alert);
     ImGui::PushTextWrapPos(ImGui::GetFontSize() * 40);
-    ImGui::TextUnformatted(msgs.alert.c_str());
+    ImGui::TextUnformatted(plain.c_str());
+    if (plain != msgs.alert && ImGui::TreeNode("Details")) {
+      ImGui::TextDisabled("%s", msgs.alert.c_str());
+      ImGui::TreePop();
+    }
     ImGui::PopTextWrapPos();
     ImGui::Spacing();
     if (ImGui::Button("OK", ImVec2(ImGui::GetFontSize() * 6, 0)) ||

@@ -36,4 +36,29 @@ std::string fit_text(const std::string& s, float width) {
   return s.substr(0, lo) + "...";
 }
 
+std::string without_folders(const std::string& s) {
+  std::string out;
+  size_t i = 0;
+  auto ends = [&](size_t k) {
+    const char c = s[k];
+    return c == ' ' || c == '"' || c == '\'' || c == ',' || c == '\n' || c == ')' ||
+           (c == ':' && (k + 1 == s.size() || s[k + 1] == ' '));
+  };
+  while (i < s.size()) {
+    const bool starts =
+        s[i] == '/' && (i == 0 || s[i - 1] == ' ' || s[i - 1] == '"' || s[i - 1] == '\'' || s[i - 1] == '(');
+    if (!starts) {
+      out += s[i++];
+      continue;
+    }
+    size_t j = i;
+    while (j < s.size() && !ends(j)) ++j;
+    const std::string path = s.substr(i, j - i);
+    const size_t slash = path.find_last_of('/', path.size() > 1 && path.back() == '/' ? path.size() - 2 : path.npos);
+    out += slash == std::string::npos || slash + 1 >= path.size() ? path : path.substr(slash + 1);
+    i = j;
+  }
+  return out;
+}
+
 }  // namespace dsgui

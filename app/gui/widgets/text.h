@@ -14,5 +14,9 @@ ImVec4 readable(ImVec4 c);
 ImU32 text_on(ImU32 bg);
 // s cut (with "...") to fit width pixels in the current font; s when it fits.
 std::string fit_text(const std::string& s, float width);
+// A message for a class: every absolute path in s (from '/' up to a space, a quote, a
+// comma or a colon followed by a space) shortened to its file name. The message's full
+// text goes behind a "Details" toggle.
+std::string without_folders(const std::string& s);
 
 }  // namespace dsgui

@@ -1,5 +1,6 @@
 #include "shell/presenter.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -12,13 +13,12 @@ namespace dsgui {
 namespace {
 constexpr double kHintSeconds = 5.0;  // the "F11: leave" hint is bright this long, then faint
 
-// One line over the view: the text written so far (its end, as much as fits), the prompt
-// in blue, the generated tokens in green, the selected token on orange; the class keeps
-// seeing what the model writes.
-void slim_strip(App& app) {
+// In the line under the view: the text written so far (its end, as much as fits in w
+// pixels), the prompt in blue, the generated tokens in green, the selected token on
+// orange; the class keeps seeing what the model writes.
+void slim_strip(App& app, float w) {
   const auto toks = app.tokens();
   if (toks.empty()) return;
-  const float w = ImGui::GetContentRegionAvail().x;
   const int selected = app.selected_position();
   std::vector<std::string> texts(toks.size());
   const float gap = ImGui::CalcTextSize(" ").x * 0.7f;  // between tokens: words stay apart
@@ -31,7 +31,6 @@ void slim_strip(App& app) {
     used += tw;
     --first;
   }
-  ImGui::AlignTextToFramePadding();
   if (first > 0) {
     ImGui::TextDisabled("...");
     ImGui::SameLine(0, ImGui::CalcTextSize(" ").x);
@@ -42,9 +41,11 @@ void slim_strip(App& app) {
     const ImVec4 col = t.pos == selected ? ImVec4(1, 1, 1, 1)
                        : t.prompt        ? ImVec4(0.55f, 0.75f, 1.0f, 1)
                                          : ImVec4(0.55f, 0.9f, 0.6f, 1);
+    // The line is aligned to framed widgets: its text sits FramePadding.y lower.
     const ImVec2 p = ImGui::GetCursorScreenPos(), ts = ImGui::CalcTextSize(texts[i].c_str());
+    const float y = p.y + ImGui::GetStyle().FramePadding.y;
     if (t.pos == selected)
-      dl->AddRectFilled(ImVec2(p.x - 1, p.y), ImVec2(p.x + ts.x + 1, p.y + ts.y), IM_COL32(200, 120, 10, 255), 3);
+      dl->AddRectFilled(ImVec2(p.x - 2, y - 1), ImVec2(p.x + ts.x + 2, y + ts.y + 1), IM_COL32(200, 120, 10, 255), 3);
     ImGui::TextColored(col, "%s", texts[i].c_str());
     if (i + 1 < toks.size()) ImGui::SameLine(0, gap);
   }
@@ -62,7 +63,6 @@ void presenter_frame(App& app) {
   const auto views = all_views();
   if (app.sel.view < 0 || app.sel.view >= int(views.size())) app.sel.view = 0;
   const float line = ImGui::GetFrameHeightWithSpacing() + ImGui::GetStyle().ItemSpacing.y;
-  slim_strip(app);
   // Over a heatmap (last frame) the wheel zooms it and does not scroll the view.
   const int no_wheel = std::exchange(app.look.wheel_zooms, false) ? ImGuiWindowFlags_NoScrollWithMouse : 0;
   ImGui::BeginChild("view", ImVec2(0, -line), false, ImGuiWindowFlags_HorizontalScrollbar | no_wheel);
@@ -71,17 +71,20 @@ void presenter_frame(App& app) {
   views[size_t(app.sel.view)].draw(app);
   ImGui::EndChild();
   ImGui::Separator();
-  // One line: the view, the step, the keys. The hint is bright for a few seconds after
-  // entering (always in a scripted picture, which has no clock), then faint.
+  // One line: the view and the step, the text written so far, the keys. The hint is
+  // bright for a few seconds after entering (always in a scripted picture, which has no
+  // clock), then faint; F1 shows every key.
+  const float font = ImGui::GetFontSize();
   std::string where = views[size_t(app.sel.view)].title;
   if (!app.history.trace.steps.empty())
-    where += "   step " + std::to_string(app.sel.cursor + 1) + " of " + std::to_string(app.history.trace.steps.size());
+    where += "  " + std::to_string(app.sel.cursor + 1) + "/" + std::to_string(app.history.trace.steps.size());
   ImGui::AlignTextToFramePadding();
   ImGui::TextUnformatted(where.c_str());
-  ImGui::SameLine(0, ImGui::GetFontSize() * 2);
-  // The whole list when it fits the line, else the two keys that lead to the rest.
-  const char* keys = "Right/Left: step  Up/Down: layer  [ ]: head  , .: token  PgDn/PgUp: view  F1: keys  F11: leave";
-  if (ImGui::CalcTextSize(keys).x > ImGui::GetContentRegionAvail().x) keys = "F1: every key   F11: leave";
+  ImGui::SameLine(0, font);
+  const char* keys = "F1: keys  F11: leave";
+  slim_strip(app, ImGui::GetContentRegionAvail().x - ImGui::CalcTextSize(keys).x - font * 2);
+  ImGui::SameLine(0, font);
+  ImGui::SetCursorPosX(std::max(ImGui::GetCursorPosX(), ImGui::GetContentRegionMax().x - ImGui::CalcTextSize(keys).x));
   const bool fresh = app.scripted || ImGui::GetTime() - app.look.presenter_since < kHintSeconds;
   if (fresh)
     ImGui::TextColored(ImVec4(1, 0.75f, 0.3f, 1), "%s", keys);

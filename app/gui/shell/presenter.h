@@ -1,9 +1,8 @@
 #pragma once
 // Presenter mode (F11): for a projector. The window goes full screen; the menu, the
-// toolbar, the tabs and the captions are hidden; one line of the text written so far
-// stays on top, and the current view takes the rest above one line that says where the
-// run is and which keys step (Right, Left, Space), change the layer, head and token (Up,
-// Down, [ ], , .), change the view (Page Down, Page Up), show every key (F1) and leave (F11).
+// toolbar, the tabs and the captions are hidden, and the current view takes the whole
+// window above one line with the view and the step, the end of the text written so far,
+// and the keys that show every key (F1: step, layer, head, token, view) and leave (F11).
 namespace dsgui {
 
 class App;

@@ -42,8 +42,10 @@ for i in $(seq 1 50); do
   shot
   [ "$(field "$LAST.json" running_to_end)" = true ] && break
 done
-xdotool key space  # one press stops it
+xdotool key space  # one press stops it (the step in progress still ends)
 sleep 0.5
+shot
+sleep 3  # a step of this model under the sanitizers takes up to a second
 shot
 sleep 1.5
 shot

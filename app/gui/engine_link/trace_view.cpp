@@ -199,22 +199,6 @@ bool resid_norm(const ds::Trace& t, int step, int layer, int kind, int pos, floa
   return true;
 }
 
-void lens_inputs(const ds::Trace& t, int step, int pos, std::vector<std::vector<float>>& resid,
-                 std::vector<std::string>& labels) {
-  resid.clear();
-  labels.clear();
-  std::vector<float> x;
-  if (resid_vector(t, step, 0, 0, pos, x)) {
-    resid.push_back(x);
-    labels.push_back("embedding");
-  }
-  for (int l = 0; l < t.config.n_layers; ++l)
-    if (resid_vector(t, step, l, 2, pos, x)) {
-      resid.push_back(x);
-      labels.push_back("after layer " + std::to_string(l));
-    }
-}
-
 Matrix resid_norm_map(const ds::Trace& t, int step, int kind) {
   Matrix m;
   if (step < 0 || step >= int(t.steps.size())) {

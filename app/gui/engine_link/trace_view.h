@@ -77,11 +77,6 @@ bool resid_vector(const ds::Trace& t, int step, int layer, int kind, int pos, st
 // The norm of that vector; also for points a compact trace keeps as norms only.
 bool resid_norm(const ds::Trace& t, int step, int layer, int kind, int pos, float& out);
 
-// What the logit lens reads at a position: the embedding (resid_pre of layer 0) and
-// resid_post of every layer, with their labels.
-void lens_inputs(const ds::Trace& t, int step, int pos, std::vector<std::vector<float>>& resid,
-                 std::vector<std::string>& labels);
-
 // One token of the decoder sequence as of a step.
 struct TokenInfo {
   int pos = 0, id = 0;

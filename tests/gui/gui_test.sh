@@ -982,7 +982,10 @@ group_headsmatter() {
     echo "FAIL hm_small: the window exited with an error"
   xrun 1920x1080x24 "$OUT/hm_pres.log" --size 1920x1080 --presenter --scale 1.5 --screenshot "$OUT/hm_pres.png" \
     "${DT[@]}" --steps 8 --rank-heads 0 || echo "FAIL hm_pres: the window exited with an error"
-  for n in hm_big hm_small hm_pres hm_rank hm_drank; do [ -f "$OUT/$n.png" ] && check blank "$OUT/$n.png"; done
+  # Stories' single 4x4 grid at 1024x768: the room beside it shows the open head larger.
+  xrun 1024x768x24 "$OUT/hm_zoom.log" --size 1024x768 --screenshot "$OUT/hm_zoom.png" "${ST[@]}" --steps 20 \
+    --layer 2 --head 1 || echo "FAIL hm_zoom: the window exited with an error"
+  for n in hm_big hm_small hm_pres hm_rank hm_drank hm_zoom; do [ -f "$OUT/$n.png" ] && check blank "$OUT/$n.png"; done
   if python3 - "$OUT" <<'PY'; then
 import json, math, os, sys
 d = sys.argv[1]
@@ -1059,6 +1062,24 @@ for n in ("hm_big", "hm_small", "hm_pres"):
         problems.append(f"{n}: the grids fill {bw:.0f}x{bh:.0f} of {aw:.0f}x{ah:.0f}")
     if bw > aw + 1 or bh > ah + 1:
         problems.append(f"{n}: the grids ({bw:.0f}x{bh:.0f}) overflow the area ({aw:.0f}x{ah:.0f})")
+# The larger head beside stories' grid: the open one, right of the grids, inside the
+# area, and grids and head together use most of the width.
+z = side("hm_zoom")
+if not z or "heads_layout" not in z:
+    problems.append("hm_zoom: no layout in the sidecar")
+else:
+    lay = z["heads_layout"]
+    zm = lay["zoom"]
+    ax, ay, aw, ah = lay["area"]
+    bx, by, bw, bh = lay["box"]
+    zx, zy, zw, zh = zm["box"]
+    print(f"hm_zoom: grids {bw:.0f}x{bh:.0f}, larger head {zm['layer']}:{zm['head']} {zw:.0f}x{zh:.0f} in {aw:.0f}x{ah:.0f}")
+    if (zm["layer"], zm["head"], zm["cross"]) != (2, 1, False):
+        problems.append(f"hm_zoom: the larger map shows {zm}, want layer 2 head 1 (the open one)")
+    if zx < bx + bw or zx + zw > ax + aw + 1 or zy + zh > ay + ah + 1 or zy < ay:
+        problems.append(f"hm_zoom: the larger map {zm['box']} is not beside the grids {lay['box']} inside {lay['area']}")
+    if (zx + zw - bx) < 0.9 * aw:
+        problems.append(f"hm_zoom: grids and the larger map span {zx + zw - bx:.0f} of {aw:.0f} px")
 for p in problems:
     print("FAIL headsmatter:", p)
 sys.exit(1 if problems else 0)

@@ -172,6 +172,15 @@ struct HeadsLayout {
   float tile = 0;
   int columns = 0;
   ImVec4 view, box;
+  int zoom_layer = -1, zoom_head = -1;  // the head shown large beside the grids (-1: none)
+  bool zoom_cross = false;
+  ImVec4 zoom;  // the large map's box
+};
+
+// The head shown large in the room the grids leave: the one last hovered (kept when the
+// mouse leaves, so that its cells can be hovered), else the open one.
+struct HeadsZoom {
+  int kind = -1, layer = -1, head = -1;
 };
 
 // The weights/scores switch, the colour map and the re-run buttons.
@@ -309,6 +318,7 @@ void grid_overlays(App& app, int kind, const GridLayout& g, ImVec2 org, bool hov
   if (l < 0 || l >= L || h < 0 || h >= H) return;
   ImVec2 a(org.x + h * (tw + gap), org.y + l * (th + gap));
   dl->AddRect(a, ImVec2(a.x + tw, a.y + th), IM_COL32(255, 255, 255, 255), 0, 0, 2);
+  if (kind != kHeadsEncoder) app.state<HeadsZoom>() = HeadsZoom{kind, l, h};
   const bool off = is_off(app, kind, l, h);
   ImGui::BeginTooltip();
   ImGui::Text("%s layer %d, head %d%s",
@@ -361,6 +371,72 @@ void draw_grid(App& app, int kind, const GridLayout& g) {
   if (kind == kHeadsSelf) app.maps.last_heatmap = kGridNames[kind];
   ImGui::SetCursorScreenPos(p0);
   ImGui::Dummy(ImVec2(g.lab_w + g.gw, g.lab_h + g.gh));
+}
+
+// The head last hovered (else the open one) as a map with its tokens, in the room of
+// width w and height h the grids leave beside them.
+void zoom_panel(App& app, float w, float h) {
+  const ds::Trace& t = app.history.trace;
+  const ds::Config& cfg = t.config;
+  const float font = ImGui::GetFontSize();
+  HeadsZoom z = app.state<HeadsZoom>();
+  if (z.layer < 0 || z.layer >= cfg.n_layers || z.head < 0 || z.head >= cfg.n_heads ||
+      (z.kind == kHeadsCross && !cfg.encoder_decoder))
+    z = HeadsZoom{kHeadsSelf, app.sel.layer, app.sel.head};
+  const bool cross = z.kind == kHeadsCross;
+  HeadsLayout& lay = app.state<HeadsLayout>();
+  ImGui::BeginGroup();
+  ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + w);
+  ImGui::Text("%slayer %d, head %d, larger", cross ? "cross-attention " : "", z.layer, z.head);
+  ImGui::TextDisabled("hover a small map to show it here; click it to open it");
+  ImGui::PopTextWrapPos();
+  const bool scores = app.look.show_scores;
+  const Maps::GrowingMatrix& g = app.attention_view("heads-zoom", z.layer, z.head, cross, scores);
+  if (!g.m.ok()) {
+    ImGui::TextDisabled("%s", g.m.error.c_str());
+    ImGui::EndGroup();
+    return;
+  }
+  const std::vector<std::string> rows = app.position_labels(g.m.rows);
+  std::vector<std::string> src;
+  if (cross)
+    for (int i = 0; i < g.m.cols; ++i) src.push_back(i < int(t.source_text.size()) ? t.source_text[size_t(i)] : "");
+  HeatmapArgs a;
+  a.m = &g.m;
+  a.lineage = g.lineage;
+  a.row_labels = &rows;
+  a.col_labels = cross ? &src : &rows;
+  a.row_title = "query";
+  a.col_title = cross ? "source token" : "key";
+  a.style.cmap = app.look.cmap;
+  a.style.vmin = scores ? g.m.vmin : 0.0f;
+  a.style.vmax = scores ? g.m.vmax : 1.0f;
+  a.selected_row = app.selected_position();
+  a.value_name = scores ? "score" : "weight";
+  a.causal = !cross;
+  a.col_tokens = !cross;
+  a.toolbar = false;
+  (void)h;
+  a.size = ImVec2(w, std::max(font * 8, ImGui::GetContentRegionAvail().y - ImGui::GetStyle().ItemSpacing.y));
+  const std::string last = app.maps.last_heatmap;  // the grids stay what an export saves
+  const ImVec2 at = ImGui::GetCursorScreenPos();
+  const HeatmapHit hit = heatmap_widget(app, "heads-zoom", a);
+  app.maps.last_heatmap = last;
+  if (hit.hovered) {
+    ImGui::BeginTooltip();
+    if (!g.m.allowed(hit.row, hit.col))
+      ImGui::Text("query %d, key %d: masked (a token may not look ahead)", hit.row, hit.col);
+    else
+      ImGui::Text("query %d reading %s %d: %s %.4f", hit.row, cross ? "source token" : "key", hit.col,
+                  scores ? "score" : "weight", double(g.m.at(hit.row, hit.col)));
+    ImGui::EndTooltip();
+  }
+  if (hit.clicked) app.sel.pos = hit.row;
+  lay.zoom_layer = z.layer;
+  lay.zoom_head = z.head;
+  lay.zoom_cross = cross;
+  lay.zoom = ImVec4(at.x, at.y, w, a.size.y);
+  ImGui::EndGroup();
 }
 
 }  // namespace
@@ -453,6 +529,12 @@ void panel_heads(App& app) {
   ImGui::EndGroup();
   const ImVec2 b0 = ImGui::GetItemRectMin(), b1 = ImGui::GetItemRectMax();
   lay.box = ImVec4(b0.x, b0.y, b1.x - b0.x, b1.y - b0.y);
+  lay.zoom_layer = lay.zoom_head = -1;
+  const float free_w = area_w - (b1.x - b0.x) - font * 1.5f;
+  if (side <= 0 && free_w >= font * 16) {  // the room the grids leave: one head, larger
+    ImGui::SameLine(0, font * 1.5f);
+    zoom_panel(app, free_w, avail.y);
+  }
 
   if (side > 0) {
     ImGui::SameLine(0, font);
@@ -474,7 +556,9 @@ void heads_sidecar(const App& app, std::ostream& f) {
   const HeadsLayout& lay = const_cast<App&>(app).state<HeadsLayout>();
   f << "  \"heads_layout\": {\"tile\": " << lay.tile << ", \"columns\": " << lay.columns << ", \"area\": ["
     << lay.view.x << ", " << lay.view.y << ", " << lay.view.z << ", " << lay.view.w << "], \"box\": [" << lay.box.x
-    << ", " << lay.box.y << ", " << lay.box.z << ", " << lay.box.w << "]},\n";
+    << ", " << lay.box.y << ", " << lay.box.z << ", " << lay.box.w << "], \"zoom\": {\"layer\": " << lay.zoom_layer
+    << ", \"head\": " << lay.zoom_head << ", \"cross\": " << (lay.zoom_cross ? "true" : "false") << ", \"box\": ["
+    << lay.zoom.x << ", " << lay.zoom.y << ", " << lay.zoom.z << ", " << lay.zoom.w << "]}},\n";
   ablation_sidecar(app, f);
 }
 

@@ -18,10 +18,11 @@ struct RolesState {
   std::shared_ptr<const RolesAnswer> roles;
   std::string asked_for;  // the request (or the answer) in force: model spec and options
   bool pending = false;
-  int kind = 2;               // 0 previous token, 1 duplicate token, 2 induction
-  int layer = -1, head = -1;  // the head opened (-1: the strongest of the kind)
-  bool outline = true;        // outline the cells the score counts
-  bool exclude_bos = true;    // leave attention to position 0 out of the scores
+  int kind = 2;                           // 0 previous token, 1 duplicate token, 2 induction
+  int layer = -1, head = -1;              // the head opened (-1: the strongest of the kind)
+  bool outline = true;                    // outline the cells the score counts
+  bool exclude_bos = true;                // leave attention to position 0 out of the scores
+  std::vector<std::string> short_labels;  // the probe's tokens, cut for the map's labels
 };
 
 bool roles_answer(App& app, Event& e) {
@@ -31,6 +32,7 @@ bool roles_answer(App& app, Event& e) {
   st.pending = false;
   if (!a->answer || a->answer->key != st.asked_for) return true;
   st.roles = std::move(a->answer);
+  st.short_labels.clear();
   st.layer = st.head = -1;
   return true;
 }
@@ -103,6 +105,36 @@ void grid(App& app, RolesState& st, const ds::HeadRoles& r, float width) {
   ImGui::Dummy(ImVec2(lw + float(r.n_heads) * cell, 1));
 }
 
+// Outlines the cells the score counts (D > 0) on the map placed at pl. Large cells get
+// a frame each; small ones (where a frame would cover the cell) a line along each side
+// of every diagonal run of them, so the cells themselves stay visible between the two.
+void outline_cells(const HeatmapPlacement& pl, const ds::MatRM& D, int T) {
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const ImU32 c = IM_COL32(255, 200, 40, 255);
+  auto at = [&](float i, float j) {
+    return ImVec2(pl.x + (j - float(pl.col0)) * pl.cell_w, pl.y + (i - float(pl.row0)) * pl.cell_h);
+  };
+  auto on = [&](int i, int j) {
+    return i >= pl.row0 && i < pl.row0 + pl.rows && j >= pl.col0 && j < pl.col0 + pl.cols && i < T && j < T &&
+           i < D.rows() && j < D.cols() && D(i, j) > 0;
+  };
+  const bool small = std::min(pl.cell_w, pl.cell_h) < 7;
+  for (int i = pl.row0; i < pl.row0 + pl.rows; ++i)
+    for (int j = pl.col0; j < pl.col0 + pl.cols; ++j) {
+      if (!on(i, j)) continue;
+      if (!small) {
+        dl->AddRect(at(float(i), float(j)), at(float(i + 1), float(j + 1)), c, 0, 0, 1.5f);
+        continue;
+      }
+      if (on(i - 1, j - 1)) continue;  // not the first cell of its diagonal run
+      int n = 1;
+      while (on(i + n, j + n)) ++n;
+      const float i0 = float(i), j0 = float(j), i1 = float(i + n), j1 = float(j + n);
+      dl->AddLine(at(i0 - 0.5f, j0 + 0.5f), at(i1 - 0.5f, j1 + 0.5f), c, 1.0f);  // above-right of the run
+      dl->AddLine(at(i0 + 0.5f, j0 - 0.5f), at(i1 + 0.5f, j1 - 0.5f), c, 1.0f);  // below-left of it
+    }
+}
+
 // The opened head's attention on the probe, with the cells the chosen score counts
 // outlined.
 void probe_pattern(App& app, RolesState& st, const RolesAnswer& ra, ImVec2 size) {
@@ -128,11 +160,16 @@ void probe_pattern(App& app, RolesState& st, const RolesAnswer& ra, ImVec2 size)
     m.lo = 0, m.hi = 1, m.vmin = 0, m.vmax = 1;
     return m;
   });
+  // Short labels (the tooltip has the whole token): the cells get the height.
+  if (st.short_labels.size() != ra.labels.size()) {
+    st.short_labels.clear();
+    for (auto& s : ra.labels) st.short_labels.push_back(shorten(s, 5));
+  }
   HeatmapArgs a;
   a.m = &e.m;
   a.lineage = e.lineage;
-  a.row_labels = &ra.labels;
-  a.col_labels = &ra.labels;
+  a.row_labels = &st.short_labels;
+  a.col_labels = &st.short_labels;
   a.row_title = "query: the token reading";
   a.col_title = "key: the token being read";
   a.style.cmap = app.look.cmap;
@@ -140,23 +177,15 @@ void probe_pattern(App& app, RolesState& st, const RolesAnswer& ra, ImVec2 size)
   a.causal = true;
   a.window = window;
   a.size = size;
-  a.min_cell = 3;  // the 101-token probe: cells stay visible (the pane scrolls, or zoom)
+  // The whole probe at once, however small its cells: the stripes are the point (the
+  // wheel zooms in). Its positions are not the trace's, so no "last N tokens" window.
+  a.row_tokens = a.col_tokens = false;
   const HeatmapHit hit = heatmap_widget(app, "roles", a);
   if (st.outline && !app.maps.placements.empty() && app.maps.placements.back().name == "roles") {
-    const HeatmapPlacement& pl = app.maps.placements.back();
     const ds::MatRM D = st.kind == 0   ? ds::previous_token_detection(r.probe)
                         : st.kind == 1 ? ds::duplicate_token_detection(r.probe)
                                        : ds::induction_detection(r.probe);
-    const ImVec2 o(0, 0);  // placements are in window pixels, as ImGui's screen positions
-    ImDrawList* dl = ImGui::GetWindowDrawList();
-    // The placement holds the visible cells (a zoomed map shows a window of them).
-    for (int i = pl.row0; i < pl.row0 + pl.rows && i < T && i < D.rows(); ++i)
-      for (int j = pl.col0; j < pl.col0 + pl.cols && j < T && j < D.cols(); ++j)
-        if (D(i, j) > 0)
-          dl->AddRect(
-              ImVec2(o.x + pl.x + float(j - pl.col0) * pl.cell_w, o.y + pl.y + float(i - pl.row0) * pl.cell_h),
-              ImVec2(o.x + pl.x + float(j - pl.col0 + 1) * pl.cell_w, o.y + pl.y + float(i - pl.row0 + 1) * pl.cell_h),
-              IM_COL32(255, 200, 40, 255), 0, 0, 1.5f);
+    outline_cells(app.maps.placements.back(), D, T);
   }
   if (hit.hovered && hit.row < T && hit.col < T)
     ImGui::SetTooltip("\"%s\" (position %d) reading \"%s\" (position %d): weight %.3f",
@@ -191,7 +220,7 @@ void panel_roles(App& app) {
     tooltip(app, kKindHelp[k]);
   }
   flow(font * 14);
-  ImGui::Checkbox("leave out attention to the first token", &st.exclude_bos);
+  ImGui::Checkbox("leave out the first token", &st.exclude_bos);
   tooltip(app,
           "A head with nothing to do usually parks its attention on the first token (BOS). Leaving that "
           "column out (TransformerLens's exclude_bos) lets an induction head score near 1; with it in, even a "
@@ -214,8 +243,6 @@ void panel_roles(App& app) {
       for (int h = 0; h < r.n_heads; ++h)
         if (score_of(r, st.kind, l, h) > best) best = score_of(r, st.kind, l, h), st.layer = l, st.head = h;
   }
-  ImGui::TextWrapped("%s The probe: %d random tokens, then the same %d again (%d positions).", kKindHelp[st.kind],
-                     ra.half, ra.half, int(r.probe.size()));
   const ImVec2 avail = ImGui::GetContentRegionAvail();
   const float gw = std::clamp(avail.x * 0.34f, font * 14, font * 30);
   ImGui::BeginChild("grid", ImVec2(gw, avail.y), false);
@@ -225,11 +252,13 @@ void panel_roles(App& app) {
       "score: the share of a head's attention that falls on the outlined cells (TransformerLens's "
       "head detector, 'mul' measure). Hover a head for all three scores.");
   ImGui::PopStyleColor();
+  ImGui::Spacing();
+  ImGui::TextWrapped("%s", kKindHelp[st.kind]);  // beside the map, which gets the height
   ImGui::EndChild();
   ImGui::SameLine();
   ImGui::BeginChild("pattern", ImVec2(0, avail.y), false);
-  ImGui::Text("Layer %d head %d on the probe: %s %.2f", st.layer, st.head, kKinds[st.kind],
-              score_of(r, st.kind, st.layer, st.head));
+  ImGui::TextWrapped("Layer %d head %d: %s %.2f on the probe (%d random tokens, then those %d again)", st.layer,
+                     st.head, kKinds[st.kind], score_of(r, st.kind, st.layer, st.head), ra.half, ra.half);
   const ImVec2 a2 = ImGui::GetContentRegionAvail();
   probe_pattern(app, st, ra, ImVec2(a2.x, a2.y));
   ImGui::EndChild();

@@ -29,6 +29,7 @@ struct KvState {
   // its labels; the first timed step of each run (left out of the plot) and how many
   // points each curve drew.
   float plot_x0 = 0, plot_x1 = 0, label_x1 = 0, label_y1 = 0, plot_y1 = 0;
+  float plot_h = 0;  // each plot's height this frame
   double first_ms[2] = {0, 0};
   int points[2] = {0, 0};
   bool explained = false;  // the bytes-read sentence was written
@@ -84,7 +85,7 @@ namespace {
 // bottom, rows [new0, new1) outlined as appended by the step shown.
 void cache_cells(App& app, const char* title, const std::vector<float>& m, int rows, int stride, int offset, int cols,
                  int new0, int new1, const std::vector<std::string>& labels, float width, float height,
-                 bool cached = true, int first_read = 0) {
+                 bool cached = true, int first_read = 0, bool row_labels = true, bool tags = true) {
   const float font = ImGui::GetFontSize();
   ImGui::BeginGroup();
   ImGui::TextUnformatted(title);
@@ -93,7 +94,8 @@ void cache_cells(App& app, const char* title, const std::vector<float>& m, int r
     ImGui::EndGroup();
     return;
   }
-  const float lw = font * 4.5f, tag = font * 4.2f;
+  // K and V side by side: the row labels left of K, the read/new tags right of V.
+  const float lw = row_labels ? font * 4.5f : 0.0f, tag = tags ? font * 4.2f : font * 0.3f;
   const float cw = std::clamp((width - lw - tag) / float(cols), 2.0f, font * 1.2f);
   const float ch = std::clamp((height - font * 1.5f) / float(rows), font * 0.55f, font * 0.9f);
   const int fit = std::max(1, int((height - font * 1.5f) / (ch + 1)));
@@ -102,7 +104,7 @@ void cache_cells(App& app, const char* title, const std::vector<float>& m, int r
   for (int r = first; r < rows; ++r)
     for (int c = 0; c < cols; ++c) sc = std::max(sc, std::fabs(m[size_t(r) * stride + offset + c]));
   sc = sc > 0 ? sc : 1;
-  if (first > 0) ImGui::TextDisabled("positions 0 to %d are above (%d rows in all)", first - 1, rows);
+  if (first > 0) ImGui::TextDisabled("rows 0-%d above (%d in all)", first - 1, rows);
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const ImVec2 p = ImGui::GetCursorScreenPos();
   const float fs = std::min(font, ch + 2);
@@ -110,8 +112,9 @@ void cache_cells(App& app, const char* title, const std::vector<float>& m, int r
     const float y = p.y + float(r - first) * (ch + 1);
     char lab[48];
     std::snprintf(lab, sizeof lab, "%d %s", r, r < int(labels.size()) ? shorten(labels[size_t(r)], 4).c_str() : "");
-    dl->AddText(ImGui::GetFont(), fs, ImVec2(p.x, y + (ch - fs) * 0.5f), ImGui::GetColorU32(ImGuiCol_TextDisabled),
-                lab);
+    if (row_labels)
+      dl->AddText(ImGui::GetFont(), fs, ImVec2(p.x, y + (ch - fs) * 0.5f), ImGui::GetColorU32(ImGuiCol_TextDisabled),
+                  lab);
     for (int c = 0; c < cols; ++c)
       dl->AddRectFilled(ImVec2(p.x + lw + float(c) * cw, y), ImVec2(p.x + lw + float(c + 1) * cw - (cw > 4), y + ch),
                         diverging(m[size_t(r) * stride + offset + c] / sc, app.look.light));
@@ -122,8 +125,9 @@ void cache_cells(App& app, const char* title, const std::vector<float>& m, int r
     // Rows before first_read (a sliding-window layer) stay in the cache but no query of
     // this step reads them.
     const char* t = fresh ? "+ new" : r < new0 ? (!cached ? "again" : r < first_read ? "unread" : "read") : "";
-    dl->AddText(ImGui::GetFont(), fs, ImVec2(p.x + lw + float(cols) * cw + font * 0.4f, y + (ch - fs) * 0.5f),
-                fresh ? IM_COL32(255, 200, 40, 255) : ImGui::GetColorU32(ImGuiCol_TextDisabled), t);
+    if (tags)
+      dl->AddText(ImGui::GetFont(), fs, ImVec2(p.x + lw + float(cols) * cw + font * 0.4f, y + (ch - fs) * 0.5f),
+                  fresh ? IM_COL32(255, 200, 40, 255) : ImGui::GetColorU32(ImGuiCol_TextDisabled), t);
   }
   ImGui::Dummy(ImVec2(lw + float(cols) * cw + tag, float(rows - first) * (ch + 1)));
   ImGui::EndGroup();
@@ -198,10 +202,8 @@ void legend_line(ImU32 c, const char* text) {
 void bytes_note(const ds::StepCost& c, const ds::StepCost& f) {
   ImGui::PushTextWrapPos(0);
   ImGui::TextDisabled(
-      "Bytes read: both ways read every weight once a step (%sB): a step that feeds one token costs that "
-      "read with or without the cache. With the cache it also reads the stored keys and values back (%sB); "
-      "without it those rows are computed again instead of read, so its bytes can even be lower%s, while its "
-      "multiply-adds grow with the prefix.",
+      "Bytes read are close: both ways read every weight once (%sB). The cache adds its stored rows (%sB); "
+      "without it they are computed again, not read%s.",
       si(c.weight_bytes).c_str(), si(c.cache_bytes).c_str(),
       c.cross_bytes > 0 ? " (both also read the source's keys and values)" : "");
   ImGui::PopTextWrapPos();
@@ -212,7 +214,6 @@ void bytes_note(const ds::StepCost& c, const ds::StepCost& f) {
 // written out instead: it also pays one-off work (the cache's memory, the threads'
 // start) and its spike would flatten every other step.
 void measured_plot(App& app, KvState& st, int positions, float w) {
-  const float font = ImGui::GetFontSize();
   std::vector<std::pair<int, double>> shown[2];
   for (int k = 0; k < 2; ++k) {
     shown[k] = st.measured[k];
@@ -236,9 +237,9 @@ void measured_plot(App& app, KvState& st, int positions, float w) {
     ImGui::PopTextWrapPos();
   }
   const ImVec2 p = ImGui::GetCursorScreenPos();
-  const ImVec2 lab = two_curves(app, "##ms", " ms", shown[0], shown[1], positions - 1, ImVec2(w, font * 8));
+  const ImVec2 lab = two_curves(app, "##ms", " ms", shown[0], shown[1], positions - 1, ImVec2(w, st.plot_h));
   st.plot_x0 = p.x, st.plot_x1 = ImGui::GetWindowPos().x + ImGui::GetWindowWidth();
-  st.label_x1 = lab.x, st.label_y1 = lab.y, st.plot_y1 = p.y + font * 8;
+  st.label_x1 = lab.x, st.label_y1 = lab.y, st.plot_y1 = p.y + st.plot_h;
 }
 
 // The work of the steps so far: this step, the total, and the curves.
@@ -265,38 +266,30 @@ void cost_panel(App& app, KvState& st, int positions, int new0) {
     without.push_back({p, cum_f});
   }
   ImGui::Text("Step at position %d (%d token%s in the cache before it):", positions - 1, new0, new0 == 1 ? "" : "s");
-  // The table scrolls sideways when its columns are wider than the pane (never cut).
-  const ImGuiStyle& style = ImGui::GetStyle();
-  const float row_h = ImGui::GetTextLineHeight() + style.CellPadding.y * 2;
-  float need = 0;
-  for (const char* c : {"without it (whole prefix again)", "multiply-adds", "bytes read", "so far (multiply-adds)"})
-    need += ImGui::CalcTextSize(c).x + style.CellPadding.x * 2 + 1;
-  const bool scroll = need > ImGui::GetContentRegionAvail().x;
-  if (ImGui::BeginTable("cost", 4,
-                        ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_BordersInnerV |
-                            (scroll ? ImGuiTableFlags_ScrollX : 0),
-                        ImVec2(0, scroll ? row_h * 3 + style.ScrollbarSize + 2 : 0))) {
-    ImGui::TableSetupColumn("");
-    ImGui::TableSetupColumn("multiply-adds");
-    ImGui::TableSetupColumn("bytes read");
-    ImGui::TableSetupColumn("so far (multiply-adds)");
+  // Measures down, the two ways across: narrow enough for half a 1024-pixel window.
+  if (ImGui::BeginTable("cost", 3,
+                        ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_BordersInnerV)) {
+    ImGui::TableSetupColumn("this step");
+    ImGui::TableSetupColumn("with the KV cache");
+    ImGui::TableSetupColumn("without it");
     ImGui::TableHeadersRow();
-    auto row = [&](const char* name, double m, double b, double cum) {
+    auto row = [&](const char* name, const std::string& with, const std::string& without, const char* tip) {
       ImGui::TableNextRow();
       ImGui::TableNextColumn();
       ImGui::TextUnformatted(name);
+      tooltip(app, tip);
       ImGui::TableNextColumn();
-      ImGui::TextUnformatted(si(m).c_str());
+      ImGui::TextUnformatted(with.c_str());
       ImGui::TableNextColumn();
-      ImGui::TextUnformatted((si(b) + "B").c_str());
-      ImGui::TableNextColumn();
-      ImGui::TextUnformatted(si(cum).c_str());
+      ImGui::TextUnformatted(without.c_str());
     };
-    row("with the KV cache", now_c.macs(), now_c.bytes(), cum_c);
-    tooltip(app,
-            "Multiply-adds of the matrix products of this step. Both ways read every weight once a step; with "
-            "the cache the step also reads the stored keys and values back, without it the arithmetic grows.");
-    row("without it (whole prefix again)", now_f.macs(), now_f.bytes(), cum_f);
+    row("multiply-adds", si(now_c.macs()), si(now_f.macs()),
+        "Multiply-adds of the matrix products of this step: without the cache the whole prefix is computed "
+        "again.");
+    row("bytes read", si(now_c.bytes()) + "B", si(now_f.bytes()) + "B",
+        "Both ways read every weight once a step; with the cache the step also reads the stored keys and "
+        "values back.");
+    row("so far (multiply-adds)", si(cum_c), si(cum_f), "Every step of the generation up to this one, added up.");
     ImGui::EndTable();
   }
   bytes_note(now_c, now_f);
@@ -306,9 +299,13 @@ void cost_panel(App& app, KvState& st, int positions, int new0) {
   const float font = ImGui::GetFontSize();
   const float w = ImGui::GetContentRegionAvail().x;
   ImGui::TextWrapped("The work of the whole generation so far, against the position:");
-  legend_line(IM_COL32(240, 90, 70, 255), "without the cache: every step recomputes all n rows: O(n\u00b2) in all");
-  legend_line(IM_COL32(80, 200, 120, 255), "with the cache: one new row a step: O(n) in all");
-  two_curves(app, "##macs", " MACs", without, with, positions - 1, ImVec2(w, font * 9));
+  legend_line(IM_COL32(240, 90, 70, 255), "without the cache: all n rows every step, O(n\u00b2) in all");
+  flow(font * 16);
+  legend_line(IM_COL32(80, 200, 120, 255), "with it: one new row a step, O(n)");
+  // Both plots share what the pane has left (the measured one has some 6 lines of text
+  // with it), between 5 and 9 lines high each; a short pane scrolls to the second.
+  st.plot_h = std::clamp((ImGui::GetContentRegionAvail().y - font * 7.5f) * 0.5f, font * 5, font * 9);
+  two_curves(app, "##macs", " MACs", without, with, positions - 1, ImVec2(w, st.plot_h));
   // Measured: the trace's own steps, and the last run of the other kind.
   ImGui::Spacing();
   ImGui::TextWrapped("Measured time of each step after the prompt (ms):");
@@ -420,7 +417,8 @@ void panel_kv(App& app) {
   // Side by side when both halves keep some 25 characters' width; else the caches above
   // the costs, each scrolling on its own.
   const bool side = avail.x >= font * 52;
-  const float left = side ? avail.x * 0.5f : avail.x;
+  // The costs pane's text wraps less with more of the width when the window is narrow.
+  const float left = side ? avail.x * (avail.x < font * 90 ? 0.42f : 0.5f) : avail.x;
   const float cache_h = side ? avail.y : std::max(font * 10, avail.y * 0.5f);
   ImGui::BeginChild("caches", ImVec2(left, cache_h), false);
   if (!app.engine.model) {
@@ -442,12 +440,13 @@ void panel_kv(App& app) {
     std::snprintf(t, sizeof t, "Keys K, layer %d head %d  [%d x %d]", s->layer, head, rows, dh);
     // A sliding-window layer: the step's first query reads no row before this one.
     const int first_read = s->cfg.first_key(s->layer, new0);
-    cache_cells(app, t, s->k, rows, kvd, head * dh, dh, new0, positions, labels, left * 0.5f - font, hh, step.kv_cache,
-                first_read);
+    const float kw = (left - font) * 0.5f + font * 0.1f;  // K's labels and V's tags take the same room
+    cache_cells(app, t, s->k, rows, kvd, head * dh, dh, new0, positions, labels, kw, hh, step.kv_cache, first_read,
+                true, false);
     ImGui::SameLine();
     std::snprintf(t, sizeof t, "Values V  [%d x %d]", rows, dh);
-    cache_cells(app, t, s->v, rows, kvd, head * dh, dh, new0, positions, labels, left * 0.5f - font, hh, step.kv_cache,
-                first_read);
+    cache_cells(app, t, s->v, rows, kvd, head * dh, dh, new0, positions, labels, kw, hh, step.kv_cache, first_read,
+                false, true);
     if (s->cfg.sliding(s->layer))
       ImGui::TextWrapped(
           "Layer %d has a sliding window of %d: a query at position p reads rows p-%d..p only. Older rows "
@@ -466,11 +465,11 @@ void panel_kv(App& app) {
       const float h = font * (2.0f + 0.95f * float(s->src_len));
       std::snprintf(t, sizeof t, "Source keys [%d x %d]", s->src_len, dh);
       cache_cells(app, t, s->cross_k, s->src_len, kvd, head * dh, dh, -1, -1, app.source_labels(), left * 0.5f - font,
-                  h);
+                  h, true, 0, true, false);
       ImGui::SameLine();
       std::snprintf(t, sizeof t, "Source values [%d x %d]", s->src_len, dh);
       cache_cells(app, t, s->cross_v, s->src_len, kvd, head * dh, dh, -1, -1, app.source_labels(), left * 0.5f - font,
-                  h);
+                  h, true, 0, false, false);
     }
   }
   ImGui::EndChild();

@@ -33,8 +33,9 @@ void glfw_error(int code, const char* msg) {
   (void)code;
 }
 
-// Frames a second while the window animates (see run_loop).
-constexpr double kFrameRate = 60.0;
+// Frames a second while the window animates (see run_loop), and while the engine works
+// and nobody touches the mouse or the keys.
+constexpr double kFrameRate = 60.0, kBusyFrameRate = 30.0;
 
 // An interactive window no larger than the primary monitor's work area (a scripted
 // run keeps the size asked for: its pictures have that size on any screen).
@@ -265,13 +266,29 @@ void draw_frame(GLFWwindow* win, App& app, FrameBench* bench, int& fw, int& fh, 
   if (bench) bench->lap(&FrameTimes::render);
 }
 
-// The frame loop; returns the exit code. While something moves (the engine, playing,
-// loading) frames come at most kFrameRate a second, as a display's refresh would pace
-// them: a software renderer (Mesa llvmpipe) draws on the same cores as the engine, and
 // When main() began (now_s()), for --bench's opening figures.
 double g_started = 0;
 
-// frames drawn faster than that only slow the engine down. Scripted runs are unpaced.
+// Whether the mouse or a key moved this frame (the frame rate stays high while it does).
+bool touched() {
+  const ImGuiIO& io = ImGui::GetIO();
+  if (io.MouseDelta.x != 0 || io.MouseDelta.y != 0 || io.MouseWheel != 0 || io.InputQueueCharacters.Size > 0)
+    return true;
+  for (bool down : io.MouseDown)
+    if (down) return true;
+  for (bool down : io.KeysDown)
+    if (down) return true;
+  return false;
+}
+
+// The frame loop; returns the exit code. While something moves (the engine, playing,
+// loading) frames come at most kFrameRate a second, as a display's refresh would pace
+// them: a software renderer (Mesa llvmpipe) draws on the same cores as the engine, and
+// frames drawn faster than that only slow the engine down. While the engine works and
+// the mouse and keys are still, kBusyFrameRate: on two cores a full-screen frame of
+// llvmpipe takes about half a core at 60 a second, which the engine's thread then waits
+// for (the logit lens grid at 1,024 GPT-2 positions went to 100 ms frames). Scripted runs
+// are unpaced; --bench paces as an interactive window does.
 int run_loop(GLFWwindow* win, App& app, const Options& o, bool scripted) {
   FrameBench frame_bench;
   FrameBench* bench = o.bench ? &frame_bench : nullptr;
@@ -296,7 +313,7 @@ int run_loop(GLFWwindow* win, App& app, const Options& o, bool scripted) {
   int gl_errors = 0, fw = 0, fh = 0;
   std::string title;
   FullScreen full_screen;
-  double next_frame = 0, last_frame = 0;
+  double next_frame = 0, last_frame = 0, last_touch = 0;
   while (!glfwWindowShouldClose(win) && !app.requests.quit) {
     if (scripted && !o.bench) {
       glfwPollEvents();
@@ -307,7 +324,8 @@ int run_loop(GLFWwindow* win, App& app, const Options& o, bool scripted) {
       glfwWaitEventsTimeout(0.1);
     }
     const double t = now_s(), prev_frame = last_frame;
-    next_frame = t + 1.0 / kFrameRate;
+    const bool working = app.engine.worker.busy() || app.engine.loading;
+    next_frame = t + 1.0 / (working && t - last_touch > 0.5 ? kBusyFrameRate : kFrameRate);
     last_frame = t;
     if (bench) bench->begin_frame(t, script.stepping());
     if (app.look.font_dirty) apply_fonts_and_style(app, false);
@@ -319,6 +337,7 @@ int run_loop(GLFWwindow* win, App& app, const Options& o, bool scripted) {
     set_title(win, app, title);
     sync_full_screen(win, app, full_screen);
     draw_frame(win, app, bench, fw, fh, gl_errors);
+    if (touched()) last_touch = t;
     const std::string shot = app.requests.screenshot;
     serve_save_requests(app, fw, fh);
     if (o.sidecar && !shot.empty()) write_sidecar(shot + ".json", app, o, fw, fh, gl_errors);

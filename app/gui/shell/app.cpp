@@ -1204,14 +1204,44 @@ void App::token_strip() {
   ImGui::EndChild();
 }
 
+bool App::status_shown() const {
+  return !msgs.status.empty() &&
+         (scripted || ImGui::GetTime() - msgs.status_time < 8);  // scripted: no clock in pictures
+}
+
+int App::status_rows() const {
+  const float w = ImGui::GetContentRegionAvail().x, font = ImGui::GetFontSize();
+  if (!msgs.error.empty()) return ImGui::CalcTextSize(msgs.error.c_str()).x + font * 3 > w ? 2 : 1;
+  // A message beside the model's name and size (some 25 characters) and the step time.
+  return status_shown() && ImGui::CalcTextSize(msgs.status.c_str()).x + font * 24 > w ? 2 : 1;
+}
+
+namespace {
+
+// Text cut to at most two lines of width w (whole when it fits).
+std::string two_lines(const std::string& text, float w) {
+  if (ImGui::CalcTextSize(text.c_str(), nullptr, false, w).y <= ImGui::GetTextLineHeightWithSpacing() * 1.9f)
+    return text;
+  std::string t = fit_text(text, w * 1.85f);
+  while (t.size() > 4 &&
+         ImGui::CalcTextSize(t.c_str(), nullptr, false, w).y > ImGui::GetTextLineHeightWithSpacing() * 1.9f)
+    t = fit_text(text, ImGui::CalcTextSize(t.c_str()).x - ImGui::GetFontSize() * 2);
+  return t;
+}
+
+}  // namespace
+
 void App::status_bar() {
   const float font = ImGui::GetFontSize();
   ImGui::Separator();
-  if (!msgs.error.empty()) {  // the ok button first, the message cut to the width left (whole in a tooltip)
+  if (!msgs.error.empty()) {  // the ok button first, the message on up to two lines (whole in a tooltip)
     if (ImGui::SmallButton("ok")) msgs.error.clear();
     ImGui::SameLine();
     ImGui::PushStyleColor(ImGuiCol_Text, readable(ImVec4(1.0f, 0.35f, 0.3f, 1)));
-    ImGui::TextUnformatted(fit_text(msgs.error, ImGui::GetContentRegionAvail().x).c_str());
+    const float w = ImGui::GetContentRegionAvail().x;
+    ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + w);
+    ImGui::TextUnformatted(two_lines(msgs.error, w).c_str());
+    ImGui::PopTextWrapPos();
     ImGui::PopStyleColor();
     if (ImGui::IsItemHovered()) {
       ImGui::BeginTooltip();
@@ -1263,8 +1293,7 @@ void App::status_bar() {
     ImGui::SameLine(0, font * 0.3f);
     ImGui::TextColored(narrow ? ImVec4(0.45f, 0.8f, 1.0f, 1) : ImGui::GetStyleColorVec4(ImGuiCol_Text), "%s",
                        storage.c_str());
-    const bool status_shown = !msgs.status.empty() && (scripted || ImGui::GetTime() - msgs.status_time < 8);
-    if (!status_shown || fb_w > font * 100) {  // the details, when a message does not need the room
+    if (!status_shown() || fb_w > font * 100) {  // the details, when a message does not need the room
       ImGui::SameLine(0, font * 0.3f);
       ImGui::Text("(%s of weights): %s, %d layers x %d heads, d_model %d, vocab %d", bytes,
                   c.encoder_decoder ? "encoder-decoder" : "decoder-only", c.n_layers, c.n_heads, c.d_model,
@@ -1289,11 +1318,15 @@ void App::status_bar() {
     ImGui::SameLine();
     ImGui::TextColored(ImVec4(1, 0.4f, 0.4f, 1), "  %d head%s switched off", int(n_off), n_off == 1 ? "" : "s");
   }
-  if (!msgs.status.empty() &&
-      (scripted || ImGui::GetTime() - msgs.status_time < 8)) {  // scripted: no clock in pictures
-    // Cut to the width left (the model's details step aside for it), whole in a tooltip.
-    ImGui::SameLine();
-    ImGui::TextDisabled("%s", fit_text("  " + msgs.status, ImGui::GetContentRegionAvail().x).c_str());
+  if (status_shown()) {
+    // Beside the model (whose details step aside for it), or on the line below when that
+    // is too narrow; cut only past the window's width, whole in a tooltip.
+    if (status_rows_now == 1) {
+      ImGui::SameLine();
+      ImGui::TextDisabled("%s", fit_text("  " + msgs.status, ImGui::GetContentRegionAvail().x).c_str());
+    } else {
+      ImGui::TextDisabled("%s", fit_text(msgs.status, ImGui::GetContentRegionAvail().x).c_str());
+    }
     if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", msgs.status.c_str());
   }
 }
@@ -1368,7 +1401,9 @@ int App::tab_row(int shown) {
 }
 
 void App::view_tabs() {
-  const float status_h = ImGui::GetFrameHeightWithSpacing() + ImGui::GetStyle().ItemSpacing.y;
+  // A message too long for the status line's one line gets a second (status_bar).
+  status_rows_now = status_rows();
+  const float status_h = ImGui::GetFrameHeightWithSpacing() * float(status_rows_now) + ImGui::GetStyle().ItemSpacing.y;
   // A view asked for (by a view last frame, the menu or a script) is selected now; a
   // view may ask again during this frame, for the next.
   const bool req = sel.view_request;

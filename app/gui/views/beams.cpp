@@ -378,15 +378,22 @@ std::string best_line(const BeamAnswer& a) {
   return "Best: " + finished_text(a, 0, 400) + b;
 }
 
-std::string runners_up_line(const BeamAnswer& a) {
-  std::string others;
+// The finished hypotheses after the best, each whole up to 160 bytes, with its score.
+std::vector<std::string> runners_up(const BeamAnswer& a) {
+  std::vector<std::string> out;
   for (size_t i = 1; i < a.result.finished.size() && i < 4; ++i) {
     char b[64];
-    std::snprintf(b, sizeof b, "   #%zu ", i + 1);
-    others += b + finished_text(a, i, 40);
-    std::snprintf(b, sizeof b, " %.3f", a.result.finished[i].score);
-    others += b;
+    std::snprintf(b, sizeof b, "#%zu ", i + 1);
+    std::string line = b + finished_text(a, i, 160);
+    std::snprintf(b, sizeof b, "   score %.4f", a.result.finished[i].score);
+    out.push_back(line + b);
   }
+  return out;
+}
+
+std::string runners_up_line(const BeamAnswer& a) {
+  std::string others;
+  for (const std::string& r : runners_up(a)) others += "   " + r;
   return "Runners-up:" + others;
 }
 
@@ -409,7 +416,8 @@ void summary(App& app, BeamsState& st) {
   tooltip(app, "Show the search one step at a time: Right shows the next step, Left goes back, Space plays.");
   if (r.finished.size() > 1) {
     ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
-    ImGui::TextWrapped("%s", runners_up_line(a).c_str());
+    ImGui::TextUnformatted("Runners-up:");
+    for (const std::string& line : runners_up(a)) ImGui::TextWrapped("%s", line.c_str());
     ImGui::PopStyleColor();
   }
 }

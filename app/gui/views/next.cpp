@@ -13,6 +13,7 @@
 #include "imgui_internal.h"
 #include "shell/notices.h"
 #include "views/common.h"
+#include "views/heads_ablation.h"
 
 namespace dsgui {
 
@@ -236,15 +237,17 @@ void compare_draws(App& app, const ds::SampleRecord& before, const ds::SampleRec
       float pb = p_of(before, id), pa = p_of(after, id);
       char b[32];
       ImGui::TableNextColumn();
-      std::snprintf(b, sizeof b, pb < 0 ? "small" : "%.3f", pb);
+      std::snprintf(b, sizeof b, pb < 0 ? "small" : "%.4g", double(pb));
       bar(std::max(pb, 0.0f), bw, IM_COL32(140, 140, 150, 255), b);
       ImGui::TableNextColumn();
-      std::snprintf(b, sizeof b, pa < 0 ? "small" : "%.3f", pa);
+      std::snprintf(b, sizeof b, pa < 0 ? "small" : "%.4g", double(pa));
       bar(std::max(pa, 0.0f), bw, IM_COL32(70, 140, 220, 255), b);
       ImGui::TableNextColumn();
       if (pa >= 0 && pb >= 0) {
         float d = pa - pb;
-        ImGui::TextColored(d >= 0 ? ImVec4(0.4f, 0.9f, 0.4f, 1) : ImVec4(1, 0.45f, 0.4f, 1), "%+.3f", d);
+        // Four significant digits (sig4): a head's small effect is not shown as "-0.000".
+        const std::string ds = sig4(double(d));
+        ImGui::TextColored(d >= 0 ? ImVec4(0.4f, 0.9f, 0.4f, 1) : ImVec4(1, 0.45f, 0.4f, 1), "%s", ds.c_str());
       } else {
         ImGui::TextDisabled("-");
       }

@@ -164,8 +164,9 @@ void App::alert_dialog() {
   ImGui::SetNextWindowSizeConstraints(ImVec2(ImGui::GetFontSize() * 20, 0),
                                       ImVec2(vp->Size.x * 0.9f, vp->Size.y * 0.8f));
   if (ImGui::BeginPopupModal("Problem##alert", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
-    // Plain words for the class (file names, not folders); the whole text behind Details.
-    const std::string plain = without_folders(msgs.alert);
+    // Plain words for the class (file names, not folders; no tensor names); the whole text
+    // behind Details.
+    const std::string plain = plain_words(msgs.alert);
     ImGui::PushTextWrapPos(ImGui::GetFontSize() * 40);
     ImGui::TextUnformatted(plain.c_str());
     if (plain != msgs.alert && ImGui::TreeNode("Details")) {

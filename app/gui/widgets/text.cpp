@@ -61,4 +61,61 @@ std::string without_folders(const std::string& s) {
   return out;
 }
 
+namespace {
+
+// A tensor's name as the files and traces spell it: no spaces, and dots, underscores or
+// digits in it ("blk.0.attn_q.weight", "L3.attn.pattern", "model.layers.2.mlp.up_proj").
+bool tensor_like(const std::string& w) {
+  if (w.empty()) return false;
+  bool mark = false;
+  for (char c : w) {
+    if (c == '.' || c == '_' || (c >= '0' && c <= '9'))
+      mark = true;
+    else if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-'))
+      return false;
+  }
+  return mark && w.back() != '.';
+}
+
+// The length of a tensor name (quoted or not) at t[i], with the space after it; 0 if
+// what is there is no tensor name.
+size_t name_at(const std::string& t, size_t i) {
+  size_t j = i;
+  const bool quoted = j < t.size() && (t[j] == '\'' || t[j] == '"');
+  if (quoted) ++j;
+  size_t k = j;
+  while (k < t.size() && t[k] != ' ' && t[k] != ',' && t[k] != ':' && t[k] != '\'' && t[k] != '"' && t[k] != ')') ++k;
+  if (!tensor_like(t.substr(j, k - j))) return 0;
+  if (quoted && k < t.size() && (t[k] == '\'' || t[k] == '"')) ++k;
+  if (k < t.size() && t[k] == ' ') ++k;
+  return k - i;
+}
+
+}  // namespace
+
+std::string plain_words(const std::string& s) {
+  const std::string t = without_folders(s);
+  std::string out;
+  size_t i = 0;
+  auto ends_with = [&](const char* w) {
+    const size_t n = std::char_traits<char>::length(w);
+    return out.size() >= n && out.compare(out.size() - n, n, w) == 0;
+  };
+  while (i < t.size()) {
+    // "tensor NAME", "tensors NAME or NAME": the word stays, the names go.
+    size_t n = ends_with("tensor ") || ends_with("tensors ") ? name_at(t, i) : 0;
+    if (n == 0) {
+      out += t[i++];
+      continue;
+    }
+    i += n;
+    for (const char* joint : {"or ", "and "}) {
+      const size_t jl = std::char_traits<char>::length(joint);
+      if (t.compare(i, jl, joint) == 0 && (n = name_at(t, i + jl)) > 0) i += jl + n;
+    }
+    if (t[i - 1] != ' ' && out.back() == ' ') out.pop_back();  // "tensor NAME:" -> "tensor:"
+  }
+  return out;
+}
+
 }  // namespace dsgui

@@ -18,5 +18,8 @@ std::string fit_text(const std::string& s, float width);
 // comma or a colon followed by a space) shortened to its file name. The message's full
 // text goes behind a "Details" toggle.
 std::string without_folders(const std::string& s);
+// without_folders, and the names of tensors after the word "tensor" left out ("weight tensor
+// blk.0.attn_q.weight holds a NaN" -> "weight tensor holds a NaN"): a teacher's popup.
+std::string plain_words(const std::string& s);
 
 }  // namespace dsgui

@@ -6,6 +6,7 @@
 
 #include "widgets/text.h"
 
+using dsgui::plain_words;
 using dsgui::without_folders;
 
 TEST(WithoutFolders, PathsBecomeFileNamesAndTheRestStays) {
@@ -19,4 +20,18 @@ TEST(WithoutFolders, PathsBecomeFileNamesAndTheRestStays) {
     EXPECT_EQ(without_folders(s), s);
   // A colon inside a path that is not followed by a space stays part of the path.
   EXPECT_EQ(without_folders("/data/run:2/x.dstrace: bad"), "x.dstrace: bad");
+}
+
+TEST(PlainWords, TensorNamesLeaveTheWordsStay) {
+  EXPECT_EQ(plain_words("weight tensor blk.0.attn_q.weight holds a NaN at flat index 7"),
+            "weight tensor holds a NaN at flat index 7");
+  EXPECT_EQ(plain_words("trace tensor L3.attn.pattern has the wrong shape"), "trace tensor has the wrong shape");
+  EXPECT_EQ(plain_words("trace tensor L0.lens.ids or L0.lens.probs has the wrong shape"),
+            "trace tensor has the wrong shape");
+  EXPECT_EQ(plain_words("/m/x.gguf: tensor 'model.layers.2.mlp.up_proj': size 0"), "x.gguf: tensor: size 0");
+  // Folders go too; ordinary words after "tensor" stay.
+  EXPECT_EQ(plain_words("/srv/a/b.safetensors: the tensor data ends early"),
+            "b.safetensors: the tensor data ends early");
+  EXPECT_EQ(plain_words("every tensor has a name"), "every tensor has a name");
+  EXPECT_EQ(plain_words(""), "");
 }

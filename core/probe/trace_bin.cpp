@@ -33,6 +33,9 @@ using namespace trace_rules;
 constexpr char kMagic[8] = {'D', 'S', 'T', 'R', 'A', 'C', 'E', '\x1a'};
 constexpr char kEnd[8] = {'D', 'S', 'T', 'R', 'E', 'N', 'D', '\0'};
 constexpr uint32_t kBinVersion = 1;
+// flags bit 0: every sample record ends with what chose its token (SampleRecord::chosen).
+// Files without it (written before the flag) read as before, with no choice recorded.
+constexpr uint32_t kFlagChoices = 1;
 // A JSON trace larger than this is refused (Trace::write_json): the binary format holds it.
 constexpr uint64_t kJsonMaxBytes = 200ull << 20;
 
@@ -121,6 +124,16 @@ void put_sample(Out& o, const SampleRecord& r) {
     o.pod(uint8_t(cd.lookahead));
     for (float v : {cd.confidence, cd.degeneration, cd.score}) o.pod(v);
   }
+  o.pod(uint8_t(r.chosen ? 1 : 0));  // kFlagChoices
+  if (r.chosen) {
+    const TokenChoice& ch = *r.chosen;
+    o.str(ch.by);
+    o.pod(int32_t(ch.width));
+    for (double v : {ch.length_penalty, ch.logprob, ch.sum}) o.pod(v);
+    o.pod(int32_t(ch.rank));
+    o.pod(ch.score);
+    o.pod(uint8_t(ch.final));
+  }
 }
 
 void put_step(Out& o, const TraceStep& s) {
@@ -151,7 +164,7 @@ void put_trace(Out& o, const Trace& t) {
   const std::string head = h.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   o.raw(kMagic, sizeof kMagic);
   o.pod(kBinVersion);
-  o.pod(uint32_t(0));  // flags, none yet
+  o.pod(kFlagChoices);
   o.pod(uint64_t(head.size()));
   o.raw(head.data(), head.size());
   put_tensors(o, t.encoder);
@@ -284,7 +297,26 @@ std::map<std::string, Tensor> get_tensors(In& in, const Config& c, const HookNam
   return out;
 }
 
-SampleRecord get_sample(In& in, const Config& c, const Where& w) {
+// What chose a token that was given, not drawn (kFlagChoices).
+TokenChoice get_choice(In& in, const Where& w) {
+  TokenChoice ch;
+  ch.by = in.str("sample chosen by", w);
+  if (ch.by.empty() || ch.by.size() > 64) w.bad("sample chosen by", "is not a method's name");
+  ch.width = in.pod<int32_t>("sample chosen width", w);
+  if (ch.width < 0 || ch.width > (1 << 16)) w.bad("sample chosen width", "is " + std::to_string(ch.width));
+  ch.length_penalty = in.pod<double>("sample chosen length_penalty", w);
+  ch.logprob = in.pod<double>("sample chosen logprob", w);
+  ch.sum = in.pod<double>("sample chosen sum", w);
+  ch.rank = in.pod<int32_t>("sample chosen rank", w);
+  if (ch.rank < -1 || ch.rank > (1 << 16)) w.bad("sample chosen rank", "is " + std::to_string(ch.rank));
+  ch.score = in.pod<double>("sample chosen score", w);
+  ch.final = in.flag("sample chosen final", w);
+  for (double v : {ch.length_penalty, ch.logprob, ch.sum, ch.score})
+    if (!std::isfinite(v)) w.bad("sample chosen", "holds a number that is not finite");
+  return ch;
+}
+
+SampleRecord get_sample(In& in, const Config& c, bool choices, const Where& w) {
   SampleRecord r;
   SamplerConfig& s = r.config;
   s.temperature = in.finite("sample temperature", w);
@@ -319,10 +351,11 @@ SampleRecord get_sample(In& in, const Config& c, const Where& w) {
     cd.score = in.finite(f + " score", w);
     r.candidates.push_back(std::move(cd));
   }
+  if (choices && in.flag("sample chosen flag", w)) r.chosen = get_choice(in, w);
   return r;
 }
 
-TraceStep get_step(In& in, const Trace& t, const HookNames& hooks, int pos, const Where& w) {
+TraceStep get_step(In& in, const Trace& t, const HookNames& hooks, int pos, bool choices, const Where& w) {
   const Config& c = t.config;
   TraceStep s;
   const int64_t p0 = in.pod<int64_t>("pos0", w);
@@ -347,7 +380,7 @@ TraceStep get_step(In& in, const Trace& t, const HookNames& hooks, int pos, cons
     check_id(id, "token_text id", c, w);
     s.token_text[id] = in.str("token_text \"" + std::to_string(id) + "\"", w);
   }
-  if (in.flag("sample flag", w)) s.sample = get_sample(in, c, w);
+  if (in.flag("sample flag", w)) s.sample = get_sample(in, c, choices, w);
   const Sizes z{int(s.input.size()), s.pos0 + int(s.input.size()), int(t.source.size())};
   s.tensors = get_tensors(in, c, hooks, z, false, w);
   return s;
@@ -365,7 +398,8 @@ Trace get_trace(In& in) {
     throw Error("binary trace version " + std::to_string(version) +
                 " is not one this program reads (it reads version " + std::to_string(kBinVersion) + ")");
   const uint32_t flags = in.pod<uint32_t>("flags", w);
-  if (flags != 0) w.bad("flags", "are " + std::to_string(flags) + " (this version sets none)");
+  if (flags & ~kFlagChoices)
+    w.bad("flags", "are " + std::to_string(flags) + " (this program knows only bit 0, the tokens' choices)");
   const uint64_t n_head = in.pod<uint64_t>("header length", w);
   if (n_head > in.left())
     w.bad("header length", "is " + std::to_string(n_head) + " bytes, but the file has " + std::to_string(in.left()) +
@@ -379,7 +413,8 @@ Trace get_trace(In& in) {
   if (n_steps == 0) throw Error("the trace has no steps: nothing to replay");
   int pos = 0;
   for (uint64_t i = 0; i < n_steps; ++i) {
-    t.steps.push_back(get_step(in, t, hooks, pos, Where{"trace step " + std::to_string(i + 1)}));
+    t.steps.push_back(
+        get_step(in, t, hooks, pos, (flags & kFlagChoices) != 0, Where{"trace step " + std::to_string(i + 1)}));
     pos += int(t.steps.back().input.size());
   }
   char end[8];

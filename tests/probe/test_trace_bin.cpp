@@ -51,6 +51,18 @@ Trace make_trace(bool encdec, bool compact) {
   cd.score = 0.375f;
   cd.removed = 2;
   cd.repeated = true;
+  // Steps chosen by beam search and forced: what chose them is kept (kFlagChoices).
+  TokenChoice beam;
+  beam.by = "beam search";
+  beam.width = 3;
+  beam.length_penalty = 0.75;
+  beam.logprob = -0.3125;
+  beam.sum = -2.0625;
+  beam.rank = 1;
+  beam.score = -1.5;
+  beam.final = true;
+  t.steps[2].sample->chosen = beam;
+  t.steps[3].sample->chosen = TokenChoice{};  // "forced"
   return t;
 }
 
@@ -116,6 +128,18 @@ void expect_same(const Trace& a, const Trace& b) {
     EXPECT_EQ(x.token, y.token);
     EXPECT_EQ(x.rank, y.rank);
     EXPECT_EQ(x.n_kept, y.n_kept);
+    ASSERT_EQ(x.chosen.has_value(), y.chosen.has_value());
+    if (x.chosen) {
+      const TokenChoice &c = *x.chosen, &d = *y.chosen;
+      EXPECT_EQ(c.by, d.by);
+      EXPECT_EQ(c.width, d.width);
+      EXPECT_EQ(c.length_penalty, d.length_penalty);
+      EXPECT_EQ(c.logprob, d.logprob);
+      EXPECT_EQ(c.sum, d.sum);
+      EXPECT_EQ(c.rank, d.rank);
+      EXPECT_EQ(c.score, d.score);
+      EXPECT_EQ(c.final, d.final);
+    }
     ASSERT_EQ(x.candidates.size(), y.candidates.size());
     for (size_t k = 0; k < x.candidates.size(); ++k) {
       const Candidate &p = x.candidates[k], &q = y.candidates[k];
@@ -284,7 +308,7 @@ TEST(TraceBin, MagicVersionAndHeader) {
   has(message_of("{\"format\": 1}"), "not a decoderscope binary trace");
   has(message_of(put(b, 0, 'X')), "does not start with DSTRACE");
   has(message_of(put(b, 8, uint32_t(2))), "binary trace version 2 is not one this program reads");
-  has(message_of(put(b, 12, uint32_t(1))), "flags");
+  has(message_of(put(b, 12, uint32_t(2))), "flags");  // bit 0 (the choices) is the only one
   has(message_of(put(b, 16, uint64_t(1) << 62)), "header length is 4611686018427387904 bytes");
   has(message_of(put(b, 24, 'x')), "not valid JSON");
   // The header's JSON is checked as a JSON trace's: a config the model cannot have.
@@ -293,6 +317,51 @@ TEST(TraceBin, MagicVersionAndHeader) {
   ASSERT_NE(at, std::string::npos);
   bad[at + 10] = '0';
   has(message_of(bad), "trace model config");
+}
+
+// A file written before the choices were kept (flags 0: no byte for them after each
+// sample) still reads, with no choice recorded: built from today's bytes by dropping each
+// sample's "no choice" byte, found by walking the format as the README describes it.
+TEST(TraceBin, AFileWithoutChoicesStillReads) {
+  Trace t = make_trace(false, false);
+  for (auto& st : t.steps)
+    if (st.sample) st.sample->chosen.reset();
+  const std::string b = bytes_of(t);
+  ASSERT_EQ(get<uint32_t>(b, 12), 1u);
+  std::string old = put(b, 12, uint32_t(0));
+  // Offsets of the "no choice" bytes: after each sample's last candidate.
+  std::vector<size_t> drop;
+  size_t at = first_step(b);
+  auto skip_str = [&] { at += 4 + get<uint32_t>(b, at); };
+  for (size_t i = 0; i < t.steps.size(); ++i) {
+    at += 8;                                                                                    // pos0
+    at += 8 + 4 * get<uint64_t>(b, at);                                                         // input
+    for (uint64_t n = get<uint64_t>(b, at), k = (at += 8, 0); k < n; ++k) skip_str();           // input_text
+    at += 8 + 1;                                                                                // forward_ms, kv_cache
+    for (uint64_t n = get<uint64_t>(b, at), k = (at += 8, 0); k < n; ++k) at += 4, skip_str();  // token_text
+    const bool sampled = b[at++] == 1;
+    if (sampled) {
+      at += 4 + 4 + 4 + 8 + 4 + 1 + 4 + 1 + 8 + 4 + 4 + 4;  // the sampler's settings and the draw
+      for (uint64_t n = get<uint64_t>(b, at), k = (at += 8, 0); k < n; ++k) at += 4, skip_str(), at += 20 + 3 + 12;
+      ASSERT_EQ(b[at], 0) << "step " << i << ": the choice byte";
+      drop.push_back(at++);
+    }
+    // The step's tensor table.
+    for (uint64_t n = get<uint64_t>(b, at), k = (at += 8, 0); k < n; ++k) {
+      skip_str();
+      const int rank = uint8_t(b[at + 1]);
+      at += 2 + 4 * size_t(rank);
+      const uint64_t n16 = get<uint64_t>(b, at), n32 = get<uint64_t>(b, at + 8);
+      at += 16 + 2 * n16 + 4 * n32;
+    }
+  }
+  ASSERT_EQ(at + 8, b.size());  // the walk ends at the end marker
+  ASSERT_FALSE(drop.empty());
+  for (auto it = drop.rbegin(); it != drop.rend(); ++it) old.erase(*it, 1);
+  const Trace back = Trace::read_binary(old.data(), old.size());
+  expect_same(t, back);
+  // The same bytes with the flag set are one byte short a sample: a clear error.
+  has(message_of(put(old, 12, uint32_t(1))), "trace step");
 }
 
 TEST(TraceBin, HugeDeclaredCountsAreCheckedBeforeAnythingIsAllocated) {

@@ -106,8 +106,8 @@ void grid(App& app, RolesState& st, const ds::HeadRoles& r, float width) {
 }
 
 // Outlines the cells the score counts (D > 0) on the map placed at pl. Large cells get
-// a frame each; small ones (where a frame would cover the cell) a line along each side
-// of every diagonal run of them, so the cells themselves stay visible between the two.
+// a frame each; small ones (where a frame would cover the cell) a line on each side of
+// every diagonal run of them, so the cells themselves stay visible between the two.
 void outline_cells(const HeatmapPlacement& pl, const ds::MatRM& D, int T) {
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const ImU32 c = IM_COL32(255, 200, 40, 255);
@@ -129,9 +129,12 @@ void outline_cells(const HeatmapPlacement& pl, const ds::MatRM& D, int T) {
       if (on(i - 1, j - 1)) continue;  // not the first cell of its diagonal run
       int n = 1;
       while (on(i + n, j + n)) ++n;
+      // Through the centres of the cells two diagonals away, so that the run and its
+      // neighbours show whole between the lines; white, unlike any colour map's cells.
       const float i0 = float(i), j0 = float(j), i1 = float(i + n), j1 = float(j + n);
-      dl->AddLine(at(i0 - 0.5f, j0 + 0.5f), at(i1 - 0.5f, j1 + 0.5f), c, 1.0f);  // above-right of the run
-      dl->AddLine(at(i0 + 0.5f, j0 - 0.5f), at(i1 + 0.5f, j1 - 0.5f), c, 1.0f);  // below-left of it
+      const ImU32 w = IM_COL32(255, 255, 255, 230);
+      dl->AddLine(at(i0 - 0.5f, j0 + 1.5f), at(i1 - 0.5f, j1 + 1.5f), w, 1.0f);  // above-right of the run
+      dl->AddLine(at(i0 + 1.5f, j0 - 0.5f), at(i1 + 1.5f, j1 - 0.5f), w, 1.0f);  // below-left of it
     }
 }
 

@@ -207,6 +207,17 @@ void gemv_rows(const void* W, Precision p, int64_t cols, const float* x, float* 
   gemv_portable(W, p, cols, x, y, r0, r1, pr);
 }
 
+void gemv_rows_many(const void* W, Precision p, int64_t cols, const float* X, int n, float* Y, int64_t ldy, int64_t r0,
+                    int64_t r1, int64_t pr) {
+  // Blocks of 8 rows on the groups' boundaries (the first may be shorter): a group is
+  // multiplied as gemv_rows multiplies it, whatever the block.
+  for (int64_t b = r0; b < r1;) {
+    const int64_t e = std::min(r1, (b / 8 + 1) * 8);
+    for (int k = 0; k < n; ++k) gemv_rows(W, p, cols, X + int64_t(k) * cols, Y + int64_t(k) * ldy + (b - r0), b, e, pr);
+    b = e;
+  }
+}
+
 namespace {
 // Rows r0 <= r < r1 of a matrix in tiles as float32: each row's chunks of 8 values
 // are 64 values apart.

@@ -42,6 +42,13 @@ void rows_into_tiles(const void* src, void* dst, int esz, int64_t rows, int64_t 
 void gemv_rows(const void* W, Precision p, int64_t cols, const float* x, float* y, int64_t r0, int64_t r1,
                int64_t pr = 0);
 
+// y_k[r - r0] = (W x_k)[r] for n vectors at once, x_k = X + k * cols, y_k = Y + k * ldy:
+// the matrix is read from memory once, 8 rows (a tile group) at a time, and each group
+// stays in the cache while every vector is multiplied with it (gemv_rows per group: the
+// same sums, bit for bit, as gemv_rows of each vector alone).
+void gemv_rows_many(const void* W, Precision p, int64_t cols, const float* X, int n, float* Y, int64_t ldy, int64_t r0,
+                    int64_t r1, int64_t pr = 0);
+
 // Rows r0 <= r < r1 of such a matrix (quantized ones too) as float32, row-major (out
 // holds (r1-r0)*cols).
 void rows_f32(const void* W, Precision p, int64_t cols, int64_t pr, int64_t r0, int64_t r1, float* out);
@@ -66,6 +73,10 @@ struct MatView {
   void row(int64_t r, float* out) const { rows_f32(r, r + 1, out); }
   // Rows r0 <= r < r1 as float32, row-major.
   void rows_f32(int64_t r0, int64_t r1, float* out) const { ds::rows_f32(data, type, cols, tile_rows, r0, r1, out); }
+  // gemv_rows_many over rows r0 <= r < r1.
+  void gemv_many(const float* X, int n, float* Y, int64_t ldy, int64_t r0, int64_t r1) const {
+    ds::gemv_rows_many(data, type, cols, X, n, Y, ldy, r0, r1, tile_rows);
+  }
   // y[r - r0] = (W x)[r] for r0 <= r < r1.
   void gemv(const float* x, float* y, int64_t r0, int64_t r1) const {
     gemv_rows(data, type, cols, x, y, r0, r1, tile_rows);

@@ -157,6 +157,19 @@ void scan(const MatView& W, const float* y, int rows, int d, int64_t v0, int64_t
       }
     return;
   }
+  if (!is_quantized(W.type)) {
+    // Float storages: each group of 8 head rows, read once, against every residual row
+    // while it is in the cache (no widened copy of the head: it is in tiles).
+    for (int64_t c0 = v0; c0 < v1; c0 += kChunk) {
+      const int n = int(std::min(kChunk, v1 - c0));
+      for (int r0 = 0; r0 < rows; r0 += kRowBlock) {
+        const int nr = std::min(kRowBlock, rows - r0);
+        W.gemv_many(y + size_t(r0) * d, nr, L, n, c0, c0 + n);
+        for (int i = 0; i < nr; ++i) p.add(r0 + i, L + size_t(i) * n, n, int(c0));
+      }
+    }
+    return;
+  }
   for (int64_t c0 = v0; c0 < v1; c0 += kChunk) {
     const int n = int(std::min(kChunk, v1 - c0));
     W.rows_f32(c0, c0 + n, B);

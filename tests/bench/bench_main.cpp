@@ -4,12 +4,14 @@
 //   decoderscope_bench decode [--shape gpt2-small|llama-110m] [--steps N] [--threads N] [--reps R]
 //                             [--precision f32|bf16|f16] [--prefill N] [--trace-tokens N]
 //   decoderscope_bench team [--threads 2] [--regions N] [--gap-us 5]
+//   decoderscope_bench lens [--rows 13] [--reps 5] [--precision f32|bf16|f16]
 #include <cstdio>
 #include <cstring>
 
 int bench_load(int argc, char** argv);    // bench_load.cpp
 int bench_decode(int argc, char** argv);  // bench_decode.cpp
 int bench_team(int argc, char** argv);    // bench_team.cpp
+int bench_lens(int argc, char** argv);    // bench_lens.cpp
 
 int main(int argc, char** argv) {
   struct Sub {
@@ -22,6 +24,8 @@ int main(int argc, char** argv) {
       {"decode", bench_decode,
        "bandwidth floor, decode, prefill and trace memory of a random GPT-2-small or llama-110M-shaped model"},
       {"team", bench_team, "what one parallel region costs: OpenMP's fork and join against the engine's thread team"},
+      {"lens", bench_lens,
+       "the logit lens's unembedding of several rows: by groups of head rows against widened slices"},
   };
   if (argc >= 2) {
     for (const Sub& s : subs)

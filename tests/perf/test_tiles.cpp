@@ -111,6 +111,40 @@ TEST(Tiles, ProductsAndRowsMatchDoubleLoops) {
   }
 }
 
+// Several vectors at once (the logit lens's residual rows against the head): each
+// vector's products are gemv_rows's, bit for bit, over ranges that start and end inside
+// groups and in the row-major tail; and gemv_rows's are the double loop's (above).
+TEST(Tiles, ManyVectorsGiveEachVectorsProducts) {
+  for (ds::Precision prec : {ds::Precision::F32, ds::Precision::BF16, ds::Precision::F16}) {
+    for (auto [rows, cols] : kShapes) {
+      SCOPED_TRACE(std::string(ds::precision_name(prec)) + " " + std::to_string(rows) + "x" + std::to_string(cols));
+      const std::vector<float> w = random_values(rows * cols, 4);
+      std::vector<uint16_t> h(w.size());
+      std::vector<float> stored = w;
+      if (prec != ds::Precision::F32) ds::narrow(w.data(), int64_t(w.size()), prec, h.data());
+      void* data = prec == ds::Precision::F32 ? static_cast<void*>(stored.data()) : static_cast<void*>(h.data());
+      ds::rows_to_tiles(data, ds::precision_bytes(prec), rows, cols);
+      const int64_t pr = ds::tile_rows(rows);
+      const int n = 5;
+      const std::vector<float> X = random_values(n * cols, 5);
+      for (auto [r0, r1] :
+           std::vector<std::pair<int64_t, int64_t>>{{0, rows}, {3, rows - 2}, {5, 7}, {rows - 1, rows}, {9, rows}}) {
+        if (r0 < 0 || r1 <= r0) continue;
+        const int64_t ld = r1 - r0 + 3;  // a gap between the vectors' outputs stays untouched
+        std::vector<float> Y(size_t(n * ld), -7.0f);
+        ds::gemv_rows_many(data, prec, cols, X.data(), n, Y.data(), ld, r0, r1, pr);
+        for (int k = 0; k < n; ++k) {
+          std::vector<float> y(size_t(r1 - r0));
+          ds::gemv_rows(data, prec, cols, X.data() + k * cols, y.data(), r0, r1, pr);
+          for (int64_t r = r0; r < r1; ++r)
+            ASSERT_EQ(Y[size_t(k * ld + (r - r0))], y[size_t(r - r0)]) << "vector " << k << " row " << r;
+          for (int64_t g = r1 - r0; g < ld; ++g) ASSERT_EQ(Y[size_t(k * ld + g)], -7.0f);
+        }
+      }
+    }
+  }
+}
+
 TEST(Tiles, PrefillProductsPackFromTiles) {
   if (!ds::gemm_nt_available()) GTEST_SKIP() << "gemm_nt needs an AVX-512 build";
   for (auto [N, K] : std::vector<std::pair<int64_t, int64_t>>{{77, 40}, {64, 768}, {1000, 24}}) {

@@ -417,7 +417,10 @@ void summary(App& app, BeamsState& st) {
   if (r.finished.size() > 1) {
     ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
     ImGui::TextUnformatted("Runners-up:");
-    for (const std::string& line : runners_up(a)) ImGui::TextWrapped("%s", line.c_str());
+    for (const std::string& line : runners_up(a)) {  // side by side while they fit, else each on its line
+      flow(ImGui::CalcTextSize(line.c_str()).x + font);
+      ImGui::TextWrapped("%s", line.c_str());
+    }
     ImGui::PopStyleColor();
   }
 }

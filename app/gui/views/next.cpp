@@ -461,17 +461,21 @@ bool sampler_controls(App& app, float lw) {
 // Left: the settings for the steps to come, previewing them on this step, and
 // re-drawing it with them. Returns the step the view explains (the one sampled at the
 // selected position, else the cursor's).
-int sampling_settings(App& app) {
-  const ds::Trace& t = app.history.trace;
+// The step the view shows: the one that drew the selected position's token, else the
+// cursor's.
+int shown_step(const App& app) {
+  const int s = step_sampling_at(app.history.trace, app.selected_position());
+  return s < 0 ? app.sel.cursor : s;
+}
+
+void sampling_settings(App& app) {
   const float font = ImGui::GetFontSize();
   NextState& st = app.state<NextState>();
   ImGui::BeginGroup();
   const float lw = font * 16;
   ImGui::TextUnformatted("Settings for the next steps");
   if (sampler_controls(app, lw)) app.send_sampler();
-  const int pos = app.selected_position();
-  int s = step_sampling_at(t, pos);
-  if (s < 0) s = app.sel.cursor;
+  const int s = shown_step(app);
   ImGui::Checkbox("Preview on this step", &st.preview);
   tooltip(app,
           "While the settings differ from those this step was drawn with, the table shows the step's distribution "
@@ -489,7 +493,6 @@ int sampling_settings(App& app) {
   tooltip(app, "Take the next seed and draw this step again: a new random number u.");
   ImGui::EndDisabled();
   ImGui::EndGroup();
-  return s;
 }
 
 // The reshaped table of step s under the window's settings, when they differ from the
@@ -679,12 +682,15 @@ void panel_next(App& app) {
   const ds::Trace& t = app.history.trace;
   const float font = ImGui::GetFontSize();
 
-  // Beside the settings when the table fits there (about 52 characters), else below them.
+  // Beside the settings when the table fits there (about 52 characters), else above
+  // them (the table is what the class looks at; the settings scroll into view).
   const bool beside = ImGui::GetContentRegionAvail().x > font * 52;
-  const int s = sampling_settings(app);
+  if (beside) sampling_settings(app);
+  const int s = shown_step(app);
   if (s < 0 || s >= int(t.steps.size()) || !t.steps[s].sample) {
-    ImGui::SameLine(0, font * 2);
+    if (beside) ImGui::SameLine(0, font * 2);
     ImGui::TextDisabled("No token drawn yet: press Step (Right arrow).");
+    if (!beside) sampling_settings(app);
     return;
   }
   const ds::SampleRecord& drawn = *t.steps[s].sample;
@@ -709,6 +715,10 @@ void panel_next(App& app) {
     ImGui::TextWrapped("Before: \"%s\" came out%s, %s", visible(bd ? bd->text : "?").c_str(), u, how_chosen(b).c_str());
   }
   ImGui::EndGroup();
+  if (!beside) {
+    ImGui::Separator();
+    sampling_settings(app);
+  }
 }
 
 }  // namespace dsgui

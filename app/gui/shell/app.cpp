@@ -1212,9 +1212,9 @@ bool App::status_shown() const {
 
 int App::status_rows() const {
   const float w = ImGui::GetContentRegionAvail().x, font = ImGui::GetFontSize();
-  if (!msgs.error.empty()) return ImGui::CalcTextSize(msgs.error.c_str()).x + font * 3 > w ? 2 : 1;
-  // A message beside the model's name and size (some 25 characters) and the step time.
-  return status_shown() && ImGui::CalcTextSize(msgs.status.c_str()).x + font * 24 > w ? 2 : 1;
+  // An error too long for the line gets a second; a status message never does (it takes
+  // the model's place on the line instead, status_bar), so views keep their size.
+  return !msgs.error.empty() && ImGui::CalcTextSize(msgs.error.c_str()).x + font * 3 > w ? 2 : 1;
 }
 
 namespace {
@@ -1268,6 +1268,13 @@ void App::status_bar() {
     ImGui::Text("loading %s ... %.1f s", engine.loading_what.c_str(), t);
     return;
   }
+  // A message too long to go beside the model's name takes the whole line for its
+  // 8 seconds (the line never grows: the views keep their size); whole in a tooltip.
+  if (status_shown() && ImGui::CalcTextSize(msgs.status.c_str()).x > ImGui::GetContentRegionAvail().x - font * 24) {
+    ImGui::TextDisabled("%s", fit_text(msgs.status, ImGui::GetContentRegionAvail().x).c_str());
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", msgs.status.c_str());
+    return;
+  }
   if (history.replay) {
     ImGui::Text("replaying %s (%d layers x %d heads): nothing is recomputed",
                 history.trace.model_name.empty() ? "a saved trace" : history.trace.model_name.c_str(),
@@ -1319,15 +1326,9 @@ void App::status_bar() {
     ImGui::SameLine();
     ImGui::TextColored(ImVec4(1, 0.4f, 0.4f, 1), "  %d head%s switched off", int(n_off), n_off == 1 ? "" : "s");
   }
-  if (status_shown()) {
-    // Beside the model (whose details step aside for it), or on the line below when that
-    // is too narrow; cut only past the window's width, whole in a tooltip.
-    if (status_rows_now == 1) {
-      ImGui::SameLine();
-      ImGui::TextDisabled("%s", fit_text("  " + msgs.status, ImGui::GetContentRegionAvail().x).c_str());
-    } else {
-      ImGui::TextDisabled("%s", fit_text(msgs.status, ImGui::GetContentRegionAvail().x).c_str());
-    }
+  if (status_shown()) {  // beside the model, whose details step aside for it
+    ImGui::SameLine();
+    ImGui::TextDisabled("%s", fit_text("  " + msgs.status, ImGui::GetContentRegionAvail().x).c_str());
     if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", msgs.status.c_str());
   }
 }

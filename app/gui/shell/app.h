@@ -307,7 +307,7 @@ class App {
   void token_strip();
   void status_bar();
   bool status_shown() const;  // a status message is on (for 8 s; always in a scripted run)
-  int status_rows() const;    // 2 when the message needs a line of its own
+  int status_rows() const;    // 2 when an error needs a second line
   int status_rows_now = 1;    // status_rows() as the frame's layout took it
   void view_tabs();
   void selection_keys();  // Up/Down layer, [ ] head, , . token (shortcuts)

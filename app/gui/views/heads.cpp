@@ -420,7 +420,7 @@ void zoom_panel(App& app, float w, float h) {
   a.size = ImVec2(w, std::max(font * 8, ImGui::GetContentRegionAvail().y - ImGui::GetStyle().ItemSpacing.y));
   const std::string last = app.maps.last_heatmap;  // the grids stay what an export saves
   const ImVec2 at = ImGui::GetCursorScreenPos();
-  const HeatmapHit hit = heatmap_widget(app, "heads-zoom", a);
+  const HeatmapHit hit = heatmap_widget(app, "head-zoom", a);  // not "heads...": those are the grids
   app.maps.last_heatmap = last;
   if (hit.hovered) {
     ImGui::BeginTooltip();

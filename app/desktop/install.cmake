@@ -55,7 +55,8 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)  # decoderscope_0.1_amd64.deb
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_STRIP_FILES ON)
 # The shared libraries' packages come from dpkg-shlibdeps (dpkg-dev); the rest by hand:
-# the fonts the window draws with and Mesa's drivers for its OpenGL 3.3 context.
+# libGL (which GLFW opens at run time), the fonts the window draws with and Mesa's
+# drivers for its OpenGL 3.3 context.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
-set(CPACK_DEBIAN_PACKAGE_DEPENDS "fonts-dejavu-core, libgl1-mesa-dri")
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "libgl1, fonts-dejavu-core, libgl1-mesa-dri")
 include(CPack)

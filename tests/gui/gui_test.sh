@@ -45,6 +45,9 @@ fi
 # helpers are leak-checked by decoderscope_gui_tests.)
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 mkdir -p "$OUT"
+# Windows driven by keys are not scripted runs: they keep their recent files here, not in ~/.config.
+export XDG_CONFIG_HOME
+XDG_CONFIG_HOME="$(cd "$OUT" && pwd)/xdg-config"
 rm -f "$OUT"/*.png "$OUT"/*.json "$OUT"/*.log "$OUT"/*.dstrace
 failed=0
 passed=0

@@ -1213,6 +1213,10 @@ PY
   fails installed_noshaders "$share/shaders/heatmap.frag (installed)" --model builtin:dates --screenshot "$OUT/x.png"
   install_ok "shader message never names the checkout" \
     test "$(grep -cE "$src/shaders/|build tree" "$OUT/installed_noshaders.log")" = 0
+  if DECODERSCOPE_DATA="$here/moved" run installed_envshaders --model builtin:dates --steps 2; then
+    install_ok "window reads shaders from DECODERSCOPE_DATA" \
+      grep -qF "\"shaders\":\"$here/moved/shaders\"" "$OUT/installed_envshaders.png.json"
+  fi
   mv "$here/moved/shaders" "$share/shaders"
   cd "$here"
 }

@@ -79,7 +79,8 @@ usage:
 --model PATH: a GGUF file (llama, qwen2, qwen3 or gemma3 architecture: Llama 2 and 3.x,
   TinyLlama, SmolLM2, Mistral, Qwen2.5, Qwen3, Gemma 3; F32, F16, BF16, Q8_0, Q4_0, Q4_K,
   Q5_K, Q6_K, e.g. Q4_K_M files; quantized matrices stay quantized), a llama2.c .bin, a
-  GPT-2 or decoderscope model folder, or builtin:NAME.
+  GPT-2 or decoderscope model folder, or builtin:NAME (models/NAME in the program's
+  ../share/decoderscope, else the build tree's assets/, else $DECODERSCOPE_DATA).
 generate: --steps counts positions in all, prompt included (llama2.c's -n; default and
   maximum: the model's context). Prints the text (or with --ids the generated ids).
   A llama2.c model with no prompt starts from BOS (id 1). Defaults: temperature 1,

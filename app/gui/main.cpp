@@ -18,6 +18,7 @@
 #include "shell/app.h"
 #include "shell/notices.h"
 #include "shell/options.h"
+#include "shell/recent.h"
 #include "shell/window_io.h"
 #include "views/common.h"
 #include "views/views.h"
@@ -145,6 +146,13 @@ void close_window(GLFWwindow* win) {
   glfwTerminate();
 }
 
+// The recent models and traces (--settings, else the XDG settings file; a scripted run
+// none), and where pictures and traces are saved by default (interactive runs).
+void remember_files(App& app, const Options& o, bool scripted) {
+  recent_start(app, !o.settings.empty() ? o.settings : scripted ? std::string() : default_settings_path());
+  if (!scripted) default_save_folders(app);
+}
+
 // The settings the command line asks for; false when the shaders are missing, or in a
 // scripted run when a setting is invalid (interactive: a dialog says which, and the
 // default is kept).
@@ -186,16 +194,14 @@ bool configure(App& app, const Options& o, bool scripted) {
   }
   if (!ok) return false;
   apply_fonts_and_style(app, true);
-  const std::string shader_dir = find_shader_dir();
   std::string err;
+  const std::string shader_dir = find_shader_dir(&err);
   if (shader_dir.empty() || !app.maps.heat.init(shader_dir, err)) {
-    std::fprintf(stderr, "decoderscope: %s\n",
-                 shader_dir.empty() ? "cannot find the shaders folder (heatmap.frag) beside the program or in the "
-                                      "source tree"
-                                    : err.c_str());
+    std::fprintf(stderr, "decoderscope: %s\n", err.c_str());
     return false;
   }
   app.engine.worker.set_wake([] { glfwPostEmptyEvent(); });
+  remember_files(app, o, scripted);
   return true;
 }
 

@@ -1,7 +1,6 @@
 #include "io/loader.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 
 #include "io/gguf.h"
@@ -15,6 +14,7 @@
 #include "text/hf_tokenizer.h"
 #include "text/llama_tokenizer.h"
 #include "text/word_tokenizer.h"
+#include "util/data_dir.h"
 #include "util/error.h"
 
 namespace fs = std::filesystem;
@@ -150,12 +150,6 @@ LoadedModel load_folder_model(const std::string& dir, const std::string& tokeniz
   return out;
 }
 
-std::string executable_dir() {
-  std::error_code ec;
-  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string() : exe.parent_path().string();
-}
-
 }  // namespace
 
 std::string resolve_builtin(const std::string& name) {
@@ -164,22 +158,7 @@ std::string resolve_builtin(const std::string& name) {
     ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
                 c == '.');
   if (!ok) throw Error("builtin:" + name + ": a built-in model name is letters, digits, '_', '-' and '.'");
-  std::vector<fs::path> roots;
-  if (const char* env = std::getenv("DECODERSCOPE_ASSETS"); env && *env) roots.emplace_back(env);
-  if (std::string exe = executable_dir(); !exe.empty()) {
-    roots.push_back(fs::path(exe) / ".." / "assets");
-    roots.push_back(fs::path(exe) / ".." / "share" / "decoderscope" / "assets");
-  }
-  roots.push_back(fs::path(DS_SOURCE_DIR) / "assets");
-  std::string searched;
-  for (const fs::path& r : roots) {
-    const fs::path p = (r / "models" / name).lexically_normal();
-    std::error_code ec;
-    if (fs::is_directory(p, ec)) return p.string();
-    searched += (searched.empty() ? "" : ", ") + p.string();
-  }
-  throw Error("builtin:" + name + ": no such built-in model; looked in " + searched +
-              " (set DECODERSCOPE_ASSETS to the assets folder)");
+  return require_data("models/" + name, "builtin:" + name + " (a built-in model)");
 }
 
 LoadedModel load_model(const std::string& path, const std::string& tokenizer_path, Precision precision, bool in_place) {

@@ -44,9 +44,8 @@ struct LoadedModel {
 //    a Hugging Face GPT-2 folder (GPT-2 BPE
 //    tokenizer from the folder, or from the folder tokenizer_path when given) or
 //    decoderscope's own (its tokenizer);
-//  * "builtin:NAME": the folder assets/models/NAME, looked up under
-//    $DECODERSCOPE_ASSETS, then <executable dir>/../assets and
-//    <executable dir>/../share/decoderscope/assets, then the source tree's assets.
+//  * "builtin:NAME": the folder models/NAME of decoderscope's data (util/data_dir.h:
+//    installed share/decoderscope, then the build tree's assets/, then $DECODERSCOPE_DATA).
 // precision: how the linear layers, embeddings and head are kept in memory (F32, or
 // BF16/F16 to halve the bytes each token reads; the arithmetic stays float32).
 // in_place: float32 weights that the file holds as the engine reads them (llama2.c

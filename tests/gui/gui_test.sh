@@ -13,7 +13,7 @@
 # both runs in one group. Without GROUP every group runs in turn, in OUT_DIR.
 # A failed check is counted, not fatal: the script goes on to the next one.
 set -euo pipefail
-ALL_GROUPS=(views encdec replay models block gguf tracebin_dec tracebin_enc maps soak keys blockview beamtab headsmatter lensgrid)
+ALL_GROUPS=(views encdec replay models block gguf tracebin_dec tracebin_enc maps soak keys blockview beamtab headsmatter lensgrid install)
 if [ "${1:-}" = --list ]; then
   printf '%s\n' "${ALL_GROUPS[@]}"
   exit 0
@@ -45,6 +45,9 @@ fi
 # helpers are leak-checked by decoderscope_gui_tests.)
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 mkdir -p "$OUT"
+# Windows driven by keys are not scripted runs: they keep their recent files here, not in ~/.config.
+export XDG_CONFIG_HOME
+XDG_CONFIG_HOME="$(cd "$OUT" && pwd)/xdg-config"
 rm -f "$OUT"/*.png "$OUT"/*.json "$OUT"/*.log "$OUT"/*.dstrace
 failed=0
 passed=0
@@ -1148,6 +1151,95 @@ group_lensgrid() {
     check heatmap "$OUT/lens_short.png" lens nomask
     lens_cells "$OUT/lens_short.png" 4 all
   fi
+}
+
+# ---- install: `cmake --install` into a temporary prefix, both programs run from another
+# folder. The installed data is what they use: the sidecar names the installed shaders,
+# font and model folder, and with the installed model (or shaders) moved away the programs
+# fail naming only the installed place (and $DECODERSCOPE_DATA), never the checkout, then
+# work again with DECODERSCOPE_DATA pointing at the moved copy.
+install_ok() {  # install_ok NAME CONDITION...: a counted check
+  local name=$1
+  shift
+  if "$@"; then passed=$((passed + 1)); else
+    echo "FAIL install: $name"
+    failed=$((failed + 1))
+  fi
+}
+group_install() {
+  local build prefix share src here check_abs
+  check_abs=$(realpath "$CHECK")
+  local CHECK=$check_abs
+  build=$(cd "$(dirname "$APP")" && pwd)
+  here=$(cd "$OUT" && pwd)
+  src=$(cd "$(dirname "$0")/../.." && pwd)
+  prefix="$here/prefix"
+  share="$prefix/share/decoderscope"
+  rm -rf "$prefix" "$here/elsewhere" "$here/moved" "$here/config"
+  if ! cmake --install "$build" --prefix "$prefix" >"$here/install.log" 2>&1; then
+    echo "FAIL install: cmake --install"
+    sed 's/^/    /' "$here/install.log"
+    failed=$((failed + 1))
+    return
+  fi
+  for f in bin/decoderscope bin/decoderscope-cli share/decoderscope/models/stories/model.safetensors \
+    share/decoderscope/models/dates/config.json share/decoderscope/shaders/heatmap.frag \
+    share/decoderscope/fonts/DejaVuSans.ttf share/applications/decoderscope.desktop \
+    share/icons/hicolor/48x48/apps/decoderscope.png share/icons/hicolor/256x256/apps/decoderscope.png \
+    share/icons/hicolor/scalable/apps/decoderscope.svg share/man/man1/decoderscope.1 share/man/man1/decoderscope-cli.1; do
+    install_ok "$f installed" test -e "$prefix/$f"
+  done
+  install_ok "no screenshots installed" test ! -e "$share/screenshots"
+  # The icon's PNG is as large as its folder says (IHDR width and height).
+  install_ok "128 px icon" test "$(od -An -tu1 -j16 -N8 "$prefix/share/icons/hicolor/128x128/apps/decoderscope.png" | tr -s ' ')" = " 0 0 0 128 0 0 0 128"
+  if command -v desktop-file-validate >/dev/null; then
+    install_ok "desktop entry valid" desktop-file-validate "$prefix/share/applications/decoderscope.desktop"
+  fi
+  mkdir -p "$here/elsewhere" "$here/moved/models" "$here/config"
+  cd "$here/elsewhere"
+  local cli=("$prefix/bin/decoderscope-cli" generate --model builtin:stories --steps 12 --temperature 0)
+  install_ok "cli runs installed" "${cli[@]}" >"$here/cli.txt" 2>"$here/cli.log"
+  install_ok "cli writes the build's text" test "$("$build/decoderscope-cli" "${cli[@]:1}" 2>/dev/null)" = "$(cat "$here/cli.txt")"
+  mv "$share/models/stories" "$here/moved/models/stories"
+  install_ok "cli without the model fails" test "$(
+    "${cli[@]}" >/dev/null 2>"$here/cli_missing.log"
+    echo $?
+  )" != 0
+  install_ok "message names the installed place" grep -qF "$share/models/stories (installed)" "$here/cli_missing.log"
+  install_ok "message never names the checkout" test "$(grep -cE "$src/assets/|build tree" "$here/cli_missing.log")" = 0
+  install_ok "DECODERSCOPE_DATA is read" env DECODERSCOPE_DATA="$here/moved" "${cli[@]}" >/dev/null 2>"$here/cli_env.log"
+  mv "$here/moved/models/stories" "$share/models/stories"
+  # The window, installed, with a settings file of its own.
+  local APP="$prefix/bin/decoderscope"
+  local settings="$here/config/settings.json"
+  if run installed_dates --model builtin:dates --steps 6 --view cross --size 1024x768 --settings "$settings"; then
+    check heatmap "$OUT/installed_dates.png" cross nomask
+    install_ok "window reads the installed data" python3 - "$OUT/installed_dates.png.json" "$share" "$settings" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))["data"]
+share, settings = sys.argv[2], sys.argv[3]
+ok = (d["shaders"] == share + "/shaders" and d["model_dir"] == share + "/models/dates"
+      and d["font"] == share + "/fonts/DejaVuSans.ttf" and d["recent_models"][:1] == ["builtin:dates"]
+      and json.load(open(settings))["recent_models"][:1] == ["builtin:dates"])
+print("" if ok else "data used: %s" % d)
+sys.exit(0 if ok else 1)
+PY
+  fi
+  # A damaged settings file: a notice, the window runs.
+  printf '{"recent_models": ["builtin:dates", \xff' >"$settings"
+  if run installed_damaged --model builtin:dates --steps 2 --settings "$settings"; then
+    install_ok "damaged settings: a notice" grep -q "settings file .* is damaged" "$OUT/installed_damaged.log"
+  fi
+  mv "$share/shaders" "$here/moved/shaders"
+  fails installed_noshaders "$share/shaders/heatmap.frag (installed)" --model builtin:dates --screenshot "$OUT/x.png"
+  install_ok "shader message never names the checkout" \
+    test "$(grep -cE "$src/shaders/|build tree" "$OUT/installed_noshaders.log")" = 0
+  if DECODERSCOPE_DATA="$here/moved" run installed_envshaders --model builtin:dates --steps 2; then
+    install_ok "window reads shaders from DECODERSCOPE_DATA" \
+      grep -qF "\"shaders\":\"$here/moved/shaders\"" "$OUT/installed_envshaders.png.json"
+  fi
+  mv "$here/moved/shaders" "$share/shaders"
+  cd "$here"
 }
 
 for g in "${ALL_GROUPS[@]}"; do

@@ -1151,14 +1151,14 @@ TEST(OwnFolder, LoadErrors) {
   EXPECT_TRUE(contains(m, "blocks.1.ln3.g") && contains(m, "NaN")) << m;
 }
 
-TEST(Loader, BuiltinNamesResolveThroughTheAssetsVariable) {
+TEST(Loader, BuiltinNamesResolveThroughTheDataVariable) {
   TempDir tmp;
   ds::Config cfg = decoder_config();
   const std::string assets = tmp.sub("assets");
   ds::save_model_folder(assets + "/models/tiny", cfg, ds::Weights::random(cfg, 2), chars_tokenizer(cfg.vocab_size));
-  const char* old = std::getenv("DECODERSCOPE_ASSETS");
+  const char* old = std::getenv("DECODERSCOPE_DATA");
   const std::string saved = old ? old : "";
-  ::setenv("DECODERSCOPE_ASSETS", assets.c_str(), 1);
+  ::setenv("DECODERSCOPE_DATA", assets.c_str(), 1);
   ds::LoadedModel m = ds::load_model("builtin:tiny");
   EXPECT_EQ(m.name, "tiny");
   EXPECT_EQ(m.kind, "decoderscope");
@@ -1169,9 +1169,9 @@ TEST(Loader, BuiltinNamesResolveThroughTheAssetsVariable) {
   EXPECT_NE(error_of([] { ds::load_model("builtin:../models/tiny"); }), "");
   EXPECT_NE(error_of([] { ds::load_model("builtin:"); }), "");
   if (old)
-    ::setenv("DECODERSCOPE_ASSETS", saved.c_str(), 1);
+    ::setenv("DECODERSCOPE_DATA", saved.c_str(), 1);
   else
-    ::unsetenv("DECODERSCOPE_ASSETS");
+    ::unsetenv("DECODERSCOPE_DATA");
 }
 
 // ================================================================ corrupted files

@@ -6,6 +6,7 @@
 
 #include "io/gguf.h"
 #include "text/char_tokenizer.h"
+#include "util/data_dir.h"
 #include "util/error.h"
 
 namespace fs = std::filesystem;
@@ -92,17 +93,10 @@ ds::LoadedModel random_model(const ds::Config& c, const std::string& name, uint6
 
 std::vector<ModelChoice> model_choices() {
   std::vector<ModelChoice> out;
-#ifdef DS_SOURCE_DIR
-  std::error_code ec;
-  fs::path dir = fs::path(DS_SOURCE_DIR) / "assets" / "models";
-  if (fs::is_directory(dir, ec)) {
-    std::vector<std::string> names;
-    for (auto& e : fs::directory_iterator(dir, ec))
-      if (e.is_directory()) names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    for (auto& n : names) out.push_back({"built-in: " + n, "builtin:" + n, builtin_help(n)});
-  }
-#endif
+  // The built-in models: the folders of models/ in decoderscope's data (util/data_dir.h).
+  for (const std::string& n : ds::list_data("models"))
+    if (!ds::find_data("models/" + n + "/config.json").empty())
+      out.push_back({"built-in: " + n, "builtin:" + n, builtin_help(n)});
   if (std::string f = fixture_path(); !f.empty())
     out.push_back({"aidreams260K (llama2.c, trained)", f,
                    "A real 260K-parameter llama2.c model trained by its author on short generated \"dream\" texts."});
@@ -130,8 +124,6 @@ std::string builtin_help(const std::string& name) {
 
 std::string default_model_spec() {
   // The built-in models once they exist, else the llama2.c fixture, else a random one.
-#ifdef DS_SOURCE_DIR
-  std::error_code ec;
   // builtin:stories (a model that writes English) first, then builtin:dates
   // (cross-attention a class can read), then any other built-in.
   auto choices = model_choices();
@@ -139,10 +131,8 @@ std::string default_model_spec() {
   std::stable_partition(choices.begin(), choices.end(),
                         [](const ModelChoice& c) { return c.spec == "builtin:stories"; });
   for (auto& c : choices)
-    if (c.spec.rfind("builtin:", 0) == 0 &&
-        fs::exists(fs::path(DS_SOURCE_DIR) / "assets" / "models" / c.spec.substr(8) / "model.safetensors", ec))
+    if (c.spec.rfind("builtin:", 0) == 0 && !ds::find_data("models/" + c.spec.substr(8) + "/model.safetensors").empty())
       return c.spec;
-#endif
   std::string f = fixture_path();
   return f.empty() ? "random:decoder" : f;
 }

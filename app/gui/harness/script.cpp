@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
+#include "io/loader.h"
 #include "shell/app.h"
+#include "shell/recent.h"
 #include "shell/window_io.h"
 #include "views/heads_ablation.h"
 #include "views/views.h"
@@ -188,6 +191,27 @@ int ScriptedRun::shoot(int fw, int fh, int gl_errors) {
   return rc;
 }
 
+namespace {
+
+// Where the window's data came from (util/data_dir.h): the shaders' folder, the font, the
+// built-in model's folder; and the recent files remembered (shell/recent.h).
+std::string data_sidecar(App& app) {
+  nlohmann::json j;
+  j["shaders"] = find_shader_dir();
+  j["font"] = font_file("DejaVuSans.ttf");
+  const std::string spec = app.engine.model ? app.engine.model->spec : "";
+  try {
+    j["model_dir"] = spec.rfind("builtin:", 0) == 0 ? ds::resolve_builtin(spec.substr(8)) : "";
+  } catch (const std::exception& e) {
+    j["model_dir"] = std::string("error: ") + e.what();
+  }
+  j["recent_models"] = recent_settings(app).recent_models;
+  j["recent_traces"] = recent_settings(app).recent_traces;
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace
+
 void write_sidecar(const std::string& path, const App& app, const Options& o, int w, int h, int gl_errors) {
   std::ofstream f(path);
   f << "{\n  \"width\": " << w << ", \"height\": " << h << ", \"view\": \"" << o.view
@@ -213,6 +237,7 @@ void write_sidecar(const std::string& path, const App& app, const Options& o, in
   f << "  \"block_ok\": " << (block_ok(const_cast<App&>(app)) ? "true" : "false") << ",\n";
   f << "  \"block_view\": " << block_sidecar(const_cast<App&>(app)) << ",\n";
   f << "  \"kv_view\": " << kv_sidecar(const_cast<App&>(app)) << ",\n";
+  f << "  \"data\": " << data_sidecar(const_cast<App&>(app)) << ",\n";
   f << "  \"precision\": \"" << (app.engine.model ? ds::precision_name(app.engine.model->precision) : "") << "\",\n";
   f << "  \"storage\": \"" << (app.engine.model ? app.engine.model->storage_name() : "") << "\",\n";
   f << "  \"view_rect\": [" << app.maps.view_rect.x << ", " << app.maps.view_rect.y << ", " << app.maps.view_rect.z

@@ -13,6 +13,7 @@
 #include "engine_link/models.h"
 #include "imgui_stdlib.h"
 #include "shell/notices.h"
+#include "shell/recent.h"
 #include "shell/trace_io.h"
 #include "util/error.h"
 #include "widgets/file_browser.h"
@@ -460,6 +461,7 @@ void App::show_trace(ds::Trace t, const std::string& path, double seconds) {
   say("opened " + path + secs + ": " + std::to_string(history.trace.steps.size()) +
       " steps (replay, nothing is recomputed)");
   msgs.error.clear();
+  recent_trace(*this, path);
 }
 
 bool App::save_trace(const std::string& path) {
@@ -538,6 +540,7 @@ void on_loaded(App& app, const ev::Loaded& e) {
   if (!app.inputs.prev_model_spec.empty() && app.inputs.prev_model_spec != app.engine.model->spec)
     kept_sampler_note(app);
   app.inputs.prev_model_spec = app.engine.model->spec;
+  recent_model(app, app.engine.model->spec);
   app.inputs.error.clear();
   char buf[64];
   std::snprintf(buf, sizeof buf, ", %.1f s", app.engine.model->load_seconds);
@@ -629,6 +632,7 @@ void App::handle_events() {
                      char secs[32] = "";
                      if (!scripted) std::snprintf(secs, sizeof secs, " in %.1f s", s.seconds);
                      say("saved the trace to " + s.path + secs);
+                     recent_trace(*this, s.path);
                    },
                    [&](ev::Error& err) { on_error(*this, err); },
                    [&](ev::Idle&) { engine.steps_wanted = 0; },
@@ -783,6 +787,7 @@ void App::menu_bar() {
   if (ImGui::BeginMenu("File")) {
     if (ImGui::MenuItem("Open model file or folder...")) open_model_popup = true;
     if (ImGui::MenuItem("Open a saved trace (replay)...")) open_trace_popup = true;
+    recent_menu(*this);
     if (ImGui::MenuItem("Save the trace...", nullptr, false, !history.trace.steps.empty())) save_trace_popup = true;
     if (ImGui::MenuItem("Save a picture (PNG)...")) png_popup = true;
     ImGui::Separator();

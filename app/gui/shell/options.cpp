@@ -24,7 +24,7 @@ usage: decoderscope [--model M] [--tokenizer F] [--precision f32|bf16|f16] [--th
                     [--beam W] [--length-penalty A] [--cursor N] [--choose-branch N]
                     [--screenshot out.png] [--save-heatmap cells.png] [--save-trace out.dstrace]
                     [--stage ID] [--no-kv-cache] [--bench] [--size WxH] [--presenter]
-                    [--last-tokens N] [--zoom Z] [--soak N [--seed S]] [--sidecar]
+                    [--last-tokens N] [--zoom Z] [--soak N [--seed S]] [--sidecar] [--settings FILE]
 
 --model: a GGUF file (.gguf: llama, qwen2, qwen3, gemma3), a llama2.c .bin, a Hugging Face
   folder (Llama, Mistral, Qwen2, Qwen3, Gemma 3 with tokenizer.json; or GPT-2),
@@ -82,6 +82,9 @@ Scripted runs: --screenshot sets up, runs --steps steps (default 8), waits for t
 --presenter: starts in presenter mode (F11): the view alone, full screen (a scripted run
   keeps --size). --last-tokens N: heatmaps show only the last N tokens, following generation.
   --zoom Z: heatmaps start zoomed in Z times (1: fit), showing the newest cells.
+--settings FILE: the settings file the window reads and updates (the File menu's recent
+  models and traces); default $XDG_CONFIG_HOME/decoderscope/settings.json (else
+  ~/.config/...), none in scripted runs. A damaged file is ignored with a notice.
 --sidecar: every picture F12 saves gets a PNG.json beside it, as a scripted run's has (for
   tests that drive the window with keys).
 Keys: Right step, Left step back, Space play/pause (and stops Run to end), End run to the end,
@@ -240,6 +243,8 @@ Options parse_options(int argc, char** argv) {
       o.system = val(), o.has_system = true;
     else if (a == "--trace")
       o.trace = val();
+    else if (a == "--settings")
+      o.settings = val();
     else if (a == "--steps")
       o.steps = int(to_int(val(), a)), o.has_steps = true;
     else if (a == "--view")

@@ -10,16 +10,16 @@
 #include "shell/app.h"
 #include "stb_image_write.h"
 #include "util/atomic_file.h"
+#include "util/data_dir.h"
 #include "util/error.h"
 #include "widgets/gl.h"
 
 namespace dsgui {
 
-namespace {
-const char* kFontPath = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
-const char* kMonoPath = "/usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf";
-
-}  // namespace
+std::string font_file(const char* name) {
+  std::string p = ds::find_data(std::string("fonts/") + name);
+  return p.empty() ? std::string("/usr/share/fonts/truetype/dejavu/") + name : p;
+}
 
 void apply_fonts_and_style(App& app, bool first) {
   ImGuiIO& io = ImGui::GetIO();
@@ -33,17 +33,18 @@ void apply_fonts_and_style(App& app, bool first) {
                                    0x23CE, 0x2423, 0x2423, 0x25B2, 0x25C0, 0};
   ImFont* f = nullptr;
   std::error_code ec;
-  if (std::filesystem::exists(kFontPath, ec)) {
+  const std::string font = font_file("DejaVuSans.ttf"), mono = font_file("DejaVuSansMono.ttf");
+  if (std::filesystem::exists(font, ec)) {
     ImFontConfig cfg;
     cfg.OversampleH = 2;
-    f = io.Fonts->AddFontFromFileTTF(kFontPath, px, &cfg, ranges);
+    f = io.Fonts->AddFontFromFileTTF(font.c_str(), px, &cfg, ranges);
   }
   dsgui::set_unicode_font(f != nullptr);
   app.look.mono_font = nullptr;
-  if (f && std::filesystem::exists(kMonoPath, ec)) {
+  if (f && std::filesystem::exists(mono, ec)) {
     ImFontConfig cfg;
     cfg.OversampleH = 2;
-    app.look.mono_font = io.Fonts->AddFontFromFileTTF(kMonoPath, std::round(px * 0.9f), &cfg, ranges);
+    app.look.mono_font = io.Fonts->AddFontFromFileTTF(mono.c_str(), std::round(px * 0.9f), &cfg, ranges);
   }
   if (!f) {
     ImFontConfig cfg;

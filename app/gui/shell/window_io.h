@@ -12,6 +12,9 @@ class App;
 // Fonts and style for the current scale and theme. The first call happens before the
 // backend builds its font texture; later ones rebuild it.
 void apply_fonts_and_style(App& app, bool first);
+// The font file NAME (DejaVuSans.ttf): fonts/NAME of decoderscope's data (util/data_dir.h),
+// else the system's copy from Debian's fonts-dejavu-core.
+std::string font_file(const char* name);
 // RGBA pixels, top row first, to a PNG file. Both PNG saves replace the file
 // atomically (util/atomic_file.h); on failure they return false, leave the previous
 // file as it was and, given error, set it to the reason.

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "util/data_dir.h"
+
 namespace fs = std::filesystem;
 
 namespace dsgui {
@@ -118,22 +120,15 @@ std::vector<uint8_t> RenderTarget::read() const {
 
 // ---- HeatmapRenderer
 
-std::string find_shader_dir() {
-  std::vector<fs::path> cands;
-  std::error_code ec;
-  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    fs::path d = exe.parent_path();
-    cands.push_back(d / "shaders");
-    cands.push_back(d / ".." / "shaders");
-    cands.push_back(d / ".." / "share" / "decoderscope" / "shaders");
+std::string find_shader_dir(std::string* error) {
+  try {
+    return fs::path(ds::require_data("shaders/heatmap.frag", "the window's shaders (heatmap.frag)"))
+        .parent_path()
+        .string();
+  } catch (const std::exception& e) {
+    if (error) *error = e.what();
+    return "";
   }
-#ifdef DS_SOURCE_DIR
-  cands.push_back(fs::path(DS_SOURCE_DIR) / "shaders");
-#endif
-  for (auto& c : cands)
-    if (fs::exists(c / "heatmap.frag", ec)) return c.string();
-  return "";
 }
 
 bool HeatmapRenderer::init(const std::string& dir, std::string& error) {

@@ -145,9 +145,10 @@ class HeatmapRenderer {
         u_range_ = -1, u_mask_a_ = -1, u_mask_b_ = -1, u_allowed_ = -1, u_gap_ = -1, u_gap_px_ = -1, u_origin_ = -1;
 };
 
-// Where the shaders are: beside the executable (shaders/, ../shaders) or in the source
-// tree (DS_SOURCE_DIR/shaders). Returns "" when none has heatmap.frag.
-std::string find_shader_dir();
+// The folder of the shaders: shaders/ of decoderscope's data (util/data_dir.h: installed,
+// build tree, $DECODERSCOPE_DATA). "" when none has heatmap.frag (*error then names the
+// places looked in).
+std::string find_shader_dir(std::string* error = nullptr);
 
 // Where a heatmap landed on screen, for the scripted test's checker.
 struct HeatmapPlacement {

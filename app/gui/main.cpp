@@ -3,6 +3,7 @@
 // loop, close it. Scripted runs (--screenshot) are in script.cpp, the frame benchmark
 // (--bench) in frame_bench.cpp, the command line in options.cpp.
 #include <algorithm>
+#include <filesystem>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -15,6 +16,7 @@
 #include "harness/script.h"
 #include "harness/soak.h"
 #include "imgui.h"
+#include "lessons/lesson_mode.h"
 #include "shell/app.h"
 #include "shell/notices.h"
 #include "shell/options.h"
@@ -351,10 +353,96 @@ Options read_options(int argc, char** argv, std::string& problem) {
   }
 }
 
+// One window's life: open, configure, `attach` (lesson mode), run, close.
+template <class F>
+int run_window(const Options& o, bool scripted, F&& attach) {
+  GLFWwindow* win = open_window(o, scripted);
+  if (!win) return 1;
+  int rc = 1;
+  {
+    App app;
+    g_key_app = &app;
+    if (configure(app, o, scripted)) {
+      attach(app);
+      rc = run_loop(win, app, o, scripted);
+    }
+    app.engine.worker.cancel();
+    g_key_app = nullptr;
+  }
+  close_window(win);
+  return rc;
+}
+
+// The options of lesson step i (lesson_mode.h), or of the rest of the command line
+// alone when the step cannot be shown (its caption says why).
+Options lesson_step_options(const Lesson& l, int i, const std::vector<std::string>& rest) {
+  auto argv = lesson_step_argv(l, i, rest);
+  std::vector<char*> ptrs;
+  for (std::string& a : argv) ptrs.push_back(a.data());
+  try {
+    return parse_options(int(ptrs.size()), ptrs.data());
+  } catch (const OptionError& e) {
+    std::fprintf(stderr, "decoderscope: %s: %s\n", lesson_step_name(l, i).c_str(), e.what());
+    argv = lesson_step_argv(l, -1, rest);
+    ptrs.clear();
+    for (std::string& a : argv) ptrs.push_back(a.data());
+    return parse_options(int(ptrs.size()), ptrs.data());
+  }
+}
+
+// --lesson NAME: the window opens on the lesson; with --lesson-step K --screenshot F a
+// scripted run takes step K's picture; --export DIR takes every step's (NN.png, the
+// caption under the view).
+int lesson_main(const LessonCommand& lc) {
+  const Lesson l = open_lesson(lc.path);
+  for (const std::string& e : l.errors) std::fprintf(stderr, "decoderscope: %s\n", e.c_str());
+  if (l.steps.empty()) return 1;
+  const int n = int(l.steps.size());
+  if (lc.step > n) {
+    std::fprintf(stderr, "decoderscope: --lesson-step %d: %s has %d steps\n", lc.step, l.name.c_str(), n);
+    return 2;
+  }
+  const int first = std::max(0, lc.step - 1);
+  Options o = lesson_step_options(l, first, lc.rest);
+  if (lc.export_dir.empty() && o.screenshot.empty())  // the window, on the lesson
+    return run_window(lesson_step_options(l, -1, lc.rest), false, [&](App& app) { lesson_open(app, l, first); });
+  int rc = 0;
+  for (int i = lc.export_dir.empty() ? first : 0; i < (lc.export_dir.empty() ? first + 1 : n); ++i) {
+    o = lesson_step_options(l, i, lc.rest);
+    const bool skipped = lesson_step_skipped(l, i, lc.rest);
+    if (!lc.export_dir.empty()) {
+      if (skipped || !l.steps[size_t(i)].error.empty()) {
+        std::fprintf(stderr, "decoderscope: %s: not exported (%s)\n", lesson_step_name(l, i).c_str(),
+                     skipped ? "it needs --model FILE, a GGUF or Hugging Face model" : "see above");
+        continue;
+      }
+      char name[32];
+      std::snprintf(name, sizeof name, "/%02d.png", i + 1);
+      std::error_code ec;
+      std::filesystem::create_directories(lc.export_dir, ec);
+      o.screenshot = lc.export_dir + name;
+      const size_t dot = o.save_trace.find_last_of('.');  // one trace a step: NAME-NN.json
+      if (!o.save_trace.empty() && dot != std::string::npos)
+        o.save_trace = o.save_trace.substr(0, dot) + "-" + std::string(name + 1, 2) + o.save_trace.substr(dot);
+    }
+    const int r = run_window(o, true, [&](App& app) { lesson_attach(app, l, i, !lc.export_dir.empty(), skipped); });
+    rc = std::max(rc, r);
+    if (!lc.export_dir.empty() && r == 0) std::printf("%s\n", o.screenshot.c_str());
+  }
+  return rc;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   g_started = now_s();
+  try {
+    LessonCommand lc;
+    if (lesson_command(argc, argv, lc)) return lesson_main(lc);
+  } catch (const OptionError& e) {
+    std::fprintf(stderr, "decoderscope: %s\n", e.what());
+    return 2;
+  }
   std::string problem;
   const Options o = read_options(argc, argv, problem);
   const bool scripted = !o.screenshot.empty() || !o.save_heatmap.empty() || o.bench || o.soak > 0;

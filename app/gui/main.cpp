@@ -100,6 +100,8 @@ void key_callback(GLFWwindow* w, int key, int scancode, int action, int mods) {
   if (action == GLFW_PRESS && g_key_app && key >= 0 && key < 0x10000) g_key_app->key_taps.push_back(key | (mods << 16));
 }
 
+void imgui_up(GLFWwindow* win, bool scripted);
+
 // The window with an OpenGL 3.3 core context and Dear ImGui on it, or null (the
 // reason is on stderr).
 GLFWwindow* open_window(const Options& o, bool scripted) {
@@ -127,6 +129,24 @@ GLFWwindow* open_window(const Options& o, bool scripted) {
   }
   glfwMakeContextCurrent(win);
   glfwSwapInterval(scripted ? 0 : 1);
+  imgui_up(win, scripted);
+  return win;
+}
+
+void imgui_down() {
+  ImGui_ImplOpenGL3_Shutdown();
+  ImGui_ImplGlfw_Shutdown();
+  ImGui::DestroyContext();
+}
+
+void close_window(GLFWwindow* win) {
+  imgui_down();
+  glfwDestroyWindow(win);
+  glfwTerminate();
+}
+
+// Dear ImGui on the window, new (a lesson's slides start each step afresh).
+void imgui_up(GLFWwindow* win, bool scripted) {
   IMGUI_CHECKVERSION();
   ImGui::CreateContext();
   ImGuiIO& io = ImGui::GetIO();
@@ -135,15 +155,6 @@ GLFWwindow* open_window(const Options& o, bool scripted) {
   ImGui_ImplGlfw_InitForOpenGL(win, true);
   glfwSetKeyCallback(win, key_callback);  // after the backend's: ours passes every key on to it
   ImGui_ImplOpenGL3_Init("#version 330 core");
-  return win;
-}
-
-void close_window(GLFWwindow* win) {
-  ImGui_ImplOpenGL3_Shutdown();
-  ImGui_ImplGlfw_Shutdown();
-  ImGui::DestroyContext();
-  glfwDestroyWindow(win);
-  glfwTerminate();
 }
 
 // The settings the command line asks for; false when the shaders are missing, or in a
@@ -354,9 +365,10 @@ Options read_options(int argc, char** argv, std::string& problem) {
 }
 
 // One window's life: open, configure, `attach` (lesson mode), run, close.
+// win: a window already open (kept open), or null.
 template <class F>
-int run_window(const Options& o, bool scripted, F&& attach) {
-  GLFWwindow* win = open_window(o, scripted);
+int run_window(const Options& o, bool scripted, F&& attach, GLFWwindow* keep = nullptr) {
+  GLFWwindow* win = keep ? keep : open_window(o, scripted);
   if (!win) return 1;
   int rc = 1;
   {
@@ -369,7 +381,7 @@ int run_window(const Options& o, bool scripted, F&& attach) {
     app.engine.worker.cancel();
     g_key_app = nullptr;
   }
-  close_window(win);
+  if (!keep) close_window(win);
   return rc;
 }
 
@@ -407,6 +419,9 @@ int lesson_main(const LessonCommand& lc) {
   if (lc.export_dir.empty() && o.screenshot.empty())  // the window, on the lesson
     return run_window(lesson_step_options(l, -1, lc.rest), false, [&](App& app) { lesson_open(app, l, first); });
   int rc = 0;
+  if (!lc.export_dir.empty() && !o.has_size) o.width = 1920, o.height = 1080;  // slides: a projector's size
+  GLFWwindow* win = open_window(o, true);  // one window for every picture, Dear ImGui new for each
+  if (!win) return 1;
   for (int i = lc.export_dir.empty() ? first : 0; i < (lc.export_dir.empty() ? first + 1 : n); ++i) {
     o = lesson_step_options(l, i, lc.rest);
     const bool skipped = lesson_step_skipped(l, i, lc.rest);
@@ -421,14 +436,18 @@ int lesson_main(const LessonCommand& lc) {
       std::error_code ec;
       std::filesystem::create_directories(lc.export_dir, ec);
       o.screenshot = lc.export_dir + name;
+      if (!o.has_size) o.width = 1920, o.height = 1080;
       const size_t dot = o.save_trace.find_last_of('.');  // one trace a step: NAME-NN.json
       if (!o.save_trace.empty() && dot != std::string::npos)
         o.save_trace = o.save_trace.substr(0, dot) + "-" + std::string(name + 1, 2) + o.save_trace.substr(dot);
     }
-    const int r = run_window(o, true, [&](App& app) { lesson_attach(app, l, i, !lc.export_dir.empty(), skipped); });
+    if (i > 0 && !lc.export_dir.empty()) imgui_down(), imgui_up(win, true);
+    const int r = run_window(
+        o, true, [&](App& app) { lesson_attach(app, l, i, !lc.export_dir.empty(), skipped); }, win);
     rc = std::max(rc, r);
     if (!lc.export_dir.empty() && r == 0) std::printf("%s\n", o.screenshot.c_str());
   }
+  close_window(win);
   return rc;
 }
 

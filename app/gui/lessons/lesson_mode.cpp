@@ -83,7 +83,8 @@ void attention_values(const App& app, int q, int k, LiveValues& v) {
 }
 
 // The cursor step's draw: {token}, {prob} (after the filters), {p_raw}, {rank}, {kept},
-// {temperature}, {top} and {top_prob} (the most probable token before any setting).
+// {temperature}, {top} and {top_prob} (the most probable token before any setting), and
+// that token's {top_temp} (after temperature) and {top_final} (after every setting).
 void sample_values(const ds::TraceStep& st, LiveValues& v) {
   if (!st.sample) return;
   const ds::SampleRecord& s = *st.sample;
@@ -96,7 +97,12 @@ void sample_values(const ds::TraceStep& st, LiveValues& v) {
     }
     if (!top || c.p_raw > top->p_raw) top = &c;
   }
-  if (top) v.text["top"] = visible(top->text), v.set("top_prob", top->p_raw);
+  if (top) {
+    v.text["top"] = visible(top->text);
+    v.set("top_prob", top->p_raw);    // before the settings
+    v.set("top_temp", top->p_temp);   // after temperature
+    v.set("top_final", top->p_final);  // after every setting (what the draw used)
+  }
   v.set("token_id", s.token, "%.0f");
   v.set("rank", s.rank + 1, "%.0f");
   v.set("kept", s.n_kept, "%.0f");
@@ -357,6 +363,23 @@ void draw_caption(App& app, LessonState& s) {
   if (!s.slides) draw_buttons(app, s);
 }
 
+// A slide's caption panel: as tall as its text (drawn at the panel's scales) needs.
+float slide_caption_height(App& app, const LessonState& s, float width) {
+  const LessonStep* st = current(s);
+  if (!st) return 0;
+  const LiveValues v = live_values(app, st);
+  const ImGuiStyle& style = ImGui::GetStyle();
+  const float w = width - 2 * (style.WindowPadding.x + style.FramePadding.x);
+  auto h = [&](const std::string& text, float scale) {
+    return text.empty() ? 0.0f
+                        : ImGui::CalcTextSize(text.c_str(), nullptr, false, w / scale).y * scale + style.ItemSpacing.y * 2;
+  };
+  std::string question = st->question.empty() ? "" : "Question: " + fill_caption(st->question, v.text);
+  return h(s.lesson.title, 1) + h(st->title, 1.5f) + h(fill_caption(st->caption, v.text), 1.3f) +
+         h(fill_caption(st->equation, v.text), 1.3f) + h(question, 1.3f) + h(step_note(app, s), 1.3f) +
+         2 * style.WindowPadding.y;
+}
+
 }  // namespace
 
 bool lesson_active(const App& app) {
@@ -393,7 +416,7 @@ void lesson_begin(App& app) {
   const ImVec2 avail = ImGui::GetContentRegionAvail();
   const float font = ImGui::GetFontSize();
   if (s.slides)
-    ImGui::BeginChild("lesson-body", ImVec2(0, -std::max(avail.y * 0.26f, font * 6)));
+    ImGui::BeginChild("lesson-body", ImVec2(0, -std::clamp(slide_caption_height(app, s, avail.x), font * 5, avail.y * 0.45f)));
   else
     ImGui::BeginChild("lesson-body", ImVec2(-std::clamp(avail.x * 0.28f, font * 16, avail.x * 0.45f), 0));
 }

@@ -89,8 +89,9 @@ def main():
         if not cand or not close(n["prob"], cand[0]["p_final"], 1e-4):
             bad |= fail("%s: prob %s, the trace says %s" % (name, n["prob"], cand[0]["p_final"] if cand else None))
         top = max(sample["candidates"], key=lambda x: x["p_raw"])
-        if not close(n["top_prob"], top["p_raw"], 1e-4):
-            bad |= fail("%s: top_prob %s, the trace says %s" % (name, n["top_prob"], top["p_raw"]))
+        for key, field in (("top_prob", "p_raw"), ("top_temp", "p_temp"), ("top_final", "p_final")):
+            if not close(n[key], top[field], 1e-4):
+                bad |= fail("%s: %s %s, the trace says %s" % (name, key, n[key], top[field]))
     # Every value the caption quotes appears in it as the window wrote it.
     for key, text in les["values"].items():
         if "{" + key + "}" in les.get("template", "") and text not in les["caption"]:

@@ -437,6 +437,7 @@ int lesson_main(const LessonCommand& lc) {
       std::filesystem::create_directories(lc.export_dir, ec);
       o.screenshot = lc.export_dir + name;
       if (!o.has_size) o.width = 1920, o.height = 1080;
+      o.presenter = true;  // a slide is the view and its caption, without the window's controls
       const size_t dot = o.save_trace.find_last_of('.');  // one trace a step: NAME-NN.json
       if (!o.save_trace.empty() && dot != std::string::npos)
         o.save_trace = o.save_trace.substr(0, dot) + "-" + std::string(name + 1, 2) + o.save_trace.substr(dot);

@@ -1150,13 +1150,13 @@ group_lessons() {
       if [ -f "$GGUF_FIX" ]; then
         extra=(--model "$GGUF_FIX")
       else  # each step is skipped, saying why
-        xrun 800x600x24 "$OUT/$stem.log" --lesson "$l" --export "$d" --size 800x600 || true
+        xrun 1024x768x24 "$OUT/$stem.log" --lesson "$l" --export "$d" --size 1024x768 || true
         expect "$stem" "every step skipped, saying why" "$(same "$(grep -c 'not exported (it needs --model FILE' "$OUT/$stem.log")" \
           "$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["steps"]))' "$l")")"
         continue
       fi
     fi
-    if ! xrun 800x600x24 "$OUT/$stem.log" --lesson "$l" --export "$d" --size 800x600 --save-trace "$d/trace.json" \
+    if ! xrun 1024x768x24 "$OUT/$stem.log" --lesson "$l" --export "$d" --size 1024x768 --save-trace "$d/trace.json" \
       "${extra[@]}"; then
       echo "FAIL $stem: --export exited with an error"
       sed 's/^/    /' "$OUT/$stem.log"

@@ -1228,6 +1228,20 @@ LESSON
   if run mine2 --lesson "$OUT/mine.json" --lesson-step 2 --size 1024x768; then
     expect mine2 "the bad step's caption names it" "$(has "$(cat "$OUT/mine2.png.json")" 'mine.json step 2 (Nowhere): unknown view')"
   fi
+  # Page Down / Page Up in the window (what a clicker sends), with F12's pictures.
+  if command -v xdotool >/dev/null 2>&1; then
+    local kd="$OUT/keys_lesson" want
+    rm -rf "$kd"
+    mkdir -p "$kd"
+    rc=0
+    xvfb-run ${XNUM:+-n "$XNUM"} -a -s "-screen 0 1280x800x24" bash "$(dirname "$0")/lessons/keys_lesson.sh" "$APP" \
+      "$(dirname "$0")/../../assets/lessons/1-attention-mask.json" "$kd" >"$kd/driver.log" 2>&1 || rc=$?
+    want="1 1 False|2 1 False|3 1 False|3 1 True|4 1 False|5 8 False|4 1 False|exit 0"
+    expect keys_lesson "Page Down / Page Up walk the steps ($(tr '\n' '|' <"$kd/driver.log"))" \
+      "$(same "$(sed 's/^shot [^ ]* //' "$kd/driver.log" | tr '\n' '|')" "$want|")"
+  else
+    echo "SKIP keys_lesson: xdotool is not installed"
+  fi
   printf '{"steps": [ {"view": ' >"$OUT/cut.json"
   fails lesson_cut "cut.json: not valid JSON" --lesson "$OUT/cut.json" --lesson-step 1 --screenshot "$OUT/cut.png"
   fails lesson_none "no lesson 'no-such-lesson'" --lesson no-such-lesson --screenshot "$OUT/none.png"

@@ -49,7 +49,7 @@ const LessonState& ls(const App& app) { return const_cast<App&>(app).state<Lesso
 struct LiveValues {
   std::map<std::string, std::string> text;
   std::map<std::string, double> num;
-  void set(const std::string& k, double v, const char* fmt = "%.4f") {
+  void set(const std::string& k, double v, const char* fmt = "%.3g") {  // 3 digits: read from the back of a room
     num[k] = v;
     char b[64];
     if (std::isinf(v))
@@ -327,6 +327,8 @@ void draw_buttons(App& app, LessonState& s) {
   }
 }
 
+float caption_scale(const App& app) { return app.look.ui_scale > 1.05f ? 1.1f : 1.3f; }
+
 // The caption panel: the step, its caption with the live numbers, the equation, the
 // question (its answer on the next Page Down), what is wrong, the buttons.
 void draw_caption(App& app, LessonState& s) {
@@ -335,10 +337,12 @@ void draw_caption(App& app, LessonState& s) {
   const LiveValues v = live_values(app, st);
   ImGui::PushTextWrapPos(0);
   ImGui::TextDisabled("%s", s.lesson.title.c_str());
-  // Large enough for the back of a room: the panel's text is 1.3 times the window's.
-  ImGui::SetWindowFontScale(1.5f);
+  // Large enough for the back of a room: the panel's text is 1.3 times the window's (1.1
+  // times when the window's text is made larger already, --scale, Ctrl +).
+  const float big = caption_scale(app);
+  ImGui::SetWindowFontScale(big * 1.15f);
   ImGui::Text("%d/%d  %s", s.step + 1, int(s.lesson.steps.size()), st->title.c_str());
-  ImGui::SetWindowFontScale(1.3f);
+  ImGui::SetWindowFontScale(big);
   ImGui::Spacing();
   if (!st->caption.empty()) ImGui::TextUnformatted(fill_caption(st->caption, v.text).c_str());
   if (!st->equation.empty()) {
@@ -375,8 +379,9 @@ float slide_caption_height(App& app, const LessonState& s, float width) {
                         : ImGui::CalcTextSize(text.c_str(), nullptr, false, w / scale).y * scale + style.ItemSpacing.y * 2;
   };
   std::string question = st->question.empty() ? "" : "Question: " + fill_caption(st->question, v.text);
-  return h(s.lesson.title, 1) + h(st->title, 1.5f) + h(fill_caption(st->caption, v.text), 1.3f) +
-         h(fill_caption(st->equation, v.text), 1.3f) + h(question, 1.3f) + h(step_note(app, s), 1.3f) +
+  const float big = caption_scale(app);
+  return h(s.lesson.title, 1) + h(st->title, big * 1.15f) + h(fill_caption(st->caption, v.text), big) +
+         h(fill_caption(st->equation, v.text), big) + h(question, big) + h(step_note(app, s), big) +
          2 * style.WindowPadding.y;
 }
 
@@ -418,7 +423,7 @@ void lesson_begin(App& app) {
   if (s.slides)
     ImGui::BeginChild("lesson-body", ImVec2(0, -std::clamp(slide_caption_height(app, s, avail.x), font * 5, avail.y * 0.45f)));
   else
-    ImGui::BeginChild("lesson-body", ImVec2(-std::clamp(avail.x * 0.28f, font * 16, avail.x * 0.45f), 0));
+    ImGui::BeginChild("lesson-body", ImVec2(-std::clamp(avail.x * 0.28f, font * 14, avail.x * 0.4f), 0));
 }
 
 // The cell the caption's numbers read (query row, key column), outlined on the attention
@@ -433,8 +438,11 @@ void highlight_cell(App& app, const LessonState& s) {
       continue;
     const ImVec2 a(p.x + (st->key - p.col0) * p.cell_w, p.y + (q - p.row0) * p.cell_h);
     const float t = std::max(2.0f, std::min(p.cell_w, p.cell_h) * 0.12f);
-    ImGui::GetForegroundDrawList()->AddRect(a, ImVec2(a.x + p.cell_w, a.y + p.cell_h), IM_COL32(255, 60, 200, 255), 0,
-                                            0, t);
+    const ImVec4& r = app.maps.view_rect;  // a cell scrolled out of the view is not outlined over what is there
+    ImDrawList* dl = ImGui::GetForegroundDrawList();
+    dl->PushClipRect(ImVec2(r.x, r.y), ImVec2(r.x + r.z, r.y + r.w), false);
+    dl->AddRect(a, ImVec2(a.x + p.cell_w, a.y + p.cell_h), IM_COL32(255, 60, 200, 255), 0, 0, t);
+    dl->PopClipRect();
   }
 }
 
@@ -461,6 +469,9 @@ std::string lesson_sidecar(const App& app) {
                       {"caption", fill_caption(st->caption, v.text)},
                       {"template", st->caption},
                       {"note", step_note(app, s)},
+                      {"revealed", s.revealed},
+                      {"setting_up", bool(s.run) || s.pending},
+                      {"exploring", s.exploring},
                       {"errors", s.lesson.errors}};
   nlohmann::json num = nlohmann::json::object(), text = nlohmann::json::object();
   for (const auto& [k, x] : v.num) num[k] = std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(x < 0 ? "-inf" : "inf");

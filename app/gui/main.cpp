@@ -3,8 +3,8 @@
 // loop, close it. Scripted runs (--screenshot) are in script.cpp, the frame benchmark
 // (--bench) in frame_bench.cpp, the command line in options.cpp.
 #include <algorithm>
-#include <filesystem>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>

@@ -21,20 +21,34 @@ struct OptionKey {
   Kind kind;
 };
 const OptionKey kOptionKeys[] = {
-    {"model", Kind::Text},           {"tokenizer", Kind::Text},
-    {"trace", Kind::Text},           {"prompt", Kind::Text},
-    {"source", Kind::Text},          {"steps", Kind::Integer},
-    {"view", Kind::Text},            {"layer", Kind::Integer},
-    {"head", Kind::Integer},         {"select", Kind::Integer},
-    {"stage", Kind::Text},           {"cursor", Kind::Integer},
-    {"temperature", Kind::Number},   {"top-k", Kind::Integer},
-    {"top-p", Kind::Number},         {"seed", Kind::Integer},
-    {"penalty-alpha", Kind::Number}, {"repetition-penalty", Kind::Number},
-    {"beam", Kind::Integer},         {"length-penalty", Kind::Number},
-    {"head-off", Kind::List},        {"preview-temperature", Kind::Number},
-    {"rank-heads", Kind::Integer},   {"last-tokens", Kind::Integer},
-    {"zoom", Kind::Number},          {"scores", Kind::Switch},
-    {"mask-only", Kind::Switch},     {"log", Kind::Switch},
+    {"model", Kind::Text},
+    {"tokenizer", Kind::Text},
+    {"trace", Kind::Text},
+    {"prompt", Kind::Text},
+    {"source", Kind::Text},
+    {"steps", Kind::Integer},
+    {"view", Kind::Text},
+    {"layer", Kind::Integer},
+    {"head", Kind::Integer},
+    {"select", Kind::Integer},
+    {"stage", Kind::Text},
+    {"cursor", Kind::Integer},
+    {"temperature", Kind::Number},
+    {"top-k", Kind::Integer},
+    {"top-p", Kind::Number},
+    {"seed", Kind::Integer},
+    {"penalty-alpha", Kind::Number},
+    {"repetition-penalty", Kind::Number},
+    {"beam", Kind::Integer},
+    {"length-penalty", Kind::Number},
+    {"head-off", Kind::List},
+    {"preview-temperature", Kind::Number},
+    {"rank-heads", Kind::Integer},
+    {"last-tokens", Kind::Integer},
+    {"zoom", Kind::Number},
+    {"scores", Kind::Switch},
+    {"mask-only", Kind::Switch},
+    {"log", Kind::Switch},
     {"no-kv-cache", Kind::Switch},
 };
 // The keys of a step that are the lesson's own.
@@ -110,14 +124,16 @@ bool is_file_spec(const std::string& m) {
 }
 
 // The step's options: the lesson's defaults, then the step's own keys.
-void read_step(const json& defaults, const json& s, LessonStep& st, const std::function<bool(const std::string&)>& exists) {
+void read_step(const json& defaults, const json& s, LessonStep& st,
+               const std::function<bool(const std::string&)>& exists) {
   st.title = text_of(s, "title");
   st.caption = text_of(s, "caption");
   st.equation = text_of(s, "equation");
   st.question = text_of(s, "question");
   st.answer = text_of(s, "answer");
   if (auto k = s.find("key"); k != s.end()) {
-    if (!k->is_number_integer() || k->get<long long>() < 0) throw std::runtime_error("\"key\" must be a position, 0 or more");
+    if (!k->is_number_integer() || k->get<long long>() < 0)
+      throw std::runtime_error("\"key\" must be a position, 0 or more");
     st.key = int(k->get<long long>());
   }
   for (const auto& [k, v] : s.items())

@@ -13,10 +13,11 @@
 
 #include "engine_link/models.h"
 #include "harness/script.h"
+#include "imgui.h"
+#include "imgui_stdlib.h"
 #include "shell/app.h"
 #include "shell/lesson_hooks.h"
 #include "shell/options.h"
-#include "imgui_stdlib.h"
 #include "views/views.h"
 
 namespace dsgui {
@@ -99,8 +100,8 @@ void sample_values(const ds::TraceStep& st, LiveValues& v) {
   }
   if (top) {
     v.text["top"] = visible(top->text);
-    v.set("top_prob", top->p_raw);    // before the settings
-    v.set("top_temp", top->p_temp);   // after temperature
+    v.set("top_prob", top->p_raw);     // before the settings
+    v.set("top_temp", top->p_temp);    // after temperature
     v.set("top_final", top->p_final);  // after every setting (what the draw used)
   }
   v.set("token_id", s.token, "%.0f");
@@ -165,8 +166,9 @@ void set_up_step(App& app, LessonState& s) {
     return;
   }
   if (st.needs_real_model && !real_model_open(app)) {
-    s.note = "skipped: this step walks a GGUF or Hugging Face model, and none is open (File > Open model, then "
-             "Page Up and Page Down)";
+    s.note =
+        "skipped: this step walks a GGUF or Hugging Face model, and none is open (File > Open model, then "
+        "Page Up and Page Down)";
     return;
   }
   const auto argv = lesson_step_argv(s.lesson, s.step, s.rest);
@@ -280,8 +282,9 @@ std::vector<std::string> current_args(App& app) {
     if (!app.inputs.run_source.empty()) a.insert(a.end(), {"--source", app.inputs.run_source});
     a.insert(a.end(), {"--steps", std::to_string(std::max(0, app.sel.cursor + 1))});
   }
-  a.insert(a.end(), {"--view", all_views()[size_t(std::max(0, app.sel.view))].id, "--layer",
-                     std::to_string(app.sel.layer), "--head", app.sel.head < 0 ? "mean" : std::to_string(app.sel.head)});
+  a.insert(a.end(),
+           {"--view", all_views()[size_t(std::max(0, app.sel.view))].id, "--layer", std::to_string(app.sel.layer),
+            "--head", app.sel.head < 0 ? "mean" : std::to_string(app.sel.head)});
   if (app.sel.pos >= 0) a.insert(a.end(), {"--select", std::to_string(app.sel.pos)});
   const ds::SamplerConfig& sc = app.whatif.sampler;
   a.insert(a.end(), {"--temperature", std::to_string(sc.temperature), "--top-k", std::to_string(sc.top_k), "--top-p",
@@ -375,8 +378,9 @@ float slide_caption_height(App& app, const LessonState& s, float width) {
   const ImGuiStyle& style = ImGui::GetStyle();
   const float w = width - 2 * (style.WindowPadding.x + style.FramePadding.x);
   auto h = [&](const std::string& text, float scale) {
-    return text.empty() ? 0.0f
-                        : ImGui::CalcTextSize(text.c_str(), nullptr, false, w / scale).y * scale + style.ItemSpacing.y * 2;
+    return text.empty()
+               ? 0.0f
+               : ImGui::CalcTextSize(text.c_str(), nullptr, false, w / scale).y * scale + style.ItemSpacing.y * 2;
   };
   std::string question = st->question.empty() ? "" : "Question: " + fill_caption(st->question, v.text);
   const float big = caption_scale(app);
@@ -421,7 +425,8 @@ void lesson_begin(App& app) {
   const ImVec2 avail = ImGui::GetContentRegionAvail();
   const float font = ImGui::GetFontSize();
   if (s.slides)
-    ImGui::BeginChild("lesson-body", ImVec2(0, -std::clamp(slide_caption_height(app, s, avail.x), font * 5, avail.y * 0.45f)));
+    ImGui::BeginChild("lesson-body",
+                      ImVec2(0, -std::clamp(slide_caption_height(app, s, avail.x), font * 5, avail.y * 0.45f)));
   else
     ImGui::BeginChild("lesson-body", ImVec2(-std::clamp(avail.x * 0.28f, font * 14, avail.x * 0.4f), 0));
 }
@@ -433,8 +438,7 @@ void highlight_cell(App& app, const LessonState& s) {
   const int q = app.selected_position();
   if (!st || st->key < 0 || q < 0 || s.run) return;
   for (const HeatmapPlacement& p : app.maps.placements) {
-    if (p.name != "attention" || q < p.row0 || q >= p.row0 + p.rows || st->key < p.col0 ||
-        st->key >= p.col0 + p.cols)
+    if (p.name != "attention" || q < p.row0 || q >= p.row0 + p.rows || st->key < p.col0 || st->key >= p.col0 + p.cols)
       continue;
     const ImVec2 a(p.x + (st->key - p.col0) * p.cell_w, p.y + (q - p.row0) * p.cell_h);
     const float t = std::max(2.0f, std::min(p.cell_w, p.cell_h) * 0.12f);
@@ -474,7 +478,8 @@ std::string lesson_sidecar(const App& app) {
                       {"exploring", s.exploring},
                       {"errors", s.lesson.errors}};
   nlohmann::json num = nlohmann::json::object(), text = nlohmann::json::object();
-  for (const auto& [k, x] : v.num) num[k] = std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(x < 0 ? "-inf" : "inf");
+  for (const auto& [k, x] : v.num)
+    num[k] = std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(x < 0 ? "-inf" : "inf");
   for (const auto& [k, x] : v.text) text[k] = x;
   j["numbers"] = num;
   j["values"] = text;

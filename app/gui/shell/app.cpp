@@ -697,7 +697,8 @@ void App::shortcuts() {
   if (key_pressed(GLFW_KEY_F11, false)) toggle_presenter(*this);
   if (io.WantTextInput) return;
   if (key_pressed(GLFW_KEY_F, false)) ++look.fit_serial;  // every heatmap fits its area again
-  if (look.presenter && !lesson_active(*this) && key_pressed(GLFW_KEY_PAGE_DOWN, false)) show_view((sel.view + 1) % int(all_views().size()));
+  if (look.presenter && !lesson_active(*this) && key_pressed(GLFW_KEY_PAGE_DOWN, false))
+    show_view((sel.view + 1) % int(all_views().size()));
   if (look.presenter && !lesson_active(*this) && key_pressed(GLFW_KEY_PAGE_UP, false))
     show_view((sel.view + int(all_views().size()) - 1) % int(all_views().size()));
   if (key_pressed(ImGui::GetKeyIndex(ImGuiKey_RightArrow))) step_forward();

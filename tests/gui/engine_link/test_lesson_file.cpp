@@ -50,9 +50,9 @@ TEST(LessonFile, HandWrittenLessonOpensWithTheOptionsOfEachStep) {
   ASSERT_TRUE(l.errors.empty()) << l.errors[0];
   EXPECT_EQ(l.title, "Two heads");
   ASSERT_EQ(l.steps.size(), 3u);
-  const std::vector<std::string> want0 = {"--model", "builtin:stories", "--prompt", "Once upon a time", "--steps", "3",
-                                          "--view",  "attention",       "--layer",  "1",                "--head",  "0",
-                                          "--select", "4"};
+  const std::vector<std::string> want0 = {
+      "--model",   "builtin:stories", "--prompt", "Once upon a time", "--steps", "3",        "--view",
+      "attention", "--layer",         "1",        "--head",           "0",       "--select", "4"};
   EXPECT_EQ(l.steps[0].args, want0);
   EXPECT_EQ(l.steps[0].key, 2);
   EXPECT_EQ(l.steps[0].equation, "softmax(QK^T/sqrt(d_k) + M)");
@@ -118,8 +118,8 @@ TEST(LessonFile, PositionPastTheEndNamesTheStep) {
 
 TEST(LessonFile, CaptionsFillKnownNamesAndKeepTheOthers) {
   std::vector<std::string> unknown;
-  const std::string s =
-      fill_caption("score {score}, after the mask {masked}, p {p} {nope}", {{"score", "1.5"}, {"masked", "-inf"}, {"p", "0.25"}}, &unknown);
+  const std::string s = fill_caption("score {score}, after the mask {masked}, p {p} {nope}",
+                                     {{"score", "1.5"}, {"masked", "-inf"}, {"p", "0.25"}}, &unknown);
   EXPECT_EQ(s, "score 1.5, after the mask -inf, p 0.25 {nope}");
   EXPECT_EQ(unknown, std::vector<std::string>{"nope"});
   EXPECT_EQ(fill_caption("no braces { here", {}), "no braces { here");
@@ -129,9 +129,9 @@ TEST(LessonFile, CaptionsFillKnownNamesAndKeepTheOthers) {
 TEST(LessonFile, AddedStepsReadBackAsTheSameOptions) {
   const auto path = std::filesystem::temp_directory_path() / "ds_lesson_added.json";
   std::filesystem::remove(path);
-  const std::vector<std::string> args = {"--model", "builtin:dates", "--steps", "4",       "--view",
-                                         "block",   "--head",        "mean",    "--temperature", "0.5",
-                                         "--head-off", "0:1",        "--scores"};
+  const std::vector<std::string> args = {"--model", "builtin:dates", "--steps",       "4",   "--view",     "block",
+                                         "--head",  "mean",          "--temperature", "0.5", "--head-off", "0:1",
+                                         "--scores"};
   std::string why;
   ASSERT_TRUE(append_lesson_step(path.string(), lesson_step_json(args, "Mine", "Write here."), why)) << why;
   ASSERT_TRUE(append_lesson_step(path.string(), lesson_step_json(args, "Again", ""), why)) << why;

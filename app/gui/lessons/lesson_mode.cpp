@@ -57,6 +57,8 @@ struct LiveValues {
       std::snprintf(b, sizeof b, "%s", v < 0 ? "-inf" : "inf");
     else if (v == 0)
       std::snprintf(b, sizeof b, "0");  // exactly 0 (a masked weight), not 0.0000
+    else if (std::fabs(v) < 1e-3 && std::string(fmt) == "%.3g")
+      std::snprintf(b, sizeof b, "%.5f", v);  // 0.00003, not 3e-05: a class reads decimals
     else
       std::snprintf(b, sizeof b, fmt, v);
     text[k] = b;

@@ -86,8 +86,8 @@ def main():
         cand = [x for x in sample["candidates"] if x["id"] == sample["token"]]
         if int(n.get("token_id", -1)) != sample["token"]:
             bad |= fail("%s: token %s, the trace drew %s" % (name, n.get("token_id"), sample["token"]))
-        if not cand or not close(n["prob"], cand[0]["p_final"], 1e-4):
-            bad |= fail("%s: prob %s, the trace says %s" % (name, n["prob"], cand[0]["p_final"] if cand else None))
+        if not cand or not close(n["prob"], cand[0]["p_final"], 1e-4) or not close(n["p_raw"], cand[0]["p_raw"], 1e-4):
+            bad |= fail("%s: prob %s and p_raw %s, the trace says %s" % (name, n["prob"], n["p_raw"], cand[0] if cand else None))
         top = max(sample["candidates"], key=lambda x: x["p_raw"])
         for key, field in (("top_prob", "p_raw"), ("top_temp", "p_temp"), ("top_final", "p_final")):
             if not close(n[key], top[field], 1e-4):

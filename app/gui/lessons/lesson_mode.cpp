@@ -254,6 +254,8 @@ void keys_and_run(App& app, LessonState& s) {
     s.run.reset();
   } else if (s.run->shooting()) {
     s.run.reset();  // set up: the class may look around
+  } else {
+    glfwPostEmptyEvent();  // the next frame at once: an idle window waits up to 0.1 s for one
   }
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A lesson step's live numbers against the trace the same run saved.
 
-usage: check_live.py SIDECAR.json TRACE.json
+usage: check_live.py SIDECAR.json TRACE.json [SIDECAR.json TRACE.json ...]
 
 The screenshot's sidecar says what the caption quoted (lesson.numbers) and at which
 layer, head, query and key; this recomputes each from the saved trace JSON on its own:
@@ -44,11 +44,11 @@ def close(a, b, tol):
     return abs(a - b) <= tol
 
 
-def main():
-    side = json.load(open(sys.argv[1]))
-    trace = json.load(open(sys.argv[2]))
+def check(side_path, trace_path):
+    side = json.load(open(side_path))
+    trace = json.load(open(trace_path))
     les = side.get("lesson")
-    name = sys.argv[1]
+    name = side_path
     if not les:
         return fail(name + ": no lesson in the sidecar")
     bad = 0
@@ -98,6 +98,17 @@ def main():
             bad |= fail("%s: the caption does not show %s = %s" % (name, key, text))
     if not bad:
         print("ok %s: %d numbers checked" % (name, len(n)))
+    return bad
+
+
+def main():
+    args = sys.argv[1:]
+    if not args or len(args) % 2:
+        print("usage: check_live.py SIDECAR.json TRACE.json [SIDECAR.json TRACE.json ...]")
+        return 2
+    bad = 0
+    for i in range(0, len(args), 2):
+        bad |= check(args[i], args[i + 1])
     return bad
 
 

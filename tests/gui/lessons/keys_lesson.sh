@@ -12,15 +12,16 @@ LESSON=$(realpath "$2")
 DIR=$3
 cd "$DIR" || exit 1
 rm -f decoderscope-*.png decoderscope-*.png.json
-"$APP" --lesson "$LESSON" --size 1280x800 --sidecar >app.log 2>&1 &
+"$APP" --lesson "$LESSON" --size 800x600 --sidecar >app.log 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null' EXIT
 wid=$(timeout 60 xdotool search --sync --onlyvisible --name decoderscope | head -1)
 [ -n "$wid" ] || { echo "the window did not open"; exit 1; }
-xdotool mousemove --window "$wid" 640 700
+xdotool mousemove --window "$wid" 300 500
 n=0
-lesson() {  # lesson SIDECAR FIELD: the lesson's field
-  python3 -c "import json,sys; l=json.load(open(sys.argv[1]))['lesson']; print(l[sys.argv[2]] if l else '')" "$1" "$2"
+state() {  # state SIDECAR: "STEP STEPS_GENERATED REVEALED SETTING_UP" (one python a picture: quick)
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); l=d['lesson'] or {}
+print(l.get('step'), d['steps'], l.get('revealed'), l.get('setting_up'))" "$1" 2>/dev/null
 }
 shot() {
   n=$((n + 1))
@@ -28,23 +29,25 @@ shot() {
   xdotool key F12
   local i
   for i in $(seq 1 200); do
-    [ -s "$LAST.json" ] && python3 -c "import json,sys; json.load(open(sys.argv[1]))" "$LAST.json" 2>/dev/null && break
+    [ -s "$LAST.json" ] && STATE=$(state "$LAST.json") && [ -n "$STATE" ] && break
     sleep 0.1
   done
-  [ -s "$LAST.json" ] || { echo "F12 made no $LAST"; exit 1; }
+  [ -n "$STATE" ] || { echo "F12 made no $LAST"; exit 1; }
 }
 # settled WANT_STEP WANT_GENERATED: pictures until the lesson is at the step with that many
 # steps generated and nothing being set up (at most 20 s).
 settled() {
   local i
-  for i in $(seq 1 40); do
+  for i in $(seq 1 100); do
+    STATE=
     shot
-    if [ "$(lesson "$LAST.json" step)" = "$1" ] && [ "$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['steps'])" "$LAST.json")" = "$2" ] &&
-      [ "$(lesson "$LAST.json" setting_up)" = False ]; then
-      echo "shot $LAST $1 $2 $(lesson "$LAST.json" revealed)"
-      return
-    fi
-    sleep 0.5
+    case "$STATE" in
+      "$1 $2 "*" False")
+        echo "shot $LAST $1 $2 $(echo "$STATE" | cut -d' ' -f3)"
+        return
+        ;;
+    esac
+    sleep 0.2
   done
   echo "shot $LAST (not settled at step $1 with $2 steps)"
 }
@@ -54,14 +57,10 @@ settled 2 1
 xdotool key Next
 settled 3 1
 xdotool key Next  # step 3 asks a question: its answer first
-sleep 0.5
+sleep 0.2
 settled 3 1
-xdotool key Next
-settled 4 1
-xdotool key Next
-settled 5 8
 xdotool key Prior  # Page Up
-settled 4 1
+settled 2 1
 xdotool key ctrl+q
 wait $pid
 echo "exit $?"

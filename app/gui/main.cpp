@@ -4,6 +4,7 @@
 // (--bench) in frame_bench.cpp, the command line in options.cpp.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "harness/script.h"
 #include "harness/soak.h"
 #include "imgui.h"
+#include "lessons/lesson_mode.h"
 #include "shell/app.h"
 #include "shell/notices.h"
 #include "shell/options.h"
@@ -100,6 +102,8 @@ void key_callback(GLFWwindow* w, int key, int scancode, int action, int mods) {
   if (action == GLFW_PRESS && g_key_app && key >= 0 && key < 0x10000) g_key_app->key_taps.push_back(key | (mods << 16));
 }
 
+void imgui_up(GLFWwindow* win, bool scripted);
+
 // The window with an OpenGL 3.3 core context and Dear ImGui on it, or null (the
 // reason is on stderr).
 GLFWwindow* open_window(const Options& o, bool scripted) {
@@ -127,6 +131,24 @@ GLFWwindow* open_window(const Options& o, bool scripted) {
   }
   glfwMakeContextCurrent(win);
   glfwSwapInterval(scripted ? 0 : 1);
+  imgui_up(win, scripted);
+  return win;
+}
+
+void imgui_down() {
+  ImGui_ImplOpenGL3_Shutdown();
+  ImGui_ImplGlfw_Shutdown();
+  ImGui::DestroyContext();
+}
+
+void close_window(GLFWwindow* win) {
+  imgui_down();
+  glfwDestroyWindow(win);
+  glfwTerminate();
+}
+
+// Dear ImGui on the window, new (a lesson's slides start each step afresh).
+void imgui_up(GLFWwindow* win, bool scripted) {
   IMGUI_CHECKVERSION();
   ImGui::CreateContext();
   ImGuiIO& io = ImGui::GetIO();
@@ -135,15 +157,6 @@ GLFWwindow* open_window(const Options& o, bool scripted) {
   ImGui_ImplGlfw_InitForOpenGL(win, true);
   glfwSetKeyCallback(win, key_callback);  // after the backend's: ours passes every key on to it
   ImGui_ImplOpenGL3_Init("#version 330 core");
-  return win;
-}
-
-void close_window(GLFWwindow* win) {
-  ImGui_ImplOpenGL3_Shutdown();
-  ImGui_ImplGlfw_Shutdown();
-  ImGui::DestroyContext();
-  glfwDestroyWindow(win);
-  glfwTerminate();
 }
 
 // The recent models and traces (--settings, else the XDG settings file; a scripted run
@@ -376,10 +389,105 @@ Options read_options(int argc, char** argv, std::string& problem) {
   }
 }
 
+// One window's life: open, configure, `attach` (lesson mode), run, close.
+// win: a window already open (kept open), or null.
+template <class F>
+int run_window(const Options& o, bool scripted, F&& attach, GLFWwindow* keep = nullptr) {
+  GLFWwindow* win = keep ? keep : open_window(o, scripted);
+  if (!win) return 1;
+  int rc = 1;
+  {
+    App app;
+    g_key_app = &app;
+    if (configure(app, o, scripted)) {
+      attach(app);
+      rc = run_loop(win, app, o, scripted);
+    }
+    app.engine.worker.cancel();
+    g_key_app = nullptr;
+  }
+  if (!keep) close_window(win);
+  return rc;
+}
+
+// The options of lesson step i (lesson_mode.h), or of the rest of the command line
+// alone when the step cannot be shown (its caption says why).
+Options lesson_step_options(const Lesson& l, int i, const std::vector<std::string>& rest) {
+  auto argv = lesson_step_argv(l, i, rest);
+  std::vector<char*> ptrs;
+  for (std::string& a : argv) ptrs.push_back(a.data());
+  try {
+    return parse_options(int(ptrs.size()), ptrs.data());
+  } catch (const OptionError& e) {
+    std::fprintf(stderr, "decoderscope: %s: %s\n", lesson_step_name(l, i).c_str(), e.what());
+    argv = lesson_step_argv(l, -1, rest);
+    ptrs.clear();
+    for (std::string& a : argv) ptrs.push_back(a.data());
+    return parse_options(int(ptrs.size()), ptrs.data());
+  }
+}
+
+// --lesson NAME: the window opens on the lesson; with --lesson-step K --screenshot F a
+// scripted run takes step K's picture; --export DIR takes every step's (NN.png, the
+// caption under the view).
+int lesson_main(const LessonCommand& lc) {
+  const Lesson l = open_lesson(lc.path);
+  for (const std::string& e : l.errors) std::fprintf(stderr, "decoderscope: %s\n", e.c_str());
+  if (l.steps.empty()) return 1;
+  const int n = int(l.steps.size());
+  if (lc.step > n) {
+    std::fprintf(stderr, "decoderscope: --lesson-step %d: %s has %d steps\n", lc.step, l.name.c_str(), n);
+    return 2;
+  }
+  const int first = std::max(0, lc.step - 1);
+  Options o = lesson_step_options(l, first, lc.rest);
+  if (lc.export_dir.empty() && o.screenshot.empty())  // the window, on the lesson
+    return run_window(lesson_step_options(l, -1, lc.rest), false, [&](App& app) { lesson_open(app, l, first); });
+  int rc = 0;
+  if (!lc.export_dir.empty() && !o.has_size) o.width = 1920, o.height = 1080;  // slides: a projector's size
+  GLFWwindow* win = open_window(o, true);  // one window for every picture, Dear ImGui new for each
+  if (!win) return 1;
+  for (int i = lc.export_dir.empty() ? first : 0; i < (lc.export_dir.empty() ? first + 1 : n); ++i) {
+    o = lesson_step_options(l, i, lc.rest);
+    const bool skipped = lesson_step_skipped(l, i, lc.rest);
+    if (!lc.export_dir.empty()) {
+      if (skipped || !l.steps[size_t(i)].error.empty()) {
+        std::fprintf(stderr, "decoderscope: %s: not exported (%s)\n", lesson_step_name(l, i).c_str(),
+                     skipped ? "it needs --model FILE, a GGUF or Hugging Face model" : "see above");
+        continue;
+      }
+      char name[32];
+      std::snprintf(name, sizeof name, "/%02d.png", i + 1);
+      std::error_code ec;
+      std::filesystem::create_directories(lc.export_dir, ec);
+      o.screenshot = lc.export_dir + name;
+      if (!o.has_size) o.width = 1920, o.height = 1080;
+      o.presenter = true;  // a slide is the view and its caption, without the window's controls
+      const size_t dot = o.save_trace.find_last_of('.');  // one trace a step: NAME-NN.json
+      if (!o.save_trace.empty() && dot != std::string::npos)
+        o.save_trace = o.save_trace.substr(0, dot) + "-" + std::string(name + 1, 2) + o.save_trace.substr(dot);
+    }
+    if (i > 0 && !lc.export_dir.empty()) imgui_down(), imgui_up(win, true);
+    const int r = run_window(
+        o, true, [&](App& app) { lesson_attach(app, l, i, !lc.export_dir.empty(), skipped); }, win);
+    rc = std::max(rc, r);
+    if (!lc.export_dir.empty() && r == 0) std::printf("%s\n", o.screenshot.c_str());
+  }
+  close_window(win);
+  return rc;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   g_started = now_s();
+  try {
+    LessonCommand lc;
+    if (lesson_command(argc, argv, lc)) return lesson_main(lc);
+  } catch (const OptionError& e) {
+    std::fprintf(stderr, "decoderscope: %s\n", e.what());
+    return 2;
+  }
   std::string problem;
   const Options o = read_options(argc, argv, problem);
   const bool scripted = !o.screenshot.empty() || !o.save_heatmap.empty() || o.bench || o.soak > 0;

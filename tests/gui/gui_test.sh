@@ -13,7 +13,7 @@
 # both runs in one group. Without GROUP every group runs in turn, in OUT_DIR.
 # A failed check is counted, not fatal: the script goes on to the next one.
 set -euo pipefail
-ALL_GROUPS=(views encdec replay models block gguf tracebin_dec tracebin_enc maps soak keys blockview beamtab headsmatter lensgrid install)
+ALL_GROUPS=(views encdec replay models block gguf tracebin_dec tracebin_enc maps soak keys blockview beamtab headsmatter lensgrid install lessons)
 if [ "${1:-}" = --list ]; then
   printf '%s\n' "${ALL_GROUPS[@]}"
   exit 0
@@ -1240,6 +1240,126 @@ PY
   fi
   mv "$here/moved/shaders" "$share/shaders"
   cd "$here"
+}
+
+# ---- lessons (app/gui/lessons): every step of every shipped lesson renders (not blank),
+# its caption's live numbers equal the values recomputed from the trace the same run saved
+# (lessons/check_live.py), a lesson written here from the README opens and walks, and a
+# bad step gives one message naming it while the others still render.
+lesson_live() {  # lesson_live SIDECAR TRACE [SIDECAR TRACE ...]
+  if python3 "$(dirname "$0")/lessons/check_live.py" "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+}
+group_lessons() {
+  local lessons l stem d f n rc extra
+  local GGUF_FIX="$(dirname "$0")/../../../shared/fixtures/gguf/models/aidreams260K.gguf"
+  lessons=("$(dirname "$0")"/../../assets/lessons/*.json)
+  # Every step of every lesson, as slides (--export: one window for all the steps), two
+  # lessons at a time (on displays XNUM and XNUM + 5), then the checks.
+  local i=0
+  for l in "${lessons[@]}"; do
+    stem=$(basename "$l" .json)
+    d="$OUT/$stem"
+    rm -rf "$d"
+    mkdir -p "$d"
+    extra=(--save-trace "$d/trace.json")
+    if [ "$stem" = 8-a-real-model ]; then  # a real GGUF model, when the shared fixtures are there
+      if [ -f "$GGUF_FIX" ]; then extra+=(--model "$GGUF_FIX"); else extra=(); fi
+    fi
+    (
+      XNUM=$((XNUM + 5 * (i % 2)))
+      rc=0
+      xrun 800x600x24 "$OUT/$stem.log" --lesson "$l" --export "$d" --size 800x600 "${extra[@]}" || rc=$?
+      echo $rc >"$OUT/$stem.rc"
+    ) &
+    i=$((i + 1))
+    [ $((i % 2)) -ne 0 ] || wait
+  done
+  wait
+  for l in "${lessons[@]}"; do
+    stem=$(basename "$l" .json)
+    d="$OUT/$stem"
+    if [ "$stem" = 8-a-real-model ] && [ ! -f "$GGUF_FIX" ]; then  # each step is skipped, saying why
+      expect "$stem" "every step skipped, saying why" "$(same "$(grep -c 'not exported (it needs --model FILE' "$OUT/$stem.log")" \
+        "$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["steps"]))' "$l")")"
+      continue
+    fi
+    if [ "$(cat "$OUT/$stem.rc")" != 0 ]; then
+      echo "FAIL $stem: --export exited with $(cat "$OUT/$stem.rc")"
+      sed 's/^/    /' "$OUT/$stem.log"
+      failed=$((failed + 1))
+      continue
+    fi
+    n=0
+    local pairs=()
+    for f in "$d"/[0-9][0-9].png; do
+      [ -e "$f" ] || continue
+      n=$((n + 1))
+      check blank "$f"
+      pairs+=("$f.json" "$d/trace-$(basename "$f" .png).json")
+    done
+    [ $n -eq 0 ] || lesson_live "${pairs[@]}"
+    expect "$stem" "a slide for every step" "$(same "$n" "$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["steps"]))' "$l")")"
+  done
+  # One step as the window shows it (caption beside the view), at both sizes.
+  if run_big lesson_big --lesson attention-mask --lesson-step 3 --save-trace "$OUT/lesson_big.json"; then
+    check blank "$OUT/lesson_big.png"
+    lesson_live "$OUT/lesson_big.png.json" "$OUT/lesson_big.json"
+  fi
+  if run lesson_small --lesson induction-heads --lesson-step 4 --size 1024x768 --presenter --scale 1.5 \
+    --save-trace "$OUT/lesson_small.json"; then
+    check blank "$OUT/lesson_small.png"
+    lesson_live "$OUT/lesson_small.png.json" "$OUT/lesson_small.json"
+  fi
+  # A lesson written here from the README alone; step 2 names an unknown view, step 3 a
+  # missing model, step 4 a position past the end.
+  cat >"$OUT/mine.json" <<'LESSON'
+{
+  "title": "My lesson",
+  "model": "builtin:stories",
+  "prompt": "Once upon a time, Lily",
+  "steps": [
+    {"title": "Look", "view": "attention", "steps": 2, "layer": 1, "head": 1, "key": 0,
+     "caption": "\"{query}\" reads \"{key_token}\" with weight {weight} (score {score}).",
+     "question": "Which word does it read most?", "answer": "Look at the brightest cell."},
+    {"title": "Nowhere", "view": "nowhere", "steps": 2},
+    {"title": "Gone", "model": "no-such-model.gguf", "view": "next"},
+    {"title": "Too far", "view": "attention", "steps": 2, "select": 99, "caption": "Position {pos}."},
+    {"title": "Next", "view": "next", "steps": 3, "temperature": 0.5, "caption": "{token} with {prob}."}
+  ]
+}
+LESSON
+  if run mine1 --lesson "$OUT/mine.json" --lesson-step 1 --size 1024x768 --save-trace "$OUT/mine1.json"; then
+    check blank "$OUT/mine1.png"
+    lesson_live "$OUT/mine1.png.json" "$OUT/mine1.json"
+    expect mine1 "one message naming step 2" "$(same "$(grep -c 'mine.json step 2 (Nowhere): unknown view' "$OUT/mine1.log")" 1)"
+    expect mine1 "one message naming step 3" "$(same "$(grep -c "mine.json step 3 (Gone): model file 'no-such-model.gguf' not found" "$OUT/mine1.log")" 1)"
+  fi
+  if run mine5 --lesson "$OUT/mine.json" --lesson-step 5 --size 1024x768 --save-trace "$OUT/mine5.json"; then
+    lesson_live "$OUT/mine5.png.json" "$OUT/mine5.json"
+  fi
+  if run mine4 --lesson "$OUT/mine.json" --lesson-step 4 --size 1024x768; then
+    expect mine4 "position past the end named" "$(has "$(cat "$OUT/mine4.png.json")" 'mine.json step 4 (Too far): position 99 is past the end')"
+  fi
+  if run mine2 --lesson "$OUT/mine.json" --lesson-step 2 --size 1024x768; then
+    expect mine2 "the bad step's caption names it" "$(has "$(cat "$OUT/mine2.png.json")" 'mine.json step 2 (Nowhere): unknown view')"
+  fi
+  # Page Down / Page Up in the window (what a clicker sends), with F12's pictures.
+  if command -v xdotool >/dev/null 2>&1; then
+    local kd="$OUT/keys_lesson" want
+    rm -rf "$kd"
+    mkdir -p "$kd"
+    rc=0
+    xvfb-run ${XNUM:+-n "$XNUM"} -a -s "-screen 0 800x600x24" bash "$(dirname "$0")/lessons/keys_lesson.sh" "$APP" \
+      "$(dirname "$0")/../../assets/lessons/1-attention-mask.json" "$kd" >"$kd/driver.log" 2>&1 || rc=$?
+    want="1 1 False|2 1 False|3 1 False|3 1 True|2 1 False|exit 0"
+    expect keys_lesson "Page Down / Page Up walk the steps ($(tr '\n' '|' <"$kd/driver.log"))" \
+      "$(same "$(sed 's/^shot [^ ]* //' "$kd/driver.log" | tr '\n' '|')" "$want|")"
+  else
+    echo "SKIP keys_lesson: xdotool is not installed"
+  fi
+  printf '{"steps": [ {"view": ' >"$OUT/cut.json"
+  fails lesson_cut "cut.json: not valid JSON" --lesson "$OUT/cut.json" --lesson-step 1 --screenshot "$OUT/cut.png"
+  fails lesson_none "no lesson 'no-such-lesson'" --lesson no-such-lesson --screenshot "$OUT/none.png"
 }
 
 for g in "${ALL_GROUPS[@]}"; do

@@ -7,6 +7,7 @@
 
 #include "io/loader.h"
 #include "shell/app.h"
+#include "shell/lesson_hooks.h"
 #include "shell/recent.h"
 #include "shell/window_io.h"
 #include "views/heads_ablation.h"
@@ -234,6 +235,7 @@ void write_sidecar(const std::string& path, const App& app, const Options& o, in
     << ", \"running_to_end\": " << (app.running_to_end() ? "true" : "false")
     << ", \"done\": " << (app.engine.done ? "true" : "false") << ",\n";
   heads_sidecar(app, f);
+  f << "  \"lesson\": " << lesson_sidecar(app) << ",\n";
   f << "  \"block_ok\": " << (block_ok(const_cast<App&>(app)) ? "true" : "false") << ",\n";
   f << "  \"block_view\": " << block_sidecar(const_cast<App&>(app)) << ",\n";
   f << "  \"kv_view\": " << kv_sidecar(const_cast<App&>(app)) << ",\n";

@@ -12,6 +12,7 @@
 
 #include "engine_link/models.h"
 #include "imgui_stdlib.h"
+#include "shell/lesson_hooks.h"
 #include "shell/notices.h"
 #include "shell/recent.h"
 #include "shell/trace_io.h"
@@ -701,8 +702,9 @@ void App::shortcuts() {
   if (key_pressed(GLFW_KEY_F11, false)) toggle_presenter(*this);
   if (io.WantTextInput) return;
   if (key_pressed(GLFW_KEY_F, false)) ++look.fit_serial;  // every heatmap fits its area again
-  if (look.presenter && key_pressed(GLFW_KEY_PAGE_DOWN, false)) show_view((sel.view + 1) % int(all_views().size()));
-  if (look.presenter && key_pressed(GLFW_KEY_PAGE_UP, false))
+  if (look.presenter && !lesson_active(*this) && key_pressed(GLFW_KEY_PAGE_DOWN, false))
+    show_view((sel.view + 1) % int(all_views().size()));
+  if (look.presenter && !lesson_active(*this) && key_pressed(GLFW_KEY_PAGE_UP, false))
     show_view((sel.view + int(all_views().size()) - 1) % int(all_views().size()));
   if (key_pressed(ImGui::GetKeyIndex(ImGuiKey_RightArrow))) step_forward();
   if (key_pressed(ImGui::GetKeyIndex(ImGuiKey_LeftArrow))) step_back();
@@ -790,6 +792,7 @@ void App::menu_bar() {
     recent_menu(*this);
     if (ImGui::MenuItem("Save the trace...", nullptr, false, !history.trace.steps.empty())) save_trace_popup = true;
     if (ImGui::MenuItem("Save a picture (PNG)...")) png_popup = true;
+    lesson_menu(*this);
     ImGui::Separator();
     if (ImGui::MenuItem("Quit", "Ctrl+Q")) requests.quit = true;
     ImGui::EndMenu();
@@ -1449,14 +1452,17 @@ void App::frame() {
   ImGui::PopStyleVar();
   if (!scripted) shortcuts();
   trace_io_frame(*this);
-  if (look.presenter) {  // presenter.h: the view alone
+  if (look.presenter) {  // presenter.h: the view alone (and a lesson's caption beside it)
+    lesson_begin(*this);
     presenter_frame(*this);
+    lesson_end(*this);
     alert_dialog();
     ImGui::End();
     keys_overlay();
     return;
   }
   menu_bar();
+  lesson_begin(*this);  // a lesson's caption goes beside the rest (lesson_hooks.h)
   if (requests.open_model) {
     ImGui::OpenPopup("Open model##tb");
     state<FileBrowser>().dir.clear();
@@ -1493,6 +1499,7 @@ void App::frame() {
 
   view_tabs();
   status_bar();
+  lesson_end(*this);
   alert_dialog();
   ImGui::End();
   keys_overlay();

@@ -87,6 +87,12 @@ Scripted runs: --screenshot sets up, runs --steps steps (default 8), waits for t
   ~/.config/...), none in scripted runs. A damaged file is ignored with a notice.
 --sidecar: every picture F12 saves gets a PNG.json beside it, as a scripted run's has (for
   tests that drive the window with keys).
+--lesson NAME|FILE [--lesson-step K] [--export DIR]: a guided tour (README, "Lessons"): the
+  window opens on it (Page Down / Page Up go through its steps); with --screenshot F a
+  scripted run takes step K's picture with its caption beside the view; --export DIR saves
+  every step as DIR/NN.png (presenter mode, 1920x1080 unless --size) with the caption under
+  the view. The other options win over
+  the lesson's (--model FILE gives the steps that walk an open model one).
 Keys: Right step, Left step back, Space play/pause (and stops Run to end), End run to the end,
   Ctrl +/- bigger/smaller, F11 presenter mode, F12 save the window as decoderscope-NNN.png
   (the next free number, in the folder of the last picture saved), F fit the heatmaps; on a

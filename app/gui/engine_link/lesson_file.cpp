@@ -1,4 +1,5 @@
 #include "engine_link/lesson_file.h"
+#include "util/data_dir.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -159,11 +160,10 @@ void read_step(const json& defaults, const json& s, LessonStep& st,
 }  // namespace
 
 std::string lessons_dir() {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (const char* d = std::getenv("DECODERSCOPE_DATA"); d && fs::is_directory(fs::path(d) / "lessons", ec))
-    return (fs::path(d) / "lessons").string();
-  return (fs::path(DS_SOURCE_DIR) / "assets" / "lessons").string();
+  // Installed, the build tree, then $DECODERSCOPE_DATA (util/data_dir.h); the build tree's
+  // place when none has it (the lists are then empty).
+  const std::string d = ds::find_data("lessons");
+  return d.empty() ? (std::filesystem::path(DS_SOURCE_DIR) / "assets" / "lessons").string() : d;
 }
 
 std::vector<std::string> shipped_lessons() {

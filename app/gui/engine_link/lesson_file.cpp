@@ -1,5 +1,4 @@
 #include "engine_link/lesson_file.h"
-#include "util/data_dir.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -7,6 +6,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+
+#include "util/data_dir.h"
 
 namespace dsgui {
 

@@ -245,7 +245,7 @@ void write_sidecar(const std::string& path, const App& app, const Options& o, in
   f << "  \"view_rect\": [" << app.maps.view_rect.x << ", " << app.maps.view_rect.y << ", " << app.maps.view_rect.z
     << ", " << app.maps.view_rect.w << "],\n";
   f << "  \"steps\": " << app.history.trace.steps.size() << ", \"cursor\": " << app.sel.cursor << ",\n  \"tokens\": [";
-  auto toks = app.tokens();
+  const auto& toks = app.tokens();
   for (size_t i = 0; i < toks.size(); ++i) f << (i ? ", " : "") << toks[i].id;
   f << "],\n  \"undo\": " << app.history.undo.size() << ",\n  \"branches\": [";
   for (size_t i = 0; i < app.history.branches.size(); ++i) {

@@ -126,7 +126,7 @@ LiveValues live_values(const App& app, const LessonStep* step) {
   v.set("step", c + 1, "%.0f");
   v.set("tokens", n, "%.0f");
   v.set("heads_off", double(app.whatif.heads_off.size()), "%.0f");
-  const auto toks = app.tokens();
+  const auto& toks = app.tokens();
   if (q >= 0 && q < int(toks.size())) v.text["query"] = visible(toks[size_t(q)].text);
   if (k >= 0 && k < int(toks.size())) v.text["key_token"] = visible(toks[size_t(k)].text);
   if (tr.steps[size_t(c)].forward_ms >= 0) v.set("forward_ms", tr.steps[size_t(c)].forward_ms, "%.2f");

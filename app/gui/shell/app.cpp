@@ -127,11 +127,26 @@ const Maps::GrowingMatrix& App::attention_view(const std::string& slot, int laye
   return g;
 }
 
+const App::TokenCache& App::token_cache() const {
+  TokenCache& c = token_cache_;
+  if (c.version != history.version || c.cursor != sel.cursor || c.steps != history.trace.steps.size()) {
+    c.version = history.version;
+    c.cursor = sel.cursor;
+    c.steps = history.trace.steps.size();
+    c.before = std::move(c.toks);
+    c.toks = std::make_shared<const std::vector<TokenInfo>>(tokens_as_of(history.trace, sel.cursor));
+    c.labels.clear();
+    for (const TokenInfo& t : *c.toks) c.labels.push_back(shorten(visible(t.text), 10));
+  }
+  return c;
+}
+
+const std::vector<TokenInfo>& App::tokens() const { return *token_cache().toks; }
+
 std::vector<std::string> App::position_labels(int n) const {
-  std::vector<std::string> out;
-  auto toks = tokens();
-  for (int i = 0; i < n; ++i)
-    out.push_back(i < int(toks.size()) ? shorten(visible(toks[i].text), 10) : std::to_string(i));
+  const std::vector<std::string>& all = token_cache().labels;
+  std::vector<std::string> out(all.begin(), all.begin() + std::min<ptrdiff_t>(std::max(n, 0), ptrdiff_t(all.size())));
+  for (int i = int(out.size()); i < n; ++i) out.push_back(std::to_string(i));
   return out;
 }
 
@@ -1162,7 +1177,7 @@ void App::token_strip() {
       return w;
     });
   }
-  auto toks = tokens();
+  const auto& toks = tokens();
   const int selected = selected_position();
   int cur0 = -1, cur1 = -1;
   if (sel.cursor >= 0 && sel.cursor < int(history.trace.steps.size())) {

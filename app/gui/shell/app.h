@@ -294,12 +294,26 @@ class App {
     return *static_cast<S*>(p.get());
   }
 
-  // Token helpers shared by views.
-  std::vector<TokenInfo> tokens() const { return tokens_as_of(history.trace, sel.cursor); }
+  // Token helpers shared by views. The tokens as of the cursor and their labels are made
+  // once per trace version and cursor (several views and the strip ask every frame; at
+  // 1,024 positions making them took a fifth of the window's thread).
+  const std::vector<TokenInfo>& tokens() const;
   std::vector<std::string> position_labels(int n) const;
   std::vector<std::string> source_labels() const;
 
  private:
+  struct TokenCache {
+    uint64_t version = 0;
+    int cursor = -2;
+    size_t steps = 0;
+    // The tokens, and the ones before them: a reference a view took stays valid when the
+    // cursor moves later in the same frame.
+    std::shared_ptr<const std::vector<TokenInfo>> toks, before;
+    std::vector<std::string> labels;  // position_labels of every token
+  };
+  mutable TokenCache token_cache_;
+  const TokenCache& token_cache() const;
+
   void menu_bar();
   bool precision_combo(const char* id);  // true when the choice changed
   void toolbar();

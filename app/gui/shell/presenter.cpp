@@ -17,7 +17,7 @@ constexpr double kHintSeconds = 5.0;  // the "F11: leave" hint is bright this lo
 // pixels), the prompt in blue, the generated tokens in green, the selected token on
 // orange; the class keeps seeing what the model writes.
 void slim_strip(App& app, float w) {
-  const auto toks = app.tokens();
+  const auto& toks = app.tokens();
   if (toks.empty()) return;
   const int selected = app.selected_position();
   std::vector<std::string> texts(toks.size());

@@ -511,7 +511,7 @@ std::vector<std::string> key_labels(App& app, const BlockSnapshot& s, bool cross
   if (cross) {
     for (auto& t : app.source_labels()) out.push_back(t);
   } else {
-    auto toks = app.tokens();
+    const auto& toks = app.tokens();
     for (int i = 0; i < s.positions; ++i) out.push_back(i < int(toks.size()) ? visible(toks[size_t(i)].text) : "?");
   }
   return out;
@@ -1211,7 +1211,7 @@ void panel_block(App& app) {
   layer_head_controls(app, app.sel.layer, app.sel.head, "block");
   const int head = std::max(0, app.sel.head);
   const int pos = app.selected_position();
-  auto toks = app.tokens();
+  const auto& toks = app.tokens();
   flow(font * 24);
   ImGui::AlignTextToFramePadding();
   ImGui::Text("Token: position %d \"%s\"", pos,

@@ -162,7 +162,7 @@ void panel_cross(App& app) {
   // The source, tinted by how much the selected output token reads each source token.
   if (st.encoder || sel < 0 || sel >= m.rows) return;
   ImGui::Separator();
-  auto toks = app.tokens();
+  const auto& toks = app.tokens();
   std::string who = sel < int(toks.size()) ? visible(toks[sel].text) : "?";
   ImGui::Text("What output token %d \"%s\" reads in the source (layer %d, %s):", sel, who.c_str(), layer,
               st.head < 0 ? "mean of heads" : ("head " + std::to_string(st.head)).c_str());

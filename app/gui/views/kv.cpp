@@ -428,7 +428,7 @@ void panel_kv(App& app) {
   } else if (!s->error.empty()) {
     ImGui::TextColored(ImVec4(1, 0.5f, 0.4f, 1), "%s", s->error.c_str());
   } else {
-    auto toks = app.tokens();
+    const auto& toks = app.tokens();
     std::vector<std::string> labels;
     for (auto& t : toks) labels.push_back(visible(t.text));
     const int kvd = s->cfg.kv_dim(), dh = s->cfg.d_head, rows = int(s->k.size()) / std::max(1, kvd);

@@ -629,7 +629,7 @@ std::string how_chosen(const ds::SampleRecord& r) {
 // The lines above the table: what the step drew, and what the preview shows.
 void step_heading(App& app, int s, const ds::SampleRecord& r, const ShapeAnswer* pv, bool asked) {
   const ds::Trace& t = app.history.trace;
-  auto toks = app.tokens();
+  const auto& toks = app.tokens();
   int last = t.positions(s) - 1;
   std::string after = last >= 0 && last < int(toks.size()) ? visible(toks[last].text) : "?";
   ImGui::TextWrapped("%s", step_title(s, after, last, r).c_str());
@@ -662,7 +662,7 @@ std::string next_explanation(App& app) {
   if (s < 0) s = app.sel.cursor;
   if (s < 0 || s >= int(t.steps.size()) || !t.steps[size_t(s)].sample) return "";
   const ds::SampleRecord& r = *t.steps[size_t(s)].sample;
-  auto toks = app.tokens();
+  const auto& toks = app.tokens();
   const int last = t.positions(s) - 1;
   const std::string after = last >= 0 && last < int(toks.size()) ? visible(toks[size_t(last)].text) : "?";
   std::string why;

@@ -49,7 +49,7 @@ void norm_bars(App& app, int pos) {
   ImVec2 avail = ImGui::GetContentRegionAvail();
   const float cw = std::min(avail.x * 0.42f, font * 30);
   ImGui::BeginGroup();
-  auto toks = app.tokens();
+  const auto& toks = app.tokens();
   ImGui::Text("Norms at position %d \"%s\"", pos,
               pos >= 0 && pos < int(toks.size()) ? visible(toks[pos].text).c_str() : "?");
   tooltip(app, "The length of the vector each layer reads and writes: it grows as layers add their contributions.");

@@ -363,6 +363,19 @@ void step_text(const BlockSnapshot* s, bool kv_cache, int positions, int new0) {
         positions, new0);
 }
 
+// The "without the KV cache" box; false when there is no step to show yet (said so).
+bool kv_switch(App& app) {
+  bool without = !app.engine.kv_cache;
+  if (ImGui::Checkbox("Generate without the KV cache", &without)) {
+    app.engine.kv_cache = !without;
+    app.say(without ? "the next Start recomputes the whole prefix at every step" : "the next Start uses the KV cache");
+  }
+  tooltip(app,
+          "Without the cache every step runs the whole sequence through the model again (the same tokens "
+          "come out, only slower). Takes effect when you press Start.");
+  return has_step(app);
+}
+
 }  // namespace
 
 std::string kv_sidecar(App& app) {
@@ -383,15 +396,7 @@ void panel_kv(App& app) {
   view_caption(app, "kv");
   const ds::Config& cfg = app.history.trace.config;
   const float font = ImGui::GetFontSize();
-  bool without = !app.engine.kv_cache;
-  if (ImGui::Checkbox("Generate without the KV cache", &without)) {
-    app.engine.kv_cache = !without;
-    app.say(without ? "the next Start recomputes the whole prefix at every step" : "the next Start uses the KV cache");
-  }
-  tooltip(app,
-          "Without the cache every step runs the whole sequence through the model again (the same tokens "
-          "come out, only slower). Takes effect when you press Start.");
-  if (!has_step(app)) return;
+  if (!kv_switch(app)) return;
   flow(font * 22);
   int head = st.kv_head;
   ImGui::AlignTextToFramePadding();

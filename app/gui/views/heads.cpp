@@ -51,6 +51,8 @@ struct HeadTile {
   HeatTexture tex;
   Thumb thumb;
   uint64_t sent = 0;      // the thumb's serial that tex holds
+  uint64_t uploaded = 0;  // which upload of the grid tex holds (HeadsGrid::uploads)
+  uint64_t drawn = 0;     // the upload drawn into the grid's target (0: none)
   float lo = 0, hi = -1;  // the range of what tex holds (Matrix::lo, hi)
   bool ok = false;        // tex holds something to draw
 };
@@ -60,7 +62,8 @@ struct HeadsGrid {
   bool rebuilding = false;                       // thumbs started over: textures keep the old ones until done
   size_t next = 0;                               // the tile the next upload round starts at
   uint64_t serial = 0;                           // bumped whenever a texture changes
-  std::string drawn;                             // what the grid's render target shows
+  uint64_t uploads = 0;                          // textures sent so far (HeadTile::uploaded)
+  std::string drawn;                             // the style and size the grid's render target was drawn in
   std::vector<std::unique_ptr<HeadTile>> tiles;  // layer-major
 };
 struct HeadsGrids {
@@ -109,6 +112,7 @@ bool upload_tiles(App& app, HeadsGrid& g) {
     tile.sent = tile.thumb.serial();
     if (!p.ok()) continue;
     tile.tex.set(p.rows, p.cols, p.v.data(), p.mask.data(), app.maps.uploads);
+    tile.uploaded = ++g.uploads;
     tile.lo = p.lo;
     tile.hi = p.hi;
     tile.ok = true;
@@ -228,19 +232,27 @@ RenderTarget& render_grid(App& app, int kind, const GridLayout& g) {
   HeadsGrid& grid = app.state<HeadsGrids>().grid[size_t(kind)];
   update_grid(app, kind, L, H, side);
   char key[160];
-  std::snprintf(key, sizeof key, "%llu/%d/%d/%d/%d/%d", (unsigned long long)grid.serial, int(app.look.show_scores),
-                app.look.cmap, gw, gh, int(app.look.light));
+  std::snprintf(key, sizeof key, "%d/%d/%d/%d/%d", int(app.look.show_scores), app.look.cmap, gw, gh,
+                int(app.look.light));
   RenderTarget& rt = app.maps.target(kGridNames[kind]);
-  if (grid.drawn != key || rt.width() != gw || rt.height() != gh) {
+  // The whole grid again when the style or size changed; else only the tiles whose
+  // texture changed since they were drawn (tiles cover their squares, unblended): Mesa's
+  // software renderer drew all 144 of GPT-2 small every frame a step arrived.
+  const bool whole = grid.drawn != key || rt.width() != gw || rt.height() != gh;
+  bool stale = whole;
+  for (size_t i = 0; !stale && i < grid.tiles.size(); ++i)
+    stale = grid.tiles[i]->ok && grid.tiles[i]->drawn != grid.tiles[i]->uploaded;
+  if (stale) {
     grid.drawn = key;
     rt.ensure(gw, gh);
     rt.bind();
     ImVec4 bg = ImGui::GetStyleColorVec4(ImGuiCol_WindowBg);
-    app.maps.heat.clear(bg.x, bg.y, bg.z);
+    if (whole) app.maps.heat.clear(bg.x, bg.y, bg.z);
     for (int l = 0; l < L; ++l)
       for (int h = 0; h < H; ++h) {
-        const HeadTile& tile = *grid.tiles[size_t(l) * H + h];
-        if (!tile.ok) continue;
+        HeadTile& tile = *grid.tiles[size_t(l) * H + h];
+        if (!tile.ok || (!whole && tile.drawn == tile.uploaded)) continue;
+        tile.drawn = tile.uploaded;
         HeatStyle st;
         st.cmap = app.look.cmap;
         const bool scores = app.look.show_scores && kind != kHeadsEncoder;

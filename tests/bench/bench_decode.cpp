@@ -9,6 +9,7 @@
 #include <string>
 
 #include "bench/decode_bench.h"
+#include "bench_common.h"
 #include "model/model.h"
 
 namespace {
@@ -53,14 +54,7 @@ int bench_decode(int argc, char** argv) {
   }
   ds::Config c = shape(name);
   ds::Weights w = ds::Weights::random(c, 1, 0.02f);
-  if (precision == "bf16")
-    w.narrow(ds::Precision::BF16);
-  else if (precision == "f16")
-    w.narrow(ds::Precision::F16);
-  else if (precision != "f32") {
-    std::fprintf(stderr, "--precision must be f32, bf16 or f16\n");
-    return 2;
-  }
+  if (!bench::narrow_to(w, precision)) return 2;
   w.to_tiles();  // as loaded models are
   auto m = std::make_shared<const ds::Model>(c, std::move(w));
   std::printf("model                   %s (random, in memory): %.1f M parameters, %.1f MB as %s\n", name.c_str(),

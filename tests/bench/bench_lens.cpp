@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.h"
 #include "model/model.h"
 #include "probe/lens.h"
 
@@ -65,14 +66,7 @@ int bench_lens(int argc, char** argv) {
   }
   const ds::Config c = ds::gpt2_config(768, 12, 12, 1024, 50257);
   ds::Weights w = ds::Weights::random(c, 1, 0.02f);
-  if (precision == "bf16")
-    w.narrow(ds::Precision::BF16);
-  else if (precision == "f16")
-    w.narrow(ds::Precision::F16);
-  else if (precision != "f32") {
-    std::fprintf(stderr, "--precision must be f32, bf16 or f16\n");
-    return 2;
-  }
+  if (!bench::narrow_to(w, precision)) return 2;
   w.to_tiles();  // as loaded models are
   const ds::Model m(c, std::move(w));
   const ds::MatView W = m.w.head_view();

@@ -198,10 +198,12 @@ LensTop top_of_normed(const Model& m, const float* y, int rows, int k, int threa
   const int nt = int(std::clamp<int64_t>(threads, 1, chunks));
   const int64_t per = (chunks + nt - 1) / nt * kChunk;
   std::vector<Partial> parts(size_t(nt), Partial(rows, out.k));
-  std::vector<float> B(size_t(nt) * kChunk * d), L(size_t(nt) * kRowBlock * kChunk);
+  // B: the widened head slices, only quantized heads need them (scan).
+  std::vector<float> B(is_quantized(W.type) ? size_t(nt) * kChunk * d : 0), L(size_t(nt) * kRowBlock * kChunk);
   auto run = [&](int t) {
-    scan(W, y, rows, d, std::min(V, t * per), std::min(V, (t + 1) * per), B.data() + size_t(t) * kChunk * d,
-         L.data() + size_t(t) * kRowBlock * kChunk, parts[size_t(t)]);
+    scan(W, y, rows, d, std::min(V, t * per), std::min(V, (t + 1) * per),
+         B.empty() ? nullptr : B.data() + size_t(t) * kChunk * d, L.data() + size_t(t) * kRowBlock * kChunk,
+         parts[size_t(t)]);
   };
   if (nt == 1) {
     run(0);

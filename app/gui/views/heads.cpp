@@ -386,8 +386,8 @@ void draw_grid(App& app, int kind, const GridLayout& g) {
 }
 
 // The head last hovered (else the open one) as a map with its tokens, in the room of
-// width w and height h the grids leave beside them.
-void zoom_panel(App& app, float w, float h) {
+// width w the grids leave beside them (the view's height below the cursor).
+void zoom_panel(App& app, float w) {
   const ds::Trace& t = app.history.trace;
   const ds::Config& cfg = t.config;
   const float font = ImGui::GetFontSize();
@@ -428,7 +428,6 @@ void zoom_panel(App& app, float w, float h) {
   a.causal = !cross;
   a.col_tokens = !cross;
   a.toolbar = false;
-  (void)h;
   a.size = ImVec2(w, std::max(font * 8, ImGui::GetContentRegionAvail().y - ImGui::GetStyle().ItemSpacing.y));
   const std::string last = app.maps.last_heatmap;  // the grids stay what an export saves
   const ImVec2 at = ImGui::GetCursorScreenPos();
@@ -545,7 +544,7 @@ void panel_heads(App& app) {
   const float free_w = area_w - (b1.x - b0.x) - font * 1.5f;
   if (side <= 0 && free_w >= font * 16) {  // the room the grids leave: one head, larger
     ImGui::SameLine(0, font * 1.5f);
-    zoom_panel(app, free_w, avail.y);
+    zoom_panel(app, free_w);
   }
 
   if (side > 0) {

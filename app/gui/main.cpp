@@ -187,6 +187,7 @@ bool configure(App& app, const Options& o, bool scripted) {
   app.engine.threads = o.threads;
   app.engine.kv_cache = !o.no_kv_cache;
   if (!o.stage.empty()) block_open_stage(app, o.stage);
+  if (!o.kv_pane.empty()) kv_open_pane(app, o.kv_pane);
   app.sel.layer = std::max(0, o.layer);
   app.sel.head = o.head;
   app.look.show_scores = o.scores;

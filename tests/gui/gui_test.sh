@@ -812,7 +812,7 @@ need(len(set(t.values())) == 1, "scales %s" % t)
       if [ "$tag" = big ]; then
         run_big "$name" "${STORIES[@]}" "${extra[@]}" --view kv && ok=1
       else
-        run "$name" "${STORIES[@]}" "${args[@]}" "${extra[@]}" --view kv && ok=1
+        run "$name" "${STORIES[@]}" "${args[@]}" "${extra[@]}" --view kv --kv-pane cost && ok=1
       fi
       [ $ok = 1 ] || continue
       bv_json "$name" "the KV cache view explains its bytes and keeps its labels" '
@@ -823,6 +823,14 @@ need(k["label_x1"] <= k["plot_x1"] + 1, "a label ends at x=%.0f past the plot %.
 '
     done
   done
+  # A narrow window shows the caches under their own tab: the new row and most rows in view.
+  if run bv_kv_tab "${STORIES[@]}" --size 1024x768 --presenter --scale 1.5 --view kv --kv-pane cache; then
+    bv_json bv_kv_tab "the KV cache tab shows the new row and 20 rows or all" '
+need(k["tabs"] and k["pane"] == 0, "tabs %s pane %s" % (k["tabs"], k["pane"]))
+need(k["new_shown"], "the new row is not drawn")
+need(k["rows_shown"] >= min(k["rows"], 20), "%d of %d rows drawn" % (k["rows_shown"], k["rows"]))
+'
+  fi
 }
 
 # ---- beamtab: beam search beside the generation, how each token was chosen, branch labels

@@ -34,6 +34,7 @@ const OptionKey kOptionKeys[] = {
     {"head", Kind::Integer},
     {"select", Kind::Integer},
     {"stage", Kind::Text},
+    {"kv-pane", Kind::Text},
     {"cursor", Kind::Integer},
     {"temperature", Kind::Number},
     {"top-k", Kind::Integer},

@@ -188,6 +188,7 @@ void set_up_step(App& app, LessonState& s) {
   app.look.log_scale = o.log;
   beams_set(app, o.beam_width, o.length_penalty);
   if (!o.stage.empty()) block_open_stage(app, o.stage);
+  if (!o.kv_pane.empty()) kv_open_pane(app, o.kv_pane);
   app.sel.layer = std::max(0, o.layer);
   app.sel.head = o.head;
   app.sel.pos = -1;

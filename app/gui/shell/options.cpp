@@ -23,7 +23,7 @@ usage: decoderscope [--model M] [--tokenizer F] [--precision f32|bf16|f16] [--th
                     [--step-back K] [--fork-at STEP [--fork-seed S]] [--undo N] [--more-steps N] [--rank-heads R]
                     [--beam W] [--length-penalty A] [--cursor N] [--choose-branch N]
                     [--screenshot out.png] [--save-heatmap cells.png] [--save-trace out.dstrace]
-                    [--stage ID] [--no-kv-cache] [--bench] [--size WxH] [--presenter]
+                    [--stage ID] [--kv-pane cache|cost] [--no-kv-cache] [--bench] [--size WxH] [--presenter]
                     [--last-tokens N] [--zoom Z] [--soak N [--seed S]] [--sidecar] [--settings FILE]
 
 --model: a GGUF file (.gguf: llama, qwen2, qwen3, gemma3), a llama2.c .bin, a Hugging Face
@@ -68,6 +68,8 @@ Scripted runs: --screenshot sets up, runs --steps steps (default 8), waits for t
   decoder: cross_attn.*, ln2, add2, then ln3, the FFN, add3), ln_final, logits or output;
   attn.qk_norm (Qwen3, Gemma 3) and post_attn, post_ffn (Gemma 3's norms after each
   sub-layer) where the model has them.
+--kv-pane cache|cost: on a narrow window the KV cache view shows its keys and values or
+  the cost of a step one at a time, under two tabs: the tab it opens on.
 --no-kv-cache: generate without the KV cache: every step runs the whole sequence again (the
   same tokens, more work); the KV cache view plots the measured times of both.
 --soak N: performs N random user actions (step, back, play, scrub, views, layer and head,
@@ -291,7 +293,10 @@ Options parse_options(int argc, char** argv) {
       if (o.soak < 1 || o.soak > 10000000) die("--soak expects a number of actions from 1 to 10000000");
     } else if (a == "--stage")
       o.stage = val();
-    else if (a == "--last-tokens" || a == "--zoom")
+    else if (a == "--kv-pane") {
+      o.kv_pane = val();
+      if (o.kv_pane != "cache" && o.kv_pane != "cost") die("--kv-pane expects cache or cost");
+    } else if (a == "--last-tokens" || a == "--zoom")
       map_option(o, a, val());
     else if (a == "--colormap")
       o.colormap = val();

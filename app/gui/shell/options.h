@@ -35,6 +35,7 @@ struct Options {
   float length_penalty = 1.0f;
   bool no_kv_cache = false;  // generate without the KV cache (the whole prefix again each step)
   bool sidecar = false;      // F12's pictures get the scripted run's PNG.json too (tests with keys)
+  std::string kv_pane;       // the KV cache view's tab on a narrow window: cache or cost
   std::string stage;         // the Block view's stage opened (block_data.h ids: attn.scores, ln1, ...)
   int undo = 0;              // --undo N: Ctrl+Z N times after --head-off, --fork-at or --step-back
   int more_steps = 0;        // --more-steps N: N steps more after the undos

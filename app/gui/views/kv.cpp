@@ -33,6 +33,12 @@ struct KvState {
   double first_ms[2] = {0, 0};
   int points[2] = {0, 0};
   bool explained = false;  // the bytes-read sentence was written
+  // A narrow window shows the caches or the costs, one at a time (tabs): which one.
+  int pane = 0;                      // 0: the caches, 1: the costs
+  int ask_pane = -1;                 // a pane to open on the next frame (--kv-pane), -1: none
+  bool tabs = false;                 // the last frame used the tabs
+  int rows_all = 0, rows_shown = 0;  // the last frame's key rows, and those drawn
+  bool new_shown = false;            // the step's new row was among them
 };
 
 // The timing failed (the error is on the status line).
@@ -82,29 +88,31 @@ void kv_time_now(App& app) {
 namespace {
 
 // One head's cache [rows, d_head] from a [rows, stride] block: the newest rows at the
-// bottom, rows [new0, new1) outlined as appended by the step shown.
-void cache_cells(App& app, const char* title, const std::vector<float>& m, int rows, int stride, int offset, int cols,
-                 int new0, int new1, const std::vector<std::string>& labels, float width, float height,
-                 bool cached = true, int first_read = 0, bool row_labels = true, bool tags = true) {
+// bottom, rows [new0, new1) outlined as appended by the step shown. Returns the first
+// row drawn (the rows above it did not fit).
+int cache_cells(App& app, const char* title, const std::vector<float>& m, int rows, int stride, int offset, int cols,
+                int new0, int new1, const std::vector<std::string>& labels, float width, float height,
+                bool cached = true, int first_read = 0, bool row_labels = true, bool tags = true) {
   const float font = ImGui::GetFontSize();
   ImGui::BeginGroup();
   ImGui::TextUnformatted(title);
   if (rows <= 0 || m.size() < size_t(rows) * size_t(stride)) {
     ImGui::TextDisabled("not published by this model");
     ImGui::EndGroup();
-    return;
+    return rows;
   }
   // K and V side by side: the row labels left of K, the read/new tags right of V.
   const float lw = row_labels ? font * 4.5f : 0.0f, tag = tags ? font * 4.2f : font * 0.3f;
   const float cw = std::clamp((width - lw - tag) / float(cols), 2.0f, font * 1.2f);
-  const float ch = std::clamp((height - font * 1.5f) / float(rows), font * 0.55f, font * 0.9f);
+  const float ch = std::clamp((height - font * 1.5f) / float(rows) - 1, font * 0.55f, font * 0.9f);
   const int fit = std::max(1, int((height - font * 1.5f) / (ch + 1)));
   const int first = std::max(0, rows - fit);
   float sc = 0;
   for (int r = first; r < rows; ++r)
     for (int c = 0; c < cols; ++c) sc = std::max(sc, std::fabs(m[size_t(r) * stride + offset + c]));
   sc = sc > 0 ? sc : 1;
-  if (first > 0) ImGui::TextDisabled("rows 0-%d above (%d in all)", first - 1, rows);
+  if (first == 1) ImGui::TextDisabled("row 0 above (%d in all)", rows);
+  if (first > 1) ImGui::TextDisabled("rows 0-%d above (%d in all)", first - 1, rows);
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const ImVec2 p = ImGui::GetCursorScreenPos();
   const float fs = std::min(font, ch + 2);
@@ -131,6 +139,7 @@ void cache_cells(App& app, const char* title, const std::vector<float>& m, int r
   }
   ImGui::Dummy(ImVec2(lw + float(cols) * cw + tag, float(rows - first) * (ch + 1)));
   ImGui::EndGroup();
+  return first;
 }
 
 std::string si(double v) {
@@ -376,18 +385,87 @@ bool kv_switch(App& app) {
   return has_step(app);
 }
 
+// The caches pane: the layer's keys and values (and the source's, encoder-decoder), left
+// wide and cache_h tall; side: beside the costs (else alone or above them).
+void caches_pane(App& app, const BlockSnapshot* s, int head, float left, float cache_h, bool side) {
+  KvState& st = app.state<KvState>();
+  const float font = ImGui::GetFontSize();
+  const ds::TraceStep& step = app.history.trace.steps[size_t(app.sel.cursor)];
+  const int positions = app.history.trace.positions(app.sel.cursor), new0 = step.pos0;
+  st.rows_all = st.rows_shown = 0;
+  st.new_shown = false;
+  if (!app.engine.model) {
+    ImGui::TextDisabled("The cache is measured by running the model: load the model this trace came from.");
+  } else if (!s) {
+    ImGui::TextDisabled("running the model...");
+  } else if (!s->error.empty()) {
+    ImGui::TextColored(ImVec4(1, 0.5f, 0.4f, 1), "%s", s->error.c_str());
+  } else {
+    const auto& toks = app.tokens();
+    std::vector<std::string> labels;
+    for (auto& t : toks) labels.push_back(visible(t.text));
+    const int kvd = s->cfg.kv_dim(), dh = s->cfg.d_head, rows = int(s->k.size()) / std::max(1, kvd);
+    const bool ed = s->cfg.encoder_decoder && s->src_len > 0;
+    // The whole cache's size below takes two lines on a narrow pane.
+    float hh = cache_h - font * (left < font * 45 ? 5.7f : 4.5f) - (ed ? font * (5.5f + 0.95f * float(s->src_len)) : 0);
+    // Under a tab (a narrow window) the pane scrolls, so the caches keep up to 24 rows.
+    if (!side) hh = std::max(hh, font * (2.5f + 0.62f * float(std::min(rows, 24))));
+    char t[96];
+    std::snprintf(t, sizeof t, "Keys K, layer %d head %d  [%d x %d]", s->layer, head, rows, dh);
+    // A sliding-window layer: the step's first query reads no row before this one.
+    const int first_read = s->cfg.first_key(s->layer, new0);
+    const float kw = (left - font) * 0.5f + font * 0.1f;  // K's labels and V's tags take the same room
+    const int first = cache_cells(app, t, s->k, rows, kvd, head * dh, dh, new0, positions, labels, kw, hh,
+                                  step.kv_cache, first_read, true, false);
+    st.rows_all = rows;
+    st.rows_shown = rows - first;
+    st.new_shown = new0 >= first && new0 < rows;
+    ImGui::SameLine();
+    std::snprintf(t, sizeof t, "Values V  [%d x %d]", rows, dh);
+    cache_cells(app, t, s->v, rows, kvd, head * dh, dh, new0, positions, labels, kw, hh, step.kv_cache, first_read,
+                false, true);
+    if (s->cfg.sliding(s->layer))
+      ImGui::TextWrapped(
+          "Layer %d has a sliding window of %d: a query at position p reads rows p-%d..p only. Older rows "
+          "stay in the cache (\"unread\") but no query of this step reads them.",
+          s->layer, s->cfg.sliding_window, s->cfg.sliding_window - 1);
+    const double bytes = 2.0 * s->cfg.n_layers * rows * kvd * 4;
+    ImGui::PushTextWrapPos(0);
+    ImGui::TextDisabled("The whole cache: 2 (K and V) x %d layers x %d positions x %d = %.0f floats, %.1f KB",
+                        s->cfg.n_layers, rows, kvd, bytes / 4, bytes / 1024);
+    ImGui::PopTextWrapPos();
+    if (ed) {
+      ImGui::Spacing();
+      ImGui::TextWrapped(
+          "Cross-attention reads the source: its keys and values were computed once, when the source "
+          "was encoded, and every step reads them again.");
+      const float h = font * (2.0f + 0.95f * float(s->src_len));
+      std::snprintf(t, sizeof t, "Source keys [%d x %d]", s->src_len, dh);
+      cache_cells(app, t, s->cross_k, s->src_len, kvd, head * dh, dh, -1, -1, app.source_labels(), left * 0.5f - font,
+                  h, true, 0, true, false);
+      ImGui::SameLine();
+      std::snprintf(t, sizeof t, "Source values [%d x %d]", s->src_len, dh);
+      cache_cells(app, t, s->cross_v, s->src_len, kvd, head * dh, dh, -1, -1, app.source_labels(), left * 0.5f - font,
+                  h, true, 0, false, false);
+    }
+  }
+}
+
 }  // namespace
+
+void kv_open_pane(App& app, const std::string& name) { app.state<KvState>().ask_pane = name == "cost" ? 1 : 0; }
 
 std::string kv_sidecar(App& app) {
   const KvState& st = app.state<KvState>();
-  char b[400];
+  char b[600];
   std::snprintf(b, sizeof b,
                 "{\"explained\": %s, \"plot_x0\": %.1f, \"plot_x1\": %.1f, \"label_x1\": %.1f, \"label_y1\": "
                 "%.1f, \"plot_y1\": %.1f, \"first_ms\": [%.4f, %.4f], \"points\": [%d, %d], \"measured\": [%zu, "
-                "%zu]}",
+                "%zu], \"tabs\": %s, \"pane\": %d, \"rows\": %d, \"rows_shown\": %d, \"new_shown\": %s}",
                 st.explained ? "true" : "false", double(st.plot_x0), double(st.plot_x1), double(st.label_x1),
                 double(st.label_y1), double(st.plot_y1), st.first_ms[0], st.first_ms[1], st.points[0], st.points[1],
-                st.measured[0].size(), st.measured[1].size());
+                st.measured[0].size(), st.measured[1].size(), st.tabs ? "true" : "false", st.pane, st.rows_all,
+                st.rows_shown, st.new_shown ? "true" : "false");
   return b;
 }
 
@@ -419,66 +497,39 @@ void panel_kv(App& app) {
   const int q_head = head * std::max(1, cfg.n_heads / std::max(1, cfg.n_kv_heads));
   const BlockSnapshot* s = block_snapshot(app, app.sel.layer, q_head);
   const ImVec2 avail = ImGui::GetContentRegionAvail();
-  // Side by side when both halves keep some 25 characters' width; else the caches above
-  // the costs, each scrolling on its own.
+  // Side by side when both halves keep some 25 characters' width; else one at a time,
+  // under tabs, each with the whole height.
   const bool side = avail.x >= font * 52;
-  // The costs pane's text wraps less with more of the width when the window is narrow.
-  const float left = side ? avail.x * (avail.x < font * 90 ? 0.42f : 0.5f) : avail.x;
-  const float cache_h = side ? avail.y : std::max(font * 10, avail.y * 0.5f);
-  ImGui::BeginChild("caches", ImVec2(left, cache_h), false);
-  if (!app.engine.model) {
-    ImGui::TextDisabled("The cache is measured by running the model: load the model this trace came from.");
-  } else if (!s) {
-    ImGui::TextDisabled("running the model...");
-  } else if (!s->error.empty()) {
-    ImGui::TextColored(ImVec4(1, 0.5f, 0.4f, 1), "%s", s->error.c_str());
-  } else {
-    const auto& toks = app.tokens();
-    std::vector<std::string> labels;
-    for (auto& t : toks) labels.push_back(visible(t.text));
-    const int kvd = s->cfg.kv_dim(), dh = s->cfg.d_head, rows = int(s->k.size()) / std::max(1, kvd);
-    const bool ed = s->cfg.encoder_decoder && s->src_len > 0;
-    float hh = cache_h - font * 4.5f - (ed ? font * (5.5f + 0.95f * float(s->src_len)) : 0);
-    // Stacked (a narrow window): the pane scrolls, so the caches keep up to 24 rows.
-    if (!side) hh = std::max(hh, font * (2.5f + 0.62f * float(std::min(rows, 24))));
-    char t[96];
-    std::snprintf(t, sizeof t, "Keys K, layer %d head %d  [%d x %d]", s->layer, head, rows, dh);
-    // A sliding-window layer: the step's first query reads no row before this one.
-    const int first_read = s->cfg.first_key(s->layer, new0);
-    const float kw = (left - font) * 0.5f + font * 0.1f;  // K's labels and V's tags take the same room
-    cache_cells(app, t, s->k, rows, kvd, head * dh, dh, new0, positions, labels, kw, hh, step.kv_cache, first_read,
-                true, false);
-    ImGui::SameLine();
-    std::snprintf(t, sizeof t, "Values V  [%d x %d]", rows, dh);
-    cache_cells(app, t, s->v, rows, kvd, head * dh, dh, new0, positions, labels, kw, hh, step.kv_cache, first_read,
-                false, true);
-    if (s->cfg.sliding(s->layer))
-      ImGui::TextWrapped(
-          "Layer %d has a sliding window of %d: a query at position p reads rows p-%d..p only. Older rows "
-          "stay in the cache (\"unread\") but no query of this step reads them.",
-          s->layer, s->cfg.sliding_window, s->cfg.sliding_window - 1);
-    const double bytes = 2.0 * s->cfg.n_layers * rows * kvd * 4;
-    ImGui::PushTextWrapPos(0);
-    ImGui::TextDisabled("The whole cache: 2 (K and V) x %d layers x %d positions x %d = %.0f floats, %.1f KB",
-                        s->cfg.n_layers, rows, kvd, bytes / 4, bytes / 1024);
-    ImGui::PopTextWrapPos();
-    if (ed) {
-      ImGui::Spacing();
-      ImGui::TextWrapped(
-          "Cross-attention reads the source: its keys and values were computed once, when the source "
-          "was encoded, and every step reads them again.");
-      const float h = font * (2.0f + 0.95f * float(s->src_len));
-      std::snprintf(t, sizeof t, "Source keys [%d x %d]", s->src_len, dh);
-      cache_cells(app, t, s->cross_k, s->src_len, kvd, head * dh, dh, -1, -1, app.source_labels(), left * 0.5f - font,
-                  h, true, 0, true, false);
-      ImGui::SameLine();
-      std::snprintf(t, sizeof t, "Source values [%d x %d]", s->src_len, dh);
-      cache_cells(app, t, s->cross_v, s->src_len, kvd, head * dh, dh, -1, -1, app.source_labels(), left * 0.5f - font,
-                  h, true, 0, false, false);
+  st.tabs = !side;
+  if (!side) {
+    if (ImGui::BeginTabBar("##kvpanes")) {
+      const char* names[] = {"Keys and values", "Cost of a step"};
+      for (int k = 0; k < 2; ++k) {
+        const ImGuiTabItemFlags f = st.ask_pane == k ? ImGuiTabItemFlags_SetSelected : 0;
+        if (ImGui::BeginTabItem(names[k], nullptr, f)) {
+          st.pane = k;
+          ImGui::EndTabItem();
+        }
+      }
+      ImGui::EndTabBar();
     }
+    st.ask_pane = -1;
+    ImGui::BeginChild("kvpane", ImVec2(0, 0), false);
+    if (st.pane == 0)
+      caches_pane(app, s, head, ImGui::GetContentRegionAvail().x, ImGui::GetContentRegionAvail().y, false);
+    else {
+      step_text(s, step.kv_cache, positions, new0);
+      cost_panel(app, st, positions, new0);
+    }
+    ImGui::EndChild();
+    return;
   }
+  // The costs pane's text wraps less with more of the width when the window is narrow.
+  const float left = avail.x * (avail.x < font * 90 ? 0.42f : 0.5f);
+  ImGui::BeginChild("caches", ImVec2(left, avail.y), false);
+  caches_pane(app, s, head, left, avail.y, true);
   ImGui::EndChild();
-  if (side) ImGui::SameLine();
+  ImGui::SameLine();
   ImGui::BeginChild("cost", ImVec2(0, 0), false);
   step_text(s, step.kv_cache, positions, new0);
   cost_panel(app, st, positions, new0);

@@ -40,6 +40,8 @@ bool block_ok(App& app);
 // key states) and the KV cache view's (plot labels), as JSON objects for the sidecar.
 std::string block_sidecar(App& app);
 std::string kv_sidecar(App& app);
+// Opens the KV cache view's "cache" or "cost" tab (shown as tabs on a narrow window).
+void kv_open_pane(App& app, const std::string& name);
 // The KV cache view (kv.cpp): times the steps shown both ways now (the view's
 // button; scripted runs of the view).
 void kv_time_now(App& app);

@@ -131,17 +131,16 @@ int token_of(const ds::LoadedModel& m, const std::string& what, const std::strin
   if (ids.size() == 1) return ids[0];
   std::string parts;
   for (int id : ids) parts += (parts.empty() ? "'" : ", '") + piece(m, id) + "'";
-  throw Error(what + " '" + t + "' is not one token: the tokenizer makes " + std::to_string(ids.size()) +
-              " of it (" + parts + "); give one of them, or an id as #ID");
+  throw Error(what + " '" + t + "' is not one token: the tokenizer makes " + std::to_string(ids.size()) + " of it (" +
+              parts + "); give one of them, or an id as #ID");
 }
 
 // The parts in the order of the table: largest |contribution| first, forward order on ties.
 std::vector<size_t> ranked(const ds::Attribution& a) {
   std::vector<size_t> order(a.parts.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
-    return std::fabs(a.parts[x].value) > std::fabs(a.parts[y].value);
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t x, size_t y) { return std::fabs(a.parts[x].value) > std::fabs(a.parts[y].value); });
   return order;
 }
 

@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "attribute_cmd.h"
 #include "bench/decode_bench.h"
 #include "bench/load_split.h"
 #include "io/gguf.h"
@@ -34,7 +35,6 @@
 #include "text/gguf_tokenizer.h"
 #include "text/gpt2_tokenizer.h"
 #include "text/hf_tokenizer.h"
-#include "attribute_cmd.h"
 #include "train_cmds.h"
 #include "util/error.h"
 

@@ -51,15 +51,14 @@ namespace {
 
 // The rows at the position read, as the forward pass publishes them.
 struct Captured {
-  std::vector<float> embed, pos_embed, final_in, final_out;  // [d_model]
+  std::vector<float> embed, pos_embed, final_in, final_out;             // [d_model]
   std::vector<std::vector<float>> z, attn_out, cz, cross_out, mlp_out;  // per layer
 };
 
 void check_request(const Config& c, const AttributionRequest& r, int pos) {
   if (r.tokens.empty()) throw Error("attribution needs at least one token");
   if (pos < 0 || pos >= int(r.tokens.size()))
-    throw Error("position " + std::to_string(pos) + " is outside the " + std::to_string(r.tokens.size()) +
-                " tokens");
+    throw Error("position " + std::to_string(pos) + " is outside the " + std::to_string(r.tokens.size()) + " tokens");
   if (pos + 1 > c.max_seq)
     throw Error("position " + std::to_string(pos) + " is past the model's context of " + std::to_string(c.max_seq));
   for (int id : r.tokens)
@@ -169,8 +168,8 @@ void add_part(Attribution& a, PartKind kind, int layer, int head, const float* v
 // One attention's heads and bias as parts (cross: the cross-attention).
 void add_attention(Attribution& a, const Config& c, const Attention& at, int l, const std::vector<float>& z,
                    bool cross) {
-  if (z.size() != size_t(c.q_dim())) throw Error("the forward pass published no head outputs at layer " +
-                                                 std::to_string(l));
+  if (z.size() != size_t(c.q_dim()))
+    throw Error("the forward pass published no head outputs at layer " + std::to_string(l));
   const auto outs = head_outputs(c, at.o, z);
   for (int h = 0; h < c.n_heads; ++h)
     add_part(a, cross ? PartKind::CrossHead : PartKind::Head, l, h, outs[size_t(h)].data());
@@ -278,8 +277,12 @@ PartWrites part_writes(const Model& m, const Attribution& a, size_t part, int k)
   }
   const size_t kk = size_t(std::clamp(k, 0, V));
   PartWrites w;
-  auto higher = [](const TokenPush& x, const TokenPush& z) { return x.value > z.value || (x.value == z.value && x.id < z.id); };
-  auto lower = [](const TokenPush& x, const TokenPush& z) { return x.value < z.value || (x.value == z.value && x.id < z.id); };
+  auto higher = [](const TokenPush& x, const TokenPush& z) {
+    return x.value > z.value || (x.value == z.value && x.id < z.id);
+  };
+  auto lower = [](const TokenPush& x, const TokenPush& z) {
+    return x.value < z.value || (x.value == z.value && x.id < z.id);
+  };
   std::partial_sort(all.begin(), all.begin() + long(kk), all.end(), higher);
   w.up.assign(all.begin(), all.begin() + long(kk));
   std::partial_sort(all.begin(), all.begin() + long(kk), all.end(), lower);

@@ -104,7 +104,8 @@ TEST(CliAttribute, OtherModelKinds) {
   ASSERT_EQ(mk.code, 0) << mk.err;
   const ds::LoadedModel g = ds::load_model(gpt2);
   const std::vector<int> ids = {5, 17, 99, 3};
-  CliRun r = run_cli("attribute --model " + ds::test::quoted(gpt2) + " --prompt-ids \"5 17 99 3\" --token '#42' --json");
+  CliRun r =
+      run_cli("attribute --model " + ds::test::quoted(gpt2) + " --prompt-ids \"5 17 99 3\" --token '#42' --json");
   ASSERT_EQ(r.code, 0) << r.err;
   expect_sums_to(nlohmann::json::parse(r.out), logits_of(g, ids, {})[42]);
 

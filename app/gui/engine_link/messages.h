@@ -122,9 +122,9 @@ struct AblationAnswer {
 struct AttributionAnswer {
   std::string key;  // the request it answers
   ds::Attribution attr;
-  int writes_part = -1;              // the part `writes` is of (-1: none asked)
-  ds::PartWrites writes;             // its most pushed-up and pushed-down tokens
-  std::map<int, std::string> text;   // token id -> its piece (the token, vs, writes' ids)
+  int writes_part = -1;             // the part `writes` is of (-1: none asked)
+  ds::PartWrites writes;            // its most pushed-up and pushed-down tokens
+  std::map<int, std::string> text;  // token id -> its piece (the token, vs, writes' ids)
   double seconds = 0;
 };
 

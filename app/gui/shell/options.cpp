@@ -295,7 +295,9 @@ Options parse_options(int argc, char** argv) {
     } else if (a == "--stage")
       o.stage = val();
     else if (a == "--attribute-token" || a == "--attribute-vs" || a == "--attribute-head")
-      (a == "--attribute-token" ? o.attribute_token : a == "--attribute-vs" ? o.attribute_vs : o.attribute_head) = val();
+      (a == "--attribute-token" ? o.attribute_token
+       : a == "--attribute-vs"  ? o.attribute_vs
+                                : o.attribute_head) = val();
     else if (a == "--last-tokens" || a == "--zoom")
       map_option(o, a, val());
     else if (a == "--colormap")

@@ -19,14 +19,15 @@ namespace {
 
 struct AttribState {
   std::shared_ptr<const AttributionAnswer> shown;
-  std::string asked;       // the request in flight ("": none)
-  std::string failed_key;  // a request the engine refused: not asked again
+  std::string asked;        // the request in flight ("": none)
+  std::string failed_key;   // a request the engine refused: not asked again
+  std::string want_key;     // what the view last wanted on screen (asked once the worker is idle)
   int token = -1, vs = -1;  // the token chosen (-1: the drawn one) and the one subtracted (-1: none)
   ds::HeadSite site = ds::HeadSite::Self;
-  int layer = -1, head = -1;           // the head whose writes are shown
-  std::string want_token, want_vs;     // scripted: chosen once the step is there
-  std::string want_head;               // scripted: "L:H" or "cL:H"
-  std::vector<int> fed;              // the tokens of the last request (for the sidecar)
+  int layer = -1, head = -1;        // the head whose writes are shown
+  std::string want_token, want_vs;  // scripted: chosen once the step is there
+  std::string want_head;            // scripted: "L:H" or "cL:H"
+  std::vector<int> fed;             // the tokens of the last request (for the sidecar)
   int bars_drawn = 0, grid_rows = 0, grid_cols = 0;
   float grid_cell = 0;
 };
@@ -56,8 +57,8 @@ std::string key_of(const ds::Trace& t, const StepInputs& in, int token, int vs, 
   mix(-1);
   for (int id : in.tokens) mix(id);
   std::ostringstream k;
-  k << x << "/" << in.pos << "/" << token << "/" << vs << "/" << (st.site == ds::HeadSite::Cross ? "c" : "")
-    << st.layer << ":" << st.head;
+  k << x << "/" << in.pos << "/" << token << "/" << vs << "/" << (st.site == ds::HeadSite::Cross ? "c" : "") << st.layer
+    << ":" << st.head;
   return k.str();
 }
 
@@ -134,7 +135,7 @@ void token_chooser(App& app, AttribState& st, int step, const StepInputs& in) {
   const float font = ImGui::GetFontSize();
   auto name = [&](int id) {
     if (id < 0) return std::string(in.drawn >= 0 ? "drawn '" + text_of(app, step, in.drawn) + "'" : "most probable");
-    return "'" + text_of(app, step, id) + "'" + (id == in.drawn ? " (drawn)" : "");
+    return "'" + text_of(app, step, id, st.shown.get()) + "'" + (id == in.drawn ? " (drawn)" : "");
   };
   auto combo = [&](const char* label, int& id, bool allow_none) {
     ImGui::SetNextItemWidth(font * 11);
@@ -163,7 +164,8 @@ void token_chooser(App& app, AttribState& st, int step, const StepInputs& in) {
 }
 
 void ask(App& app, AttribState& st, const StepInputs& in, const std::string& key, int token) {
-  if (st.asked == key || st.failed_key == key || app.engine.worker.busy()) return;
+  st.want_key = key;
+  if ((st.shown && st.shown->key == key) || st.asked == key || st.failed_key == key || app.engine.worker.busy()) return;
   cmd::Attribute c;
   c.key = st.asked = key;
   c.tokens = in.tokens;
@@ -243,8 +245,8 @@ void head_grid(App& app, AttribState& st, const ds::Attribution& a, bool cross, 
   const int L = c.n_layers, H = c.n_heads;
   const float font = ImGui::GetFontSize();
   const float label_w = ImGui::CalcTextSize("L00 ").x, head_h = ImGui::GetTextLineHeightWithSpacing();
-  const float cell = std::clamp(std::min((width - label_w) / float(H + 1.4f), (height - head_h) / float(L)), 4.0f,
-                                font * 3.2f);
+  const float cell =
+      std::clamp(std::min((width - label_w) / float(H + 1.4f), (height - head_h) / float(L)), 4.0f, font * 3.2f);
   const ImVec2 o = ImGui::GetCursorScreenPos();
   ImDrawList* dl = ImGui::GetWindowDrawList();
   // The colours' scale: the largest head (an MLP beyond it is drawn at full colour).
@@ -267,7 +269,8 @@ void head_grid(App& app, AttribState& st, const ds::Attribution& a, bool cross, 
   const int lstep = cell < font ? std::max(1, int(font / cell)) : 1;
   for (int l = 0; l < L; ++l) {
     const float y = o.y + head_h + l * cell;
-    if (l % lstep == 0) dl->AddText(ImVec2(o.x, y + std::max(0.0f, (cell - font) * 0.5f)), text, ("L" + std::to_string(l)).c_str());
+    if (l % lstep == 0)
+      dl->AddText(ImVec2(o.x, y + std::max(0.0f, (cell - font) * 0.5f)), text, ("L" + std::to_string(l)).c_str());
     for (int h = 0; h <= H; ++h) {
       const ds::AttributionPart* p = at[size_t(l) * (H + 1) + size_t(h)];
       if (!p) continue;
@@ -303,14 +306,16 @@ void writes_panel(App& app, AttribState& st, const AttributionAnswer& ans, int s
     return;
   }
   const std::string name = ds::part_label(ans.attr.parts[size_t(ans.writes_part)]);
-  ImGui::TextWrapped("What %s writes here, through the final norm and the unembedding:", name.c_str());
+  ImGui::TextWrapped(
+      "What %s writes here: the tokens it pushes up and down (through the final norm and the unembedding)",
+      name.c_str());
   if (ImGui::SmallButton(("Open " + name + " in Attention").c_str()))
     open_in_attention(app, st.site, st.layer, st.head);
   const ImGuiTableFlags fl = ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_BordersInnerV;
   if (!ImGui::BeginTable("writes", 4, fl)) return;
-  ImGui::TableSetupColumn("pushes up", ImGuiTableColumnFlags_WidthFixed, font * 6);
+  ImGui::TableSetupColumn("up", ImGuiTableColumnFlags_WidthFixed, font * 5);
   ImGui::TableSetupColumn("##upv", ImGuiTableColumnFlags_WidthFixed, ImGui::CalcTextSize("+00.00").x);
-  ImGui::TableSetupColumn("pushes down", ImGuiTableColumnFlags_WidthFixed, font * 6);
+  ImGui::TableSetupColumn("down", ImGuiTableColumnFlags_WidthFixed, font * 5);
   ImGui::TableSetupColumn("##downv", ImGuiTableColumnFlags_WidthFixed, ImGui::CalcTextSize("+00.00").x);
   ImGui::TableHeadersRow();
   const size_t n = std::max(ans.writes.up.size(), ans.writes.down.size());
@@ -319,7 +324,7 @@ void writes_panel(App& app, AttribState& st, const AttributionAnswer& ans, int s
     ImGui::TableNextRow();
     for (const auto* v : {&ans.writes.up, &ans.writes.down}) {
       ImGui::TableNextColumn();
-      if (i < v->size()) ImGui::Text("'%s'", shorten(text_of(app, step, (*v)[i].id, &ans), 10).c_str());
+      if (i < v->size()) ImGui::Text("'%s'", shorten(text_of(app, step, (*v)[i].id, &ans), 8).c_str());
       ImGui::TableNextColumn();
       if (i < v->size()) ImGui::TextUnformatted(num((*v)[i].value, 2).c_str());
     }
@@ -330,8 +335,8 @@ void writes_panel(App& app, AttribState& st, const AttributionAnswer& ans, int s
 void headline(App& app, const AttributionAnswer& ans, int step, bool stale) {
   const ds::Attribution& a = ans.attr;
   const std::string tok = "'" + text_of(app, step, a.token, &ans) + "'";
-  std::string what = a.vs >= 0 ? "logit(" + tok + ") - logit('" + text_of(app, step, a.vs, &ans) + "')"
-                               : "the logit of " + tok;
+  std::string what =
+      a.vs >= 0 ? "logit(" + tok + ") - logit('" + text_of(app, step, a.vs, &ans) + "')" : "the logit of " + tok;
   char b[512];
   std::snprintf(b, sizeof b, "Step %d, position %d: %s = %.4f = the parts %+.4f + the final norm's bias %+.4f%s",
                 step + 1, a.pos, what.c_str(), a.logit, a.total() - a.bias_term, a.bias_term,
@@ -352,9 +357,9 @@ void right_column(App& app, AttribState& st, const AttributionAnswer& ans, int s
     return;
   }
   const bool cross = app.history.trace.config.encoder_decoder;
-  const float font = ImGui::GetFontSize(), writes_w = font * 20;
+  const float font = ImGui::GetFontSize(), writes_w = font * 17.5f;
   const float w = ImGui::GetContentRegionAvail().x, h = ImGui::GetContentRegionAvail().y;
-  const bool beside = w - writes_w >= font * 13;
+  const bool beside = w - writes_w >= font * 11;
   const float grid_w = beside ? w - writes_w - font * 0.6f : w;
   const float line = ImGui::GetTextLineHeightWithSpacing();
   const float grid_h = beside ? (h - 2 * line) / (cross ? 2.0f : 1.0f) : h * (cross ? 0.32f : 0.55f);
@@ -381,7 +386,12 @@ void right_column(App& app, AttribState& st, const AttributionAnswer& ans, int s
 
 }  // namespace
 
-bool attribution_waiting(App& app) { return !state(app).asked.empty(); }
+bool attribution_waiting(App& app) {
+  const AttribState& st = state(app);
+  const bool unmet =
+      !st.want_key.empty() && st.want_key != st.failed_key && (!st.shown || st.shown->key != st.want_key);
+  return !st.asked.empty() || unmet;
+}
 
 bool attribution_answer(App& app, Event& e) {
   auto* a = std::get_if<ev::Attribute>(&e);
@@ -394,6 +404,7 @@ bool attribution_answer(App& app, Event& e) {
 
 void attribution_failed(App& app) {
   AttribState& st = state(app);
+  if (st.asked.empty()) return;
   st.failed_key = st.asked;
   st.asked.clear();
 }

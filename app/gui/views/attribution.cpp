@@ -261,7 +261,8 @@ void head_grid(App& app, AttribState& st, const ds::Attribution& a, bool cross, 
     if (p.kind == hk) at[size_t(p.layer) * (H + 1) + size_t(p.head)] = &p;
     if (p.kind == ds::PartKind::Mlp && !cross) at[size_t(p.layer) * (H + 1) + size_t(H)] = &p;
   }
-  for (int h = 0; h < H; h += (cell < font * 1.6f ? std::max(1, int(font * 1.6f / cell)) : 1))
+  const int hstep = std::max(1, int(std::ceil(ImGui::CalcTextSize(H > 10 ? "H00 " : "H0 ").x / cell)));
+  for (int h = 0; h < H; h += hstep)
     dl->AddText(ImVec2(o.x + label_w + h * cell + 2, o.y), text, ("H" + std::to_string(h)).c_str());
   if (!cross) dl->AddText(ImVec2(o.x + label_w + (H + 0.3f) * cell, o.y), text, "MLP");
   double abs_sum = 0;
@@ -338,12 +339,16 @@ void headline(App& app, const AttributionAnswer& ans, int step, bool stale) {
   std::string what =
       a.vs >= 0 ? "logit(" + tok + ") - logit('" + text_of(app, step, a.vs, &ans) + "')" : "the logit of " + tok;
   char b[512];
-  std::snprintf(b, sizeof b, "Step %d, position %d: %s = %.4f = the parts %+.4f + the final norm's bias %+.4f%s",
-                step + 1, a.pos, what.c_str(), a.logit, a.total() - a.bias_term, a.bias_term,
+  std::snprintf(b, sizeof b, "Step %d, position %d: %s = %.4f%s", step + 1, a.pos, what.c_str(), a.logit,
                 stale ? "  (updating...)" : "");
   ImGui::PushTextWrapPos(0);
   ImGui::TextUnformatted(b);
   ImGui::PopTextWrapPos();
+  std::snprintf(b, sizeof b, "= the parts %+.4f + the final norm's bias %+.4f", a.total() - a.bias_term, a.bias_term);
+  const float w = ImGui::CalcTextSize(b).x;
+  if (ImGui::GetCursorPosX() + ImGui::GetItemRectSize().x + w + ImGui::GetFontSize() < ImGui::GetContentRegionMax().x)
+    ImGui::SameLine();
+  ImGui::TextUnformatted(b);
   tooltip(app,
           "Each part's vector at this position is read through the final norm (its scale taken from this run, "
           "centred for LayerNorm) and the token's row of the unembedding: the parts add up to the logit.");
@@ -372,7 +377,7 @@ void right_column(App& app, AttribState& st, const AttributionAnswer& ans, int s
   }
   ImGui::EndGroup();
   if (beside) {
-    ImGui::SameLine(grid_w + font * 0.6f);
+    ImGui::SameLine(0, font * 1.5f);
     ImGui::BeginGroup();
     ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + writes_w);
     writes_panel(app, st, ans, step);

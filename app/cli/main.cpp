@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "attribute_cmd.h"
 #include "bench/decode_bench.h"
 #include "bench/load_split.h"
 #include "io/gguf.h"
@@ -65,6 +66,9 @@ usage:
   decoderscope-cli heads    --ablation --model PATH [--prompt TEXT | --prompt-ids "..."]
                             [--source TEXT | --source-ids "..."] [--steps N] [--step K] [--head [c]L:H]
                             [--temperature T] [--top-p P] [--seed S] [--json] [--threads N]
+  decoderscope-cli attribute --model PATH [--tokenizer FILE] [--prompt TEXT | --prompt-ids "..."]
+                            [--source TEXT | --source-ids "..."] [--token T] [--vs T2] [--pos P] [--top N]
+                            [--json] [--threads N] [--precision P]
   decoderscope-cli bench    --model PATH [--steps N] [--threads N] [--reps R] [--precision P]
                             [--prefill N] [--trace-tokens N] [--copy]
   decoderscope-cli inspect  --model PATH [--precision P]
@@ -141,6 +145,15 @@ heads --ablation: which heads matter for one step. Generates up to --steps N pos
   at temperature 1), with the probability with the head off and its change.
   --head L:H (cL:H: cross-attention) prints instead that head's change at every step, the steps
   where it matters most first. --json prints one JSON object with full precision.
+attribute: direct logit attribution. Runs the prompt and splits the logit of --token T (default:
+  the most probable next token) at --pos P (0-based, default the last position) into what each
+  part wrote into the residual stream: the embedding (and position embedding), every head
+  (Wo times its z), each attention output bias, every MLP (and cross-attention heads), each read
+  through the final norm with its scale from the run. Prints them ranked with their share (a
+  contribution over the sum of their sizes), the final norm's bias term, the total and the
+  model's logit. --vs T2: the same for logit(T) - logit(T2). T is a piece of the vocabulary,
+  text that is one token, or #ID. --top N rows (default 20); --json prints every part.
+  Post-norm and sandwich-norm models are refused (it is defined for pre-norm models).
 --trace FILE.dstrace writes the compact binary format (README); FILE.json JSON, refused
   above 200 MB. --window-recording records what the window records instead: float16
   values, its hook points and the logit lens's top 5.
@@ -1175,6 +1188,7 @@ int main(int argc, char** argv) {
     if (argc >= 2 && !std::strcmp(argv[1], "train")) return cmd_train(argc, argv);
     if (argc >= 2 && !std::strcmp(argv[1], "eval")) return cmd_eval(argc, argv);
     if (argc >= 2 && !std::strcmp(argv[1], "batch")) return cmd_batch(argc, argv);
+    if (argc >= 2 && !std::strcmp(argv[1], "attribute")) return cmd_attribute(argc, argv);
     Args a = parse(argc, argv);
     if (a.cmd == "generate") return cmd_generate(a);
     if (a.cmd == "lens") return cmd_lens(a);

@@ -13,7 +13,7 @@
 # both runs in one group. Without GROUP every group runs in turn, in OUT_DIR.
 # A failed check is counted, not fatal: the script goes on to the next one.
 set -euo pipefail
-ALL_GROUPS=(views encdec replay models block gguf tracebin_dec tracebin_enc maps soak keys blockview beamtab headsmatter lensgrid install lessons)
+ALL_GROUPS=(views encdec replay models block gguf tracebin_dec tracebin_enc maps soak keys blockview beamtab headsmatter lensgrid install lessons attribution)
 if [ "${1:-}" = --list ]; then
   printf '%s\n' "${ALL_GROUPS[@]}"
   exit 0
@@ -1368,6 +1368,83 @@ LESSON
   printf '{"steps": [ {"view": ' >"$OUT/cut.json"
   fails lesson_cut "cut.json: not valid JSON" --lesson "$OUT/cut.json" --lesson-step 1 --screenshot "$OUT/cut.png"
   fails lesson_none "no lesson 'no-such-lesson'" --lesson no-such-lesson --screenshot "$OUT/none.png"
+}
+
+# ---- attribution: the Attribution view's parts add up to the logit and agree with
+# decoderscope-cli attribute --json on the same tokens; post-norm models get the notice.
+group_attribution() {
+  local CLI
+  CLI="$(dirname "$APP")/decoderscope-cli"
+  if [ ! -f "$MODELS/stories/model.safetensors" ] || [ ! -f "$MODELS/dates/model.safetensors" ] || [ ! -x "$CLI" ]; then
+    echo "SKIP attribution: the built-in models or decoderscope-cli are missing"
+    return
+  fi
+  local ST=(--model builtin:stories --prompt "Lily and Ben went to the park. Lily" --view attribution)
+  local DT=(--model builtin:dates --source "July 14, 1989" --view attribution)
+  run at_stories "${ST[@]}" --steps 14 --attribute-head 3:1 && check blank "$OUT/at_stories.png"
+  run at_vs "${ST[@]}" --steps 14 --attribute-token "#40" --attribute-vs "#41" && check blank "$OUT/at_vs.png"
+  run at_dates "${DT[@]}" --steps 5 --attribute-head c1:2 && check blank "$OUT/at_dates.png"
+  run at_post --model builtin:dates-postnorm --source "July 14, 1989" --view attribution --steps 3
+  run_big at_big "${ST[@]}" --steps 14 --attribute-head 3:1 && check blank "$OUT/at_big.png"
+  xrun 1024x768x24 "$OUT/at_small.log" --size 1024x768 --screenshot "$OUT/at_small.png" "${DT[@]}" --steps 5 \
+    --attribute-head c1:2 || echo "FAIL at_small: the window exited with an error"
+  xrun 1920x1080x24 "$OUT/at_pres.log" --size 1920x1080 --presenter --scale 1.5 --screenshot "$OUT/at_pres.png" \
+    "${ST[@]}" --steps 14 --attribute-head 3:1 || echo "FAIL at_pres: the window exited with an error"
+  for n in at_small at_pres; do [ -f "$OUT/$n.png" ] && check blank "$OUT/$n.png"; done
+  if python3 - "$OUT" "$CLI" <<'PY'; then
+import json, os, subprocess, sys
+d, cli = sys.argv[1], sys.argv[2]
+problems = []
+def side(n):
+    p = f"{d}/{n}.png.json"
+    return json.load(open(p))["attribution"] if os.path.exists(p) else None
+for name, model in (("at_stories", "builtin:stories"), ("at_vs", "builtin:stories"), ("at_dates", "builtin:dates"),
+                    ("at_big", "builtin:stories"), ("at_small", "builtin:dates"), ("at_pres", "builtin:stories")):
+    a = side(name)
+    if not a or "parts" not in a:
+        problems.append(f"{name}: no attribution in the sidecar")
+        continue
+    if a["bars_drawn"] < 5 or a["grid"][0] < 2:
+        problems.append(f"{name}: {a['bars_drawn']} bars, grid {a['grid']}")
+    total = sum(p["value"] for p in a["parts"]) + a["bias_term"]
+    if abs(total - a["logit"]) > 1e-4 * max(1.0, abs(a["logit"])):
+        problems.append(f"{name}: the parts add up to {total}, the logit is {a['logit']}")
+    args = [cli, "attribute", "--model", model, "--prompt-ids", " ".join(map(str, a["fed"])),
+            "--token", f"#{a['token']}", "--json"]
+    if a["vs"] >= 0:
+        args += ["--vs", f"#{a['vs']}"]
+    if a["source"]:
+        args += ["--source-ids", " ".join(map(str, a["source"]))]
+    r = subprocess.run(args, capture_output=True, text=True)
+    if r.returncode != 0:
+        problems.append(f"{name}: {' '.join(args)} failed: {r.stderr}")
+        continue
+    c = json.loads(r.stdout)
+    gl, cl = [p["label"] for p in a["parts"]], [p["label"] for p in c["parts"]]
+    if gl != cl:
+        problems.append(f"{name}: the window's parts {gl[:5]}... differ from the CLI's {cl[:5]}...")
+        continue
+    worst = max(abs(p["value"] - q["value"]) for p, q in zip(a["parts"], c["parts"]))
+    if worst > 1e-4 or abs(c["logit"] - a["logit"]) > 1e-4:
+        problems.append(f"{name}: the window and the CLI differ by {worst} (logits {a['logit']}, {c['logit']})")
+for name in ("at_stories", "at_dates", "at_big", "at_pres", "at_small"):
+    a = side(name)
+    if a and (a.get("writes_part", -1) < 0 or len(a.get("up", [])) < 3 or a["up"][0][1] <= a["down"][0][1]):
+        problems.append(f"{name}: no list of what the head writes ({a.get('writes_part')}, {a.get('up')})")
+v = side("at_vs")
+if v and (v.get("token"), v.get("vs")) != (40, 41):
+    problems.append(f"at_vs: token and vs are {v.get('token')}, {v.get('vs')}")
+p = side("at_post")
+if not p or not p["refused"].startswith("direct logit attribution is defined for pre-norm") or "parts" in p:
+    problems.append(f"at_post: the post-norm model was not refused: {p}")
+for n in problems:
+    print("FAIL attribution:", n)
+sys.exit(1 if problems else 0)
+PY
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+  fi
 }
 
 for g in "${ALL_GROUPS[@]}"; do

@@ -13,6 +13,7 @@
 #include "engine_link/block_data.h"
 #include "model/config.h"
 #include "probe/ablation.h"
+#include "probe/attribution.h"
 #include "probe/heads.h"
 #include "probe/trace.h"
 #include "sample/sampler.h"
@@ -113,6 +114,17 @@ struct AblationAnswer {
   ds::HeadSite site = ds::HeadSite::Self;  // across: the head
   int layer = -1, head = -1;
   std::vector<ds::StepEffect> across;  // across: every step, largest change first
+  double seconds = 0;
+};
+
+// Direct logit attribution at one position (cmd::Attribute, probe/attribution.h): every
+// part's contribution (vectors left out), and what the chosen head writes.
+struct AttributionAnswer {
+  std::string key;  // the request it answers
+  ds::Attribution attr;
+  int writes_part = -1;             // the part `writes` is of (-1: none asked)
+  ds::PartWrites writes;            // its most pushed-up and pushed-down tokens
+  std::map<int, std::string> text;  // token id -> its piece (the token, vs, writes' ids)
   double seconds = 0;
 };
 
@@ -269,11 +281,24 @@ struct Restore {
   bool kv_cache = true;
 };
 
+// Direct logit attribution of `token` (-1: the most probable; minus `vs` when >= 0) at
+// position `pos` of `tokens` (source `src`), and what head (site, layer, head) writes
+// there (layer -1: none), its `top` tokens each way. `key` is sent back.
+struct Attribute {
+  std::string key;
+  std::vector<int> tokens, src;
+  int pos = -1, token = -1, vs = -1;
+  ds::HeadSite site = ds::HeadSite::Self;
+  int layer = -1, head = -1;
+  int top = 8;
+  int threads = 1;
+};
+
 }  // namespace cmd
 
 using Command = std::variant<cmd::Load, cmd::Start, cmd::Step, cmd::Rewind, cmd::Sampler, cmd::Heads, cmd::Lens,
                              cmd::SaveTrace, cmd::Shape, cmd::Beam, cmd::BeamBranch, cmd::Inspect, cmd::Measure,
-                             cmd::Roles, cmd::Restore, cmd::Ablate>;
+                             cmd::Roles, cmd::Restore, cmd::Ablate, cmd::Attribute>;
 
 // ---- events: worker -> window
 namespace ev {
@@ -356,11 +381,15 @@ struct Ablate {
   std::shared_ptr<const AblationAnswer> answer;
 };
 
+struct Attribute {
+  std::shared_ptr<const AttributionAnswer> answer;
+};
+
 }  // namespace ev
 
 using Event =
     std::variant<ev::Loading, ev::Loaded, ev::Started, ev::Step, ev::Truncate, ev::Lens, ev::Saved, ev::Error, ev::Idle,
-                 ev::Shape, ev::Beam, ev::BeamBranch, ev::Inspect, ev::Measure, ev::Roles, ev::Ablate>;
+                 ev::Shape, ev::Beam, ev::BeamBranch, ev::Inspect, ev::Measure, ev::Roles, ev::Ablate, ev::Attribute>;
 
 // For std::visit with one lambda per alternative.
 template <class... F>

@@ -711,6 +711,34 @@ void Worker::handle(cmd::Ablate& c) {
   emit(ev::Ablate{std::move(a)});
 }
 
+// Direct logit attribution (probe/attribution.h) and what one head writes.
+void Worker::handle(cmd::Attribute& c) {
+  if (!lm_.model) throw ds::Error("attribution needs a model loaded");
+  set_activity("splitting the logit into what each head and MLP wrote");
+  const auto t0 = Clock::now();
+  auto a = std::make_shared<AttributionAnswer>();
+  a->key = c.key;
+  a->attr = ds::attribute(lm_.model, {c.tokens, c.src, c.pos, c.token, c.vs, std::max(1, c.threads)});
+  if (c.layer >= 0) a->writes_part = ds::find_head_part(a->attr, c.site, c.layer, c.head);
+  if (a->writes_part >= 0) a->writes = ds::part_writes(*lm_.model, a->attr, size_t(a->writes_part), c.top);
+  a->attr.vectors.clear();
+  a->attr.vectors.shrink_to_fit();
+  std::vector<int> ids = {a->attr.token, a->attr.vs, a->attr.greedy};
+  for (const auto& w : {a->writes.up, a->writes.down})
+    for (const auto& p : w) ids.push_back(p.id);
+  for (int id : ids) {
+    if (id < 0) continue;
+    std::string t;
+    if (lm_.tokenizer) try {
+        t = visible(lm_.tokenizer->piece(id));
+      } catch (const ds::Error&) {
+      }
+    a->text[id] = t.empty() ? "#" + std::to_string(id) : t;
+  }
+  a->seconds = since(t0);
+  emit(ev::Attribute{std::move(a)});
+}
+
 void Worker::handle(cmd::Step& c) {
   if (!session_) throw ds::Error("press Start first: there is no prompt yet");
   if (session_->done()) {  // nothing to take: say so, or the window would wait for a step

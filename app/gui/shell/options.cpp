@@ -63,6 +63,9 @@ Scripted runs: --screenshot sets up, runs --steps steps (default 8), waits for t
   as a branch. --cursor N then looks at step N (as Left would); --choose-branch N makes
   branch N live (Branches' button); --undo N without a what-if before presses Ctrl+Z N
   times at the very end.
+--attribute-token T, --attribute-vs T2, --attribute-head L:H: the Attribution view splits the
+  logit of T (a candidate of the step, as its text or #ID; default the drawn token), minus
+  that of T2, and lists what head L:H (cL:H: cross-attention) writes.
 --stage ID: the stage the Block view opens: input, ln1, attn.qkv, attn.scores, attn.mask,
   attn.softmax, attn.z, attn.out, add1, ln2, mlp.up, mlp.act, mlp.down, add2 (encoder-
   decoder: cross_attn.*, ln2, add2, then ln3, the FFN, add3), ln_final, logits or output;
@@ -296,7 +299,11 @@ Options parse_options(int argc, char** argv) {
     else if (a == "--kv-pane") {
       o.kv_pane = val();
       if (o.kv_pane != "cache" && o.kv_pane != "cost") die("--kv-pane expects cache or cost");
-    } else if (a == "--last-tokens" || a == "--zoom")
+    } else if (a == "--attribute-token" || a == "--attribute-vs" || a == "--attribute-head")
+      (a == "--attribute-token" ? o.attribute_token
+       : a == "--attribute-vs"  ? o.attribute_vs
+                                : o.attribute_head) = val();
+    else if (a == "--last-tokens" || a == "--zoom")
       map_option(o, a, val());
     else if (a == "--colormap")
       o.colormap = val();

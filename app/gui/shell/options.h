@@ -45,6 +45,9 @@ struct Options {
   int cursor = 0;         // --cursor N: look at step N (1-based) once the steps are in, as Left would
   int choose_branch = 0;  // --choose-branch N: make branch N live at the end (Branches' button)
   std::string settings;   // --settings FILE: the recent models and traces (default: XDG's, none when scripted)
+  // --attribute-token T, --attribute-vs T2, --attribute-head L:H: the Attribution view's
+  // token (a candidate's text or #ID), the token subtracted, the head whose writes it lists.
+  std::string attribute_token, attribute_vs, attribute_head;
 };
 
 // A bad command line; the message names the option.

@@ -16,6 +16,7 @@ void panel_beams(App& app);
 void panel_block(App& app);
 void panel_kv(App& app);
 void panel_roles(App& app);
+void panel_attribution(App& app);
 
 // What the views that ask the worker offer the table (their files).
 bool lens_waiting(App& app);
@@ -39,6 +40,9 @@ void roles_failed(App& app);
 bool ablation_waiting(App& app);
 bool ablation_answer(App& app, Event& e);
 void ablation_failed(App& app);
+bool attribution_waiting(App& app);
+bool attribution_answer(App& app, Event& e);
+void attribution_failed(App& app);
 // The table's other hooks (views/NAME.cpp).
 void cross_model_loaded(App& app);
 bool beams_step(App& app, int dir);
@@ -99,6 +103,11 @@ const ViewInfo kViews[] = {
      "(induction heads): each head's score on a probe of random tokens repeated twice. Click a head to see its "
      "attention on the probe.",
      panel_roles, roles_waiting, roles_answer, roles_failed},
+    {"attribution", "Attribution",
+     "Why this token? Its logit split into what each part wrote into the residual stream: the embedding, every "
+     "head, every MLP and the biases, each read through the final norm (with this run's scale) and the token's "
+     "row of the unembedding. Red parts push the token up, blue parts push it down; they add up to the logit.",
+     panel_attribution, attribution_waiting, attribution_answer, attribution_failed},
 };
 
 }  // namespace

@@ -51,4 +51,11 @@ bool roles_selected(App& app, int& kind, int& layer, int& head, float& score);
 // Opens a stage of the Block view ("attn.scores", "ln1", ...; block_data.h).
 void block_open_stage(App& app, const std::string& id);
 
+// Attribution (attribution.cpp): scripted choices, applied once the step is shown: the
+// token (a candidate's text or "#ID"; "" keeps the drawn one), the token subtracted ("":
+// none) and the head whose writes are listed ("L:H", "cL:H" for cross-attention; "": none).
+void attribution_script(App& app, const std::string& token, const std::string& vs, const std::string& head);
+// The view's last frame and answer as a JSON object, for the sidecar.
+std::string attribution_sidecar(App& app);
+
 }  // namespace dsgui

@@ -133,6 +133,9 @@ bool ScriptedRun::advance(double t, double prev_frame) {
         beams_search_now(app_, o_.beam_width > 0);  // the Beam search view searches once the steps are done
         if (o_.view == "kv") kv_time_now(app_);
         if (o_.rank_heads >= 0) ablation_ask(app_, o_.rank_heads);
+        if (o_.has_compare)
+          compare_script(app_, {o_.compare_prompt, o_.compare_source, o_.compare_model, o_.compare_heads_off,
+                                o_.compare_temperature, o_.compare_seed, o_.compare_part});
       }
       if (bench_ && phase_frames_ > 4) bench_->idle_frame((t - prev_frame) * 1000.0);
       if (++phase_frames_ >= (bench_ ? 64 : 4) && idle && !views_waiting(app_) && !final_actions())
@@ -239,6 +242,7 @@ void write_sidecar(const std::string& path, const App& app, const Options& o, in
   f << "  \"block_ok\": " << (block_ok(const_cast<App&>(app)) ? "true" : "false") << ",\n";
   f << "  \"block_view\": " << block_sidecar(const_cast<App&>(app)) << ",\n";
   f << "  \"kv_view\": " << kv_sidecar(const_cast<App&>(app)) << ",\n";
+  f << "  \"compare\": " << compare_sidecar(const_cast<App&>(app)) << ",\n";
   f << "  \"data\": " << data_sidecar(const_cast<App&>(app)) << ",\n";
   f << "  \"precision\": \"" << (app.engine.model ? ds::precision_name(app.engine.model->precision) : "") << "\",\n";
   f << "  \"storage\": \"" << (app.engine.model ? app.engine.model->storage_name() : "") << "\",\n";

@@ -44,6 +44,14 @@ struct Options {
   int cursor = 0;         // --cursor N: look at step N (1-based) once the steps are in, as Left would
   int choose_branch = 0;  // --choose-branch N: make branch N live at the end (Branches' button)
   std::string settings;   // --settings FILE: the recent models and traces (default: XDG's, none when scripted)
+  // --compare-prompt T, --compare-source T, --compare-model M, --compare-temperature T,
+  // --compare-seed S, --compare-head-off "L:H ...", --compare-part next|attention|layers:
+  // the Compare view's B, run once the steps are done.
+  bool has_compare = false;
+  std::string compare_prompt, compare_source, compare_model, compare_heads_off;
+  float compare_temperature = -1;
+  long compare_seed = -1;
+  int compare_part = -1;
 };
 
 // A bad command line; the message names the option.

@@ -16,6 +16,7 @@ void panel_beams(App& app);
 void panel_block(App& app);
 void panel_kv(App& app);
 void panel_roles(App& app);
+void panel_compare(App& app);
 
 // What the views that ask the worker offer the table (their files).
 bool lens_waiting(App& app);
@@ -39,6 +40,10 @@ void roles_failed(App& app);
 bool ablation_waiting(App& app);
 bool ablation_answer(App& app, Event& e);
 void ablation_failed(App& app);
+bool compare_waiting(App& app);
+bool compare_answer(App& app, Event& e);
+void compare_failed(App& app);
+void compare_model_loaded(App& app);
 // The table's other hooks (views/NAME.cpp).
 void cross_model_loaded(App& app);
 bool beams_step(App& app, int dir);
@@ -99,6 +104,10 @@ const ViewInfo kViews[] = {
      "(induction heads): each head's score on a probe of random tokens repeated twice. Click a head to see its "
      "attention on the probe.",
      panel_roles, roles_waiting, roles_answer, roles_failed},
+    {"compare", "Compare",
+     "Two runs side by side, token by token: A is the window's, B another prompt, another model with the same "
+     "vocabulary, other settings or heads off. Orange marks where they differ.",
+     panel_compare, compare_waiting, compare_answer, compare_failed, compare_model_loaded},
 };
 
 }  // namespace

@@ -1365,18 +1365,20 @@ LESSON
 # ---- compare: two runs side by side (the Compare view). Each side's next-token table and
 # logit lens are checked against decoderscope-cli lens runs of its prompt alone (another
 # process, recording every hook in float32), and every difference shown against A - B.
-# compare_check NAME MODEL PROMPT_A PROMPT_B [SOURCE_A SOURCE_B]
+# compare_check NAME MODEL PROMPT_A PROMPT_B [SOURCE_A SOURCE_B [POSITIONS]]: POSITIONS, the
+# CLI's --steps (positions in all) for a window run of more than one step.
 compare_check() {
   if python3 - "$OUT/$1.png.json" "$(dirname "$APP")/decoderscope-cli" "${@:2}" <<'PY'; then
 import json, math, subprocess, sys
 shot, cli, model, pa, pb = sys.argv[1:6]
-sa, sb = (sys.argv[6:8] + ["", ""])[:2]
+sa, sb, positions = (sys.argv[6:9] + ["", "", ""])[:3]
 j = json.load(open(shot))["compare"]
 bad = []
 def lens(prompt, source):
     cmd = [cli, "lens", "--model", model, "--top-k", "20", "--json"]
     if prompt: cmd += ["--prompt", prompt]
     if source: cmd += ["--source", source]
+    if positions: cmd += ["--steps", positions]
     return json.loads(subprocess.check_output(cmd))
 if j.get("error") or "a" not in j:
     print("FAIL %s: no comparison (%s)" % (shot, j.get("error")))
@@ -1443,11 +1445,13 @@ group_compare() {
     check blank "$OUT/compare_small_presenter.png"
   fi
   # Encoder-decoder: two sources, the cross-attention maps side by side (no masked cell).
-  if run_big compare_dates --model builtin:dates --source "22 Nov 2026" --steps 1 --view compare \
+  # Five steps: the target's BOS and four drawn tokens are the rows (the CLI: --steps 5).
+  if run_big compare_dates --model builtin:dates --source "22 Nov 2026" --steps 5 --view compare \
     --compare-source "3 Jan 1999"; then
     check blank "$OUT/compare_dates.png"
     check heatmap "$OUT/compare_dates.png" compare_a nomask
-    compare_check compare_dates builtin:dates "" "" "22 Nov 2026" "3 Jan 1999"
+    check heatmap "$OUT/compare_dates.png" compare_b nomask
+    compare_check compare_dates builtin:dates "" "" "22 Nov 2026" "3 Jan 1999" 5
   fi
   # The same model at another temperature: B differs only after its first draw.
   if run_big compare_temp --model builtin:stories --steps 8 --view compare --temperature 0.5 --seed 4 \
@@ -1465,7 +1469,8 @@ group_compare() {
       failed=$((failed + 1))
     fi
   fi
-  fails compare_badpart "--compare-part expects next, attention or layers" --compare-part sideways
+  fails compare_badpart "--compare-part expects next, attention or layers" --compare-part sideways \
+    --screenshot "$OUT/compare_badpart.png"
 }
 
 for g in "${ALL_GROUPS[@]}"; do

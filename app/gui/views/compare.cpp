@@ -100,6 +100,13 @@ void run_b(App& app, CompareState& st) {
 
 // ---- the inputs
 
+// A message in red, wrapped to the view's width.
+void error_text(const std::string& s) {
+  ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(1, 0.45f, 0.35f, 1));
+  ImGui::TextWrapped("%s", s.c_str());
+  ImGui::PopStyleColor();
+}
+
 void model_combo(App& app, CompareState& st) {
   const float font = ImGui::GetFontSize();
   std::string cur = st.spec.empty() ? "same model as A" : st.spec;
@@ -172,7 +179,7 @@ void inputs_row(App& app, CompareState& st) {
     const std::string act = app.engine.worker.activity();
     ImGui::TextWrapped("%s", act.empty() ? "waiting for the engine" : act.c_str());
   }
-  if (!st.heads_error.empty()) ImGui::TextColored(ImVec4(1, 0.45f, 0.35f, 1), "%s", st.heads_error.c_str());
+  if (!st.heads_error.empty()) error_text(st.heads_error);
 }
 
 // ---- the aligned token strips
@@ -564,8 +571,7 @@ void panel_compare(App& app) {
   CompareState& st = compare_state(app);
   inputs_row(app, st);
   const ds::Trace* b = b_trace(st);
-  if (st.answer && !st.answer->error.empty())
-    ImGui::TextColored(ImVec4(1, 0.45f, 0.35f, 1), "B could not run: %s", st.answer->error.c_str());
+  if (st.answer && !st.answer->error.empty()) error_text("B could not run: " + st.answer->error);
   if (!b) {
     if (!st.answer || st.answer->error.empty())
       ImGui::TextWrapped("Type B's prompt (for instance A's with one word changed), or keep it empty and pick another "

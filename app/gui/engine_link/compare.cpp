@@ -120,8 +120,7 @@ std::string signed_text(double v, int digits) {
   if (std::isinf(v)) return v > 0 ? "+inf" : "-inf";
   if (v == 0) return "0";
   char b[48];
-  std::snprintf(b, sizeof b, std::fabs(v) < 1e-3 ? "%+.*e" : "%+.*f", std::fabs(v) < 1e-3 ? digits - 1 : digits + 1,
-                v);
+  std::snprintf(b, sizeof b, std::fabs(v) < 1e-3 ? "%+.*e" : "%+.*f", std::fabs(v) < 1e-3 ? digits - 1 : digits + 1, v);
   return b;
 }
 
@@ -207,8 +206,7 @@ std::string vocabulary_mismatch(int vocab_a, const ds::Tokenizer* tok_a, const s
   if (vocab_a != vocab_b)
     return pair + " have different vocabularies (" + std::to_string(vocab_a) + " and " + std::to_string(vocab_b) +
            " tokens), so their tokens and probabilities cannot be lined up: pick a model with the same tokenizer";
-  if (!tok_a != !tok_b)
-    return pair + " cannot be lined up: only " + (tok_a ? name_a : name_b) + " has a tokenizer";
+  if (!tok_a != !tok_b) return pair + " cannot be lined up: only " + (tok_a ? name_a : name_b) + " has a tokenizer";
   if (tok_a && tok_b)
     for (int id = 0; id < vocab_a; ++id) {
       std::string pa, pb;
@@ -277,9 +275,8 @@ void Worker::handle(cmd::Compare& c) {
         compare_spec_ = c.spec;
       }
       m = &compare_lm_;
-      const std::string why =
-          vocabulary_mismatch(lm_.model->cfg.vocab_size, lm_.tokenizer.get(), lm_.name, m->model->cfg.vocab_size,
-                              m->tokenizer.get(), m->name);
+      const std::string why = vocabulary_mismatch(lm_.model->cfg.vocab_size, lm_.tokenizer.get(), lm_.name,
+                                                  m->model->cfg.vocab_size, m->tokenizer.get(), m->name);
       if (!why.empty()) throw ds::Error(why);
       if (m->model->cfg.encoder_decoder != lm_.model->cfg.encoder_decoder)
         throw ds::Error(lm_.name + " and " + m->name +

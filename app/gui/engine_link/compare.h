@@ -29,8 +29,8 @@ struct CompareAnswer {
 struct CompareRow {
   int id = -1;
   std::string text;
-  bool in_a = false, in_b = false;  // listed in that side's table
-  float pa = 0, pb = 0;             // the probabilities (when listed)
+  bool in_a = false, in_b = false;   // listed in that side's table
+  float pa = 0, pb = 0;              // the probabilities (when listed)
   float floor_a = -1, floor_b = -1;  // the bound for an unlisted token (-1: none known)
 };
 

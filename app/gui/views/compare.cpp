@@ -37,8 +37,8 @@ struct CompareState {
   bool after_settings = false;  // probabilities after temperature, top-k, top-p
   bool cross = true;            // encoder-decoder: cross-attention (else self-attention)
   int part = 0;                 // narrow windows: 0 next token, 1 attention, 2 residual and lens
-  bool wide = false;  // the last frame's layout
-  int top_shown = 6;  // each side's tokens the next-token table showed last
+  bool wide = false;            // the last frame's layout
+  int top_shown = 6;            // each side's tokens the next-token table showed last
 };
 
 // "1:0 2:3" -> heads; false (why in err) for anything else.
@@ -67,9 +67,7 @@ const ds::Trace* b_trace(const CompareState& st) {
 
 // The step of each side the view shows: A's cursor, and B's step of the same index (its
 // last when it has fewer).
-int b_step(const App& app, const ds::Trace& b) {
-  return std::clamp(app.sel.cursor, 0, int(b.steps.size()) - 1);
-}
+int b_step(const App& app, const ds::Trace& b) { return std::clamp(app.sel.cursor, 0, int(b.steps.size()) - 1); }
 
 // The position each side's lens and norms read: the selected one when the class chose a
 // position, else each side's own last row of the step (the row its next token came from).
@@ -120,8 +118,9 @@ void model_combo(App& app, CompareState& st) {
     }
     ImGui::EndCombo();
   }
-  tooltip(app, "B's model. Only a model with the same vocabulary (the same tokenizer) can be lined up token by "
-               "token with A's; another gives a message saying why.");
+  tooltip(app,
+          "B's model. Only a model with the same vocabulary (the same tokenizer) can be lined up token by "
+          "token with A's; another gives a message saying why.");
 }
 
 void settings_controls(App& app, CompareState& st) {
@@ -132,7 +131,7 @@ void settings_controls(App& app, CompareState& st) {
   if (!st.same_settings) {
     flow(font * 10);
     ImGui::SetNextItemWidth(font * 7);
-    ImGui::SliderFloat("T##b", &st.sampler.temperature, 0.0f, 3.0f, "T %.2f");
+    ImGui::SliderFloat("##bT", &st.sampler.temperature, 0.0f, 3.0f, "T %.2f");
     tooltip(app, "B's temperature (0: greedy).");
     flow(font * 8);
     int seed = int(st.sampler.seed);
@@ -154,8 +153,8 @@ void inputs_row(App& app, CompareState& st) {
   bool enter = false;
   if (encdec) {
     ImGui::SetNextItemWidth(font * 14);
-    enter |= ImGui::InputTextWithHint("##bsource", "source (empty: A's)", &st.source,
-                                      ImGuiInputTextFlags_EnterReturnsTrue);
+    enter |=
+        ImGui::InputTextWithHint("##bsource", "source (empty: A's)", &st.source, ImGuiInputTextFlags_EnterReturnsTrue);
     tooltip(app, "B's source text; empty runs B on A's.");
     flow(font * 10);
   }
@@ -220,13 +219,13 @@ void token_strips(App& app, const ds::Trace& b, int sb) {
   }
   ImGui::Dummy(ImVec2(x - p0.x, 2 * h + 3));
   if (ImGui::IsItemHovered())
-    ImGui::SetTooltip("A's tokens above, B's below, position by position; orange where they differ. The outlined "
-                      "token is the one each side drew at this step.");
+    ImGui::SetTooltip(
+        "A's tokens above, B's below, position by position; orange where they differ. The outlined "
+        "token is the one each side drew at this step.");
   // The newest tokens stay in sight as the steps go on (unless the mouse is on the strip).
   if (!ImGui::IsWindowHovered()) ImGui::SetScrollX(ImGui::GetScrollMaxX());
   ImGui::EndChild();
 }
-
 
 // ---- the next token of one step, both sides
 
@@ -236,7 +235,8 @@ const ImVec4 kBlue(0.35f, 0.6f, 1.0f, 1), kOrange(1.0f, 0.62f, 0.25f, 1);
 void next_token_part(App& app, CompareState& st, const ds::Trace& b, int sb, float width) {
   const float font = ImGui::GetFontSize();
   const ds::Trace& a = app.history.trace;
-  const ds::SampleRecord* ra = a.steps[size_t(app.sel.cursor)].sample ? &*a.steps[size_t(app.sel.cursor)].sample : nullptr;
+  const ds::SampleRecord* ra =
+      a.steps[size_t(app.sel.cursor)].sample ? &*a.steps[size_t(app.sel.cursor)].sample : nullptr;
   const ds::SampleRecord* rb = b.steps[size_t(sb)].sample ? &*b.steps[size_t(sb)].sample : nullptr;
   int what = st.after_settings ? 1 : 0;
   ImGui::AlignTextToFramePadding();
@@ -291,17 +291,18 @@ void next_token_part(App& app, CompareState& st, const ds::Trace& b, int sb, flo
     const Diff d = prob_diff(r), dl = logprob_diff(r);
     ImGui::TableNextColumn();
     const ImVec4 col = !d.known || (d.lo <= 0 && d.hi >= 0) ? ImGui::GetStyleColorVec4(ImGuiCol_Text)
-                       : d.lo > 0                          ? kBlue
-                                                           : kOrange;
+                       : d.lo > 0                           ? kBlue
+                                                            : kOrange;
     ImGui::TextColored(col, "%s", diff_text(d).c_str());
     ImGui::TableNextColumn();
     ImGui::TextColored(col, "%s", diff_text(dl).c_str());
   }
   ImGui::EndTable();
   if (ImGui::IsItemHovered())
-    ImGui::SetTooltip("Each side's most probable tokens. A token one side does not list has at most the smallest "
-                      "probability that side lists, so its differences are bounds (>=, <=). Log differences are "
-                      "natural logarithms: +0.69 means A gives it twice B's probability.");
+    ImGui::SetTooltip(
+        "Each side's most probable tokens. A token one side does not list has at most the smallest "
+        "probability that side lists, so its differences are bounds (>=, <=). Log differences are "
+        "natural logarithms: +0.69 means A gives it twice B's probability.");
 }
 
 // ---- attention, both sides and their difference
@@ -443,9 +444,10 @@ void attention_part(App& app, CompareState& st, const ds::Trace& b, int sb, ImVe
   if (grid) {
     ImGui::SameLine(0, font);
     ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + w);
-    ImGui::TextWrapped("A - B: each cell of A's map less the same cell of B's, over the positions both have. Red: A's "
-                       "token reads that key more than B's does; blue: less. Where the prompts differ the rows and "
-                       "columns hold different tokens.");
+    ImGui::TextWrapped(
+        "A - B: each cell of A's map less the same cell of B's, over the positions both have. Red: A's "
+        "token reads that key more than B's does; blue: less. Where the prompts differ the rows and "
+        "columns hold different tokens.");
     ImGui::PopTextWrapPos();
   }
 }
@@ -458,9 +460,10 @@ void layers_part(App& app, const ds::Trace& b, int sb, float width) {
   const int pa = side_position(app, a, sa), pb = side_position(app, b, sb);
   const std::vector<LensTop1> lens_a = lens_at(a, pa), lb = lens_at(b, pb);
   const float font = ImGui::GetFontSize();
-  ImGui::TextWrapped("Each layer at position %d (A) and %d (B): the length of the residual stream after it, and "
-                     "the token the logit lens reads there (with its probability).",
-                     pa, pb);
+  ImGui::TextWrapped(
+      "Each layer at position %d (A) and %d (B): the length of the residual stream after it, and "
+      "the token the logit lens reads there (with its probability).",
+      pa, pb);
   const int layers = std::max(a.config.n_layers, b.config.n_layers);
   float top = 1e-6f;
   std::vector<float> na(size_t(layers), -1), nb(size_t(layers), -1);
@@ -491,7 +494,7 @@ void layers_part(App& app, const ds::Trace& b, int sb, float width) {
       const std::vector<float>& n = side == 0 ? na : nb;
       if (r == 0 || n[r - 1] < 0) continue;  // norms: resid_post of each layer
       char t[32];
-      std::snprintf(t, sizeof t, "%.4g", double(n[r - 1]));
+      std::snprintf(t, sizeof t, "%.2f", double(n[r - 1]));
       bar(n[r - 1] / top, bar_w, ImGui::ColorConvertFloat4ToU32(side == 0 ? kBlue : kOrange), t);
     }
     const bool differ = r < lens_a.size() && r < lb.size() && lens_a[r].id != lb[r].id;
@@ -522,8 +525,8 @@ void layers_part(App& app, const ds::Trace& b, int sb, float width) {
 // What the run shown is: B's model, its steps, and whether A has moved on since.
 void b_summary(App& app, const CompareState& st, const ds::Trace& b) {
   const CompareAnswer& ans = *st.answer;
-  ImGui::TextColored(kOrange, "B: %s, %d steps in %.2f s%s", ans.model_name.c_str(), int(b.steps.size()), ans.seconds,
-                     ans.cancelled ? " (stopped)" : "");
+  ImGui::TextColored(kOrange, "B: %s, %d step%s in %.2f s%s", ans.model_name.c_str(), int(b.steps.size()),
+                     b.steps.size() == 1 ? "" : "s", ans.seconds, ans.cancelled ? " (stopped)" : "");
   if (st.a_steps != int(app.history.trace.steps.size())) {
     ImGui::SameLine(0, ImGui::GetFontSize());
     ImGui::TextDisabled("(A now has %d steps: Run B again to match)", int(app.history.trace.steps.size()));
@@ -574,9 +577,10 @@ void panel_compare(App& app) {
   if (st.answer && !st.answer->error.empty()) error_text("B could not run: " + st.answer->error);
   if (!b) {
     if (!st.answer || st.answer->error.empty())
-      ImGui::TextWrapped("Type B's prompt (for instance A's with one word changed), or keep it empty and pick another "
-                         "model, other settings or heads off for B, then press Run B: B runs as many steps as A, and "
-                         "the two are shown side by side, token by token.");
+      ImGui::TextWrapped(
+          "Type B's prompt (for instance A's with one word changed), or keep it empty and pick another "
+          "model, other settings or heads off for B, then press Run B: B runs as many steps as A, and "
+          "the two are shown side by side, token by token.");
     return;
   }
   b_summary(app, st, *b);
@@ -676,9 +680,16 @@ std::string compare_sidecar(App& app) {
   const ds::SampleRecord* rb = b->steps[size_t(sb)].sample ? &*b->steps[size_t(sb)].sample : nullptr;
   for (const CompareRow& r : compare_rows(ra, rb, st.after_settings, st.top_shown)) {
     const Diff df = prob_diff(r);
-    rows.push_back({{"id", r.id},       {"in_a", r.in_a},       {"in_b", r.in_b},   {"pa", r.pa},
-                    {"pb", r.pb},       {"floor_a", r.floor_a}, {"floor_b", r.floor_b},
-                    {"diff_lo", df.lo}, {"diff_hi", df.hi},     {"shown", diff_text(df)}});
+    rows.push_back({{"id", r.id},
+                    {"in_a", r.in_a},
+                    {"in_b", r.in_b},
+                    {"pa", r.pa},
+                    {"pb", r.pb},
+                    {"floor_a", r.floor_a},
+                    {"floor_b", r.floor_b},
+                    {"diff_lo", df.lo},
+                    {"diff_hi", df.hi},
+                    {"shown", diff_text(df)}});
   }
   j["rows"] = rows;
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

@@ -149,7 +149,7 @@ TEST(GuiCompare, WorkerRunsBBesideTheSession) {
   ASSERT_TRUE(other && other->error.empty());
   const auto d = dsgui::token_differences(a[0].input, other->trace.steps[0].input);
   ASSERT_EQ(a[0].input.size(), other->trace.steps[0].input.size());  // a character a token
-  EXPECT_EQ(std::count(d.begin(), d.end(), true), 1);                 // "e" against "a" only
+  EXPECT_EQ(std::count(d.begin(), d.end(), true), 1);                // "e" against "a" only
   auto enc = compare("hello", "random:encdec");
   ASSERT_TRUE(enc);
   EXPECT_TRUE(enc->trace.steps.empty());

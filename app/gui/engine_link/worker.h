@@ -93,7 +93,8 @@ class Worker {
   ds::SamplerConfig sampler_;
   std::vector<HeadId> heads_off_, cross_heads_off_;
   std::vector<int> head_handles_;
-  std::vector<int> forced_;     // the tokens of the session's first steps (cmd::Start::forced)
+  std::vector<int> forced_;  // the tokens of the session's first steps (cmd::Start::forced)
+
   ds::LoadedModel compare_lm_;  // the Compare view's model B when it is not the loaded one
   std::string compare_spec_;
 

@@ -13,7 +13,7 @@
 # both runs in one group. Without GROUP every group runs in turn, in OUT_DIR.
 # A failed check is counted, not fatal: the script goes on to the next one.
 set -euo pipefail
-ALL_GROUPS=(views encdec replay models block gguf tracebin_dec tracebin_enc maps soak keys blockview beamtab headsmatter lensgrid install lessons attribution)
+ALL_GROUPS=(views encdec replay models block gguf tracebin_dec tracebin_enc maps soak keys blockview beamtab headsmatter lensgrid install lessons attribution compare)
 if [ "${1:-}" = --list ]; then
   printf '%s\n' "${ALL_GROUPS[@]}"
   exit 0
@@ -1445,6 +1445,117 @@ PY
   else
     failed=$((failed + 1))
   fi
+}
+
+# ---- compare: two runs side by side (the Compare view). Each side's next-token table and
+# logit lens are checked against decoderscope-cli lens runs of its prompt alone (another
+# process, recording every hook in float32), and every difference shown against A - B.
+# compare_check NAME MODEL PROMPT_A PROMPT_B [SOURCE_A SOURCE_B [POSITIONS]]: POSITIONS, the
+# CLI's --steps (positions in all) for a window run of more than one step.
+compare_check() {
+  if python3 - "$OUT/$1.png.json" "$(dirname "$APP")/decoderscope-cli" "${@:2}" <<'PY'; then
+import json, math, subprocess, sys
+shot, cli, model, pa, pb = sys.argv[1:6]
+sa, sb, positions = (sys.argv[6:9] + ["", "", ""])[:3]
+j = json.load(open(shot))["compare"]
+bad = []
+def lens(prompt, source):
+    cmd = [cli, "lens", "--model", model, "--top-k", "20", "--json"]
+    if prompt: cmd += ["--prompt", prompt]
+    if source: cmd += ["--source", source]
+    if positions: cmd += ["--steps", positions]
+    return json.loads(subprocess.check_output(cmd))
+if j.get("error") or "a" not in j:
+    print("FAIL %s: no comparison (%s)" % (shot, j.get("error")))
+    sys.exit(1)
+for side, prompt, source in (("a", pa, sa), ("b", pb, sb)):
+    ref = lens(prompt, source)
+    out = ref["layers"][-1]  # the last layer's lens: the model's own next-token distribution
+    got = j[side]
+    if got["position"] != ref["position"]:
+        bad.append("%s reads position %d, the CLI %d" % (side, got["position"], ref["position"]))
+    top = {c["id"]: c["p_raw"] for c in got["top"]}
+    for i, (tid, p) in enumerate(zip(out["ids"][:8], out["probs"][:8])):
+        if tid not in top:
+            bad.append("%s: the CLI's token %d (rank %d) is not in the window's table" % (side, tid, i))
+        elif abs(top[tid] - p) > 1e-4 + 1e-3 * p:
+            bad.append("%s: token %d p %.6f in the window, %.6f from the CLI" % (side, tid, top[tid], p))
+    if [l["ids"][0] for l in ref["layers"]] != got["lens"]:
+        bad.append("%s: lens top tokens %s, the CLI %s" % (side, got["lens"], [l["ids"][0] for l in ref["layers"]]))
+# Every difference shown is A - B of the probabilities shown (or a bound that holds).
+for r in j["rows"]:
+    if r["in_a"] and r["in_b"]:
+        if abs(r["diff_lo"] - (r["pa"] - r["pb"])) > 1e-6 or r["diff_lo"] != r["diff_hi"]:
+            bad.append("token %d: difference %g, A - B is %g" % (r["id"], r["diff_lo"], r["pa"] - r["pb"]))
+    elif r["in_a"]:
+        if not (r["diff_lo"] <= r["pa"] - r["floor_b"] + 1e-7 and r["diff_hi"] == r["pa"]):
+            bad.append("token %d: bound [%g, %g] for A only" % (r["id"], r["diff_lo"], r["diff_hi"]))
+if not j["rows"]:
+    bad.append("no rows in the next-token table")
+if pa != pb and not j["differ"]:
+    bad.append("different prompts, but no position marked as differing")
+if bad:
+    print("FAIL %s: %s" % (shot, "; ".join(bad)))
+    sys.exit(1)
+print("ok %s: %d rows, positions %s differ, lens %s / %s" % (shot, len(j["rows"]), j["differ"], j["a"]["lens"], j["b"]["lens"]))
+PY
+    passed=$((passed + 1))
+  else failed=$((failed + 1)); fi
+}
+
+group_compare() {
+  if ! [ -f "$MODELS/stories/model.safetensors" ] || ! command -v python3 >/dev/null 2>&1; then
+    echo "note: builtin:stories or python3 is absent; the compare group is skipped"
+    return
+  fi
+  local A="Once upon a time, Lily" B="Once upon a time, Tom"
+  CMP=(--model builtin:stories --prompt "$A" --steps 1 --view compare --compare-prompt "$B")
+  if run_big compare_big "${CMP[@]}"; then
+    check blank "$OUT/compare_big.png"
+    check heatmap "$OUT/compare_big.png" compare_a causal
+    check heatmap "$OUT/compare_big.png" compare_b causal
+    compare_check compare_big builtin:stories "$A" "$B"
+  fi
+  if run compare_small "${CMP[@]}" --size 1024x768; then
+    check blank "$OUT/compare_small.png"
+    compare_check compare_small builtin:stories "$A" "$B"
+  fi
+  if run compare_small_attn "${CMP[@]}" --size 1024x768 --compare-part attention; then
+    check heatmap "$OUT/compare_small_attn.png" compare_a causal
+  fi
+  if run_big compare_presenter "${CMP[@]}" --presenter --scale 1.5 --steps 6; then
+    check blank "$OUT/compare_presenter.png"
+  fi
+  if run compare_small_presenter "${CMP[@]}" --size 1024x768 --presenter --scale 1.5 --compare-part layers; then
+    check blank "$OUT/compare_small_presenter.png"
+  fi
+  # Encoder-decoder: two sources, the cross-attention maps side by side (no masked cell).
+  # Five steps: the target's BOS and four drawn tokens are the rows (the CLI: --steps 5).
+  if run_big compare_dates --model builtin:dates --source "22 Nov 2026" --steps 5 --view compare \
+    --compare-source "3 Jan 1999"; then
+    check blank "$OUT/compare_dates.png"
+    check heatmap "$OUT/compare_dates.png" compare_a nomask
+    check heatmap "$OUT/compare_dates.png" compare_b nomask
+    compare_check compare_dates builtin:dates "" "" "22 Nov 2026" "3 Jan 1999" 5
+  fi
+  # The same model at another temperature: B differs only after its first draw.
+  if run_big compare_temp --model builtin:stories --steps 8 --view compare --temperature 0.5 --seed 4 \
+    --compare-temperature 2; then
+    check blank "$OUT/compare_temp.png"
+  fi
+  # Another vocabulary: a clear message in the view and on stderr, no crash.
+  if run compare_vocab --model builtin:stories --steps 2 --view compare --compare-model builtin:dates; then
+    check blank "$OUT/compare_vocab.png"
+    if grep -q "different vocabularies" "$OUT/compare_vocab.log" &&
+      grep -q '"error": *"[^"]*different vocabularies' "$OUT/compare_vocab.png.json"; then
+      passed=$((passed + 1))
+    else
+      echo "FAIL compare_vocab: no message about the vocabularies (see $OUT/compare_vocab.log)"
+      failed=$((failed + 1))
+    fi
+  fi
+  fails compare_badpart "--compare-part expects next, attention or layers" --compare-part sideways \
+    --screenshot "$OUT/compare_badpart.png"
 }
 
 for g in "${ALL_GROUPS[@]}"; do

@@ -56,6 +56,13 @@ const OptionKey kOptionKeys[] = {
     {"mask-only", Kind::Switch},
     {"log", Kind::Switch},
     {"no-kv-cache", Kind::Switch},
+    {"compare-prompt", Kind::Text},
+    {"compare-source", Kind::Text},
+    {"compare-model", Kind::Text},
+    {"compare-temperature", Kind::Number},
+    {"compare-seed", Kind::Integer},
+    {"compare-head-off", Kind::Text},
+    {"compare-part", Kind::Text},
 };
 // The keys of a step that are the lesson's own.
 const char* kStepKeys[] = {"title", "caption", "equation", "question", "answer", "key"};

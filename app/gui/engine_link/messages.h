@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine_link/block_data.h"
+#include "engine_link/compare.h"
 #include "model/config.h"
 #include "probe/ablation.h"
 #include "probe/attribution.h"
@@ -294,11 +295,25 @@ struct Attribute {
   int threads = 1;
 };
 
+// The Compare view's second run (B): `steps` steps of the prompt and source on the model
+// `spec` ("": the loaded one; another must have the same vocabulary) with these
+// settings and heads off, beside the session (which it leaves alone). `key` is sent back.
+struct Compare {
+  std::string key, spec;
+  ds::Precision precision = ds::Precision::F32;
+  std::string prompt, source;
+  ds::SamplerConfig sampler;
+  std::vector<HeadId> heads_off;
+  int steps = 1;
+  int threads = 1;
+  bool kv_cache = true;
+};
+
 }  // namespace cmd
 
 using Command = std::variant<cmd::Load, cmd::Start, cmd::Step, cmd::Rewind, cmd::Sampler, cmd::Heads, cmd::Lens,
                              cmd::SaveTrace, cmd::Shape, cmd::Beam, cmd::BeamBranch, cmd::Inspect, cmd::Measure,
-                             cmd::Roles, cmd::Restore, cmd::Ablate, cmd::Attribute>;
+                             cmd::Roles, cmd::Restore, cmd::Ablate, cmd::Attribute, cmd::Compare>;
 
 // ---- events: worker -> window
 namespace ev {
@@ -385,11 +400,15 @@ struct Attribute {
   std::shared_ptr<const AttributionAnswer> answer;
 };
 
+struct Compare {
+  std::shared_ptr<const CompareAnswer> answer;
+};
+
 }  // namespace ev
 
 using Event =
     std::variant<ev::Loading, ev::Loaded, ev::Started, ev::Step, ev::Truncate, ev::Lens, ev::Saved, ev::Error, ev::Idle,
-                 ev::Shape, ev::Beam, ev::BeamBranch, ev::Inspect, ev::Measure, ev::Roles, ev::Ablate, ev::Attribute>;
+                 ev::Shape, ev::Beam, ev::BeamBranch, ev::Inspect, ev::Measure, ev::Roles, ev::Ablate, ev::Attribute, ev::Compare>;
 
 // For std::visit with one lambda per alternative.
 template <class... F>

@@ -201,6 +201,8 @@ void Worker::handle(cmd::Load& c) {
   session_.reset();
   head_handles_.clear();
   lm_ = ds::LoadedModel{};
+  compare_lm_ = ds::LoadedModel{};  // the Compare view's B is run again for the new model
+  compare_spec_.clear();
   ds::LoadedModel m = open_model(c.spec, c.tokenizer, c.precision);
   lm_ = std::move(m);
   spec_ = c.spec;

@@ -64,6 +64,7 @@ class Worker {
   void handle(cmd::Restore& c);
   void handle(cmd::Ablate& c);
   void handle(cmd::Attribute& c);
+  void handle(cmd::Compare& c);  // compare.cpp
   // The options of the window's sessions (what the trace records, the candidate table).
   ds::SessionOptions session_options(int threads, bool kv_cache) const;
   // A new session on these ids (a refused prompt keeps the old one).
@@ -94,6 +95,9 @@ class Worker {
   std::vector<HeadId> heads_off_, cross_heads_off_;
   std::vector<int> head_handles_;
   std::vector<int> forced_;  // the tokens of the session's first steps (cmd::Start::forced)
+
+  ds::LoadedModel compare_lm_;  // the Compare view's model B when it is not the loaded one
+  std::string compare_spec_;
 
   std::thread thread_;
 };

@@ -135,6 +135,9 @@ bool ScriptedRun::advance(double t, double prev_frame) {
         if (o_.rank_heads >= 0) ablation_ask(app_, o_.rank_heads);
         if (!o_.attribute_token.empty() || !o_.attribute_vs.empty() || !o_.attribute_head.empty())
           attribution_script(app_, o_.attribute_token, o_.attribute_vs, o_.attribute_head);
+        if (o_.has_compare)
+          compare_script(app_, {o_.compare_prompt, o_.compare_source, o_.compare_model, o_.compare_heads_off,
+                                o_.compare_temperature, o_.compare_seed, o_.compare_part});
       }
       if (bench_ && phase_frames_ > 4) bench_->idle_frame((t - prev_frame) * 1000.0);
       if (++phase_frames_ >= (bench_ ? 64 : 4) && idle && !views_waiting(app_) && !final_actions())
@@ -242,6 +245,7 @@ void write_sidecar(const std::string& path, const App& app, const Options& o, in
   f << "  \"block_view\": " << block_sidecar(const_cast<App&>(app)) << ",\n";
   f << "  \"kv_view\": " << kv_sidecar(const_cast<App&>(app)) << ",\n";
   f << "  \"attribution\": " << attribution_sidecar(const_cast<App&>(app)) << ",\n";
+  f << "  \"compare\": " << compare_sidecar(const_cast<App&>(app)) << ",\n";
   f << "  \"data\": " << data_sidecar(const_cast<App&>(app)) << ",\n";
   f << "  \"precision\": \"" << (app.engine.model ? ds::precision_name(app.engine.model->precision) : "") << "\",\n";
   f << "  \"storage\": \"" << (app.engine.model ? app.engine.model->storage_name() : "") << "\",\n";

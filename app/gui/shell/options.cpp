@@ -15,7 +15,7 @@ const char* kUsage = R"(decoderscope: watch a transformer decoder write text one
 
 usage: decoderscope [--model M] [--tokenizer F] [--precision f32|bf16|f16] [--threads N]
                     [--prompt T | --source T] [--chat [--system T]] [--trace FILE.json]
-                    [--steps N] [--view attention|heads|cross|residual|next|lens|branches|beams|block|kv|roles]
+                    [--steps N] [--view attention|heads|cross|residual|next|lens|branches|beams|block|kv|roles|compare]
                     [--layer L] [--head H|mean] [--select POS] [--scores] [--mask-only] [--log]
                     [--colormap viridis|magma|greys] [--light] [--scale S]
                     [--temperature T] [--top-k K] [--top-p P] [--seed S] [--head-off [c]L:H ...]
@@ -25,6 +25,8 @@ usage: decoderscope [--model M] [--tokenizer F] [--precision f32|bf16|f16] [--th
                     [--screenshot out.png] [--save-heatmap cells.png] [--save-trace out.dstrace]
                     [--stage ID] [--kv-pane cache|cost] [--no-kv-cache] [--bench] [--size WxH] [--presenter]
                     [--last-tokens N] [--zoom Z] [--soak N [--seed S]] [--sidecar] [--settings FILE]
+                    [--compare-prompt T] [--compare-source T] [--compare-model M] [--compare-temperature T]
+                    [--compare-seed S] [--compare-head-off "L:H ..."] [--compare-part next|attention|layers]
 
 --model: a GGUF file (.gguf: llama, qwen2, qwen3, gemma3), a llama2.c .bin, a Hugging Face
   folder (Llama, Mistral, Qwen2, Qwen3, Gemma 3 with tokenizer.json; or GPT-2),
@@ -87,6 +89,9 @@ Scripted runs: --screenshot sets up, runs --steps steps (default 8), waits for t
 --presenter: starts in presenter mode (F11): the view alone, full screen (a scripted run
   keeps --size). --last-tokens N: heatmaps show only the last N tokens, following generation.
   --zoom Z: heatmaps start zoomed in Z times (1: fit), showing the newest cells.
+--compare-prompt T (and --compare-source, --compare-model, --compare-temperature, --compare-seed,
+  --compare-head-off): the Compare view's B, run for as many steps as A once the steps are done
+  (an empty prompt: A's); --compare-part picks the tab a narrow window shows.
 --settings FILE: the settings file the window reads and updates (the File menu's recent
   models and traces); default $XDG_CONFIG_HOME/decoderscope/settings.json (else
   ~/.config/...), none in scripted runs. A damaged file is ignored with a notice.
@@ -209,6 +214,30 @@ void size_option(Options& o, const std::string& a, const std::string& v) {
   o.has_size = true;
 }
 
+// --compare-*: the Compare view's B (Options::has_compare).
+void compare_option(Options& o, const std::string& a, const std::string& v) {
+  o.has_compare = true;
+  if (a == "--compare-prompt")
+    o.compare_prompt = v;
+  else if (a == "--compare-source")
+    o.compare_source = v;
+  else if (a == "--compare-model")
+    o.compare_model = v;
+  else if (a == "--compare-head-off")
+    o.compare_heads_off = v;
+  else if (a == "--compare-temperature")
+    o.compare_temperature = to_float(v, a);
+  else if (a == "--compare-seed")
+    o.compare_seed = to_int(v, a);
+  else if (a == "--compare-part") {
+    const char* parts[] = {"next", "attention", "layers"};
+    for (int i = 0; i < 3; ++i)
+      if (v == parts[i]) o.compare_part = i;
+    if (o.compare_part < 0) die("--compare-part expects next, attention or layers, got '" + v + "'");
+  } else
+    die("unknown option '" + a + "' (try --help)");
+}
+
 // An option without a value (a switch): sets it and returns true; false for any other.
 bool switch_option(Options& o, const std::string& a) {
   static const std::pair<const char*, bool Options::*> kSwitches[] = {
@@ -315,6 +344,8 @@ Options parse_options(int argc, char** argv) {
       head_off_option(o, a, val());
     else if (a == "--size")
       size_option(o, a, val());
+    else if (a.rfind("--compare-", 0) == 0)
+      compare_option(o, a, val());
     else
       die("unknown option '" + a + "' (try --help)");
   }

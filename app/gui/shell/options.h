@@ -48,6 +48,14 @@ struct Options {
   // --attribute-token T, --attribute-vs T2, --attribute-head L:H: the Attribution view's
   // token (a candidate's text or #ID), the token subtracted, the head whose writes it lists.
   std::string attribute_token, attribute_vs, attribute_head;
+  // --compare-prompt T, --compare-source T, --compare-model M, --compare-temperature T,
+  // --compare-seed S, --compare-head-off "L:H ...", --compare-part next|attention|layers:
+  // the Compare view's B, run once the steps are done.
+  bool has_compare = false;
+  std::string compare_prompt, compare_source, compare_model, compare_heads_off;
+  float compare_temperature = -1;
+  long compare_seed = -1;
+  int compare_part = -1;
 };
 
 // A bad command line; the message names the option.

@@ -17,6 +17,7 @@ void panel_block(App& app);
 void panel_kv(App& app);
 void panel_roles(App& app);
 void panel_attribution(App& app);
+void panel_compare(App& app);
 
 // What the views that ask the worker offer the table (their files).
 bool lens_waiting(App& app);
@@ -43,6 +44,10 @@ void ablation_failed(App& app);
 bool attribution_waiting(App& app);
 bool attribution_answer(App& app, Event& e);
 void attribution_failed(App& app);
+bool compare_waiting(App& app);
+bool compare_answer(App& app, Event& e);
+void compare_failed(App& app);
+void compare_model_loaded(App& app);
 // The table's other hooks (views/NAME.cpp).
 void cross_model_loaded(App& app);
 bool beams_step(App& app, int dir);
@@ -108,6 +113,10 @@ const ViewInfo kViews[] = {
      "head, every MLP and the biases, each read through the final norm (with this run's scale) and the token's "
      "row of the unembedding. Red parts push the token up, blue parts push it down; they add up to the logit.",
      panel_attribution, attribution_waiting, attribution_answer, attribution_failed},
+    {"compare", "Compare",
+     "Two runs side by side, token by token: A is the window's, B another prompt, another model with the same "
+     "vocabulary, other settings or heads off. Orange marks where they differ.",
+     panel_compare, compare_waiting, compare_answer, compare_failed, compare_model_loaded},
 };
 
 }  // namespace

@@ -48,6 +48,17 @@ void kv_time_now(App& app);
 // Head roles (roles.cpp): the head the view has open and its score of the chosen kind
 // (for the test's sidecar); false when there are no scores.
 bool roles_selected(App& app, int& kind, int& layer, int& head, float& score);
+// Compare (compare.cpp): B's text, model, settings and heads off as the command line gives
+// them (--compare-prompt, ...), and B run now (scripted runs, once A's steps are done); the
+// view's state for the screenshot's sidecar, as a JSON object.
+struct CompareSetup {
+  std::string prompt, source, model, heads_off;
+  float temperature = -1;  // < 0: A's settings
+  long seed = -1;
+  int part = -1;  // a narrow window's tab: 0 next token, 1 attention, 2 layers (-1: as it is)
+};
+void compare_script(App& app, const CompareSetup& s);
+std::string compare_sidecar(App& app);
 // Opens a stage of the Block view ("attn.scores", "ln1", ...; block_data.h).
 void block_open_stage(App& app, const std::string& id);
 

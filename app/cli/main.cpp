@@ -25,6 +25,7 @@
 #include "io/loader.h"
 #include "io/model_folder.h"
 #include "model/cost.h"
+#include "patch_cmd.h"
 #include "probe/ablation.h"
 #include "probe/heads.h"
 #include "probe/lens.h"
@@ -65,6 +66,9 @@ usage:
   decoderscope-cli heads    --ablation --model PATH [--prompt TEXT | --prompt-ids "..."]
                             [--source TEXT | --source-ids "..."] [--steps N] [--step K] [--head [c]L:H]
                             [--temperature T] [--top-p P] [--seed S] [--json] [--threads N]
+  decoderscope-cli patch    --model PATH --clean TEXT --corrupt TEXT --answer TOKEN --wrong TOKEN
+                            [--site resid_pre|attn_out|mlp_out|head|head_pos|cross_attn_out|cross_head]
+                            [--layer L] [--prefix TEXT] [--json] [--threads N]
   decoderscope-cli bench    --model PATH [--steps N] [--threads N] [--reps R] [--precision P]
                             [--prefill N] [--trace-tokens N] [--copy]
   decoderscope-cli inspect  --model PATH [--precision P]
@@ -141,6 +145,15 @@ heads --ablation: which heads matter for one step. Generates up to --steps N pos
   at temperature 1), with the probability with the head off and its change.
   --head L:H (cL:H: cross-attention) prints instead that head's change at every step, the steps
   where it matters most first. --json prints one JSON object with full precision.
+patch: activation patching. The clean and the corrupted prompt (encoder-decoder models: the
+  two sources; the decoder runs BOS + --prefix in both) must be the same number of tokens;
+  --answer and --wrong must be one token each (or #ID). Every site of --site (default
+  resid_pre: layer x position; attn_out, mlp_out, cross_attn_out: layer x position; head,
+  cross_head: layer x head, the head at every position; head_pos --layer L: that layer's
+  heads x position) is copied alone from the clean run into the corrupted run, and the grid
+  shows how much of logit(answer) - logit(wrong) at the last position comes back:
+  (patched - corrupted) / (clean - corrupted), 0 = corrupted, 1 = clean. ^^^ marks the
+  positions where the prompts differ. --json prints the grid with full precision.
 --trace FILE.dstrace writes the compact binary format (README); FILE.json JSON, refused
   above 200 MB. --window-recording records what the window records instead: float16
   values, its hook points and the logit lens's top 5.
@@ -1175,6 +1188,7 @@ int main(int argc, char** argv) {
     if (argc >= 2 && !std::strcmp(argv[1], "train")) return cmd_train(argc, argv);
     if (argc >= 2 && !std::strcmp(argv[1], "eval")) return cmd_eval(argc, argv);
     if (argc >= 2 && !std::strcmp(argv[1], "batch")) return cmd_batch(argc, argv);
+    if (argc >= 2 && !std::strcmp(argv[1], "patch")) return cmd_patch(argc, argv);
     Args a = parse(argc, argv);
     if (a.cmd == "generate") return cmd_generate(a);
     if (a.cmd == "lens") return cmd_lens(a);

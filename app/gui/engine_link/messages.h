@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine_link/block_data.h"
+#include "engine_link/patch_messages.h"
 #include "model/config.h"
 #include "probe/ablation.h"
 #include "probe/heads.h"
@@ -273,7 +274,7 @@ struct Restore {
 
 using Command = std::variant<cmd::Load, cmd::Start, cmd::Step, cmd::Rewind, cmd::Sampler, cmd::Heads, cmd::Lens,
                              cmd::SaveTrace, cmd::Shape, cmd::Beam, cmd::BeamBranch, cmd::Inspect, cmd::Measure,
-                             cmd::Roles, cmd::Restore, cmd::Ablate>;
+                             cmd::Roles, cmd::Restore, cmd::Ablate, cmd::Patch>;
 
 // ---- events: worker -> window
 namespace ev {
@@ -360,7 +361,7 @@ struct Ablate {
 
 using Event =
     std::variant<ev::Loading, ev::Loaded, ev::Started, ev::Step, ev::Truncate, ev::Lens, ev::Saved, ev::Error, ev::Idle,
-                 ev::Shape, ev::Beam, ev::BeamBranch, ev::Inspect, ev::Measure, ev::Roles, ev::Ablate>;
+                 ev::Shape, ev::Beam, ev::BeamBranch, ev::Inspect, ev::Measure, ev::Roles, ev::Ablate, ev::Patch>;
 
 // For std::visit with one lambda per alternative.
 template <class... F>

@@ -63,6 +63,7 @@ class Worker {
   void handle(cmd::Roles& c);
   void handle(cmd::Restore& c);
   void handle(cmd::Ablate& c);
+  void handle(cmd::Patch& c);
   // The options of the window's sessions (what the trace records, the candidate table).
   ds::SessionOptions session_options(int threads, bool kv_cache) const;
   // A new session on these ids (a refused prompt keeps the old one).

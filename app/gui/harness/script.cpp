@@ -133,6 +133,7 @@ bool ScriptedRun::advance(double t, double prev_frame) {
         beams_search_now(app_, o_.beam_width > 0);  // the Beam search view searches once the steps are done
         if (o_.view == "kv") kv_time_now(app_);
         if (o_.rank_heads >= 0) ablation_ask(app_, o_.rank_heads);
+        if (!o_.patch.empty()) patching_script(app_, o_.patch);
       }
       if (bench_ && phase_frames_ > 4) bench_->idle_frame((t - prev_frame) * 1000.0);
       if (++phase_frames_ >= (bench_ ? 64 : 4) && idle && !views_waiting(app_) && !final_actions())
@@ -240,6 +241,7 @@ void write_sidecar(const std::string& path, const App& app, const Options& o, in
   f << "  \"block_view\": " << block_sidecar(const_cast<App&>(app)) << ",\n";
   f << "  \"kv_view\": " << kv_sidecar(const_cast<App&>(app)) << ",\n";
   f << "  \"data\": " << data_sidecar(const_cast<App&>(app)) << ",\n";
+  f << "  \"patching\": " << patching_sidecar(const_cast<App&>(app)) << ",\n";
   f << "  \"precision\": \"" << (app.engine.model ? ds::precision_name(app.engine.model->precision) : "") << "\",\n";
   f << "  \"storage\": \"" << (app.engine.model ? app.engine.model->storage_name() : "") << "\",\n";
   f << "  \"view_rect\": [" << app.maps.view_rect.x << ", " << app.maps.view_rect.y << ", " << app.maps.view_rect.z

@@ -1,5 +1,6 @@
 #pragma once
 // The window's command line (decoderscope --help).
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -43,7 +44,8 @@ struct Options {
   int soak = 0;  // --soak N: N random user actions (soak.h); --seed seeds their choice
   int cursor = 0;         // --cursor N: look at step N (1-based) once the steps are in, as Left would
   int choose_branch = 0;  // --choose-branch N: make branch N live at the end (Branches' button)
-  std::string settings;   // --settings FILE: the recent models and traces (default: XDG's, none when scripted)
+  std::map<std::string, std::string> patch;  // --patch-clean TEXT etc. (the Patching view; key without "--patch-")
+  std::string settings;  // --settings FILE: the recent models and traces (default: XDG's, none when scripted)
 };
 
 // A bad command line; the message names the option.

@@ -16,6 +16,7 @@ void panel_beams(App& app);
 void panel_block(App& app);
 void panel_kv(App& app);
 void panel_roles(App& app);
+void panel_patching(App& app);
 
 // What the views that ask the worker offer the table (their files).
 bool lens_waiting(App& app);
@@ -39,6 +40,9 @@ void roles_failed(App& app);
 bool ablation_waiting(App& app);
 bool ablation_answer(App& app, Event& e);
 void ablation_failed(App& app);
+bool patching_waiting(App& app);
+bool patching_answer(App& app, Event& e);
+void patching_failed(App& app);
 // The table's other hooks (views/NAME.cpp).
 void cross_model_loaded(App& app);
 bool beams_step(App& app, int dir);
@@ -99,6 +103,11 @@ const ViewInfo kViews[] = {
      "(induction heads): each head's score on a probe of random tokens repeated twice. Click a head to see its "
      "attention on the probe.",
      panel_roles, roles_waiting, roles_answer, roles_failed},
+    {"patching", "Patching",
+     "Activation patching: run a clean and a minimally changed (corrupted) prompt, then the corrupted one again with "
+     "one site copied from the clean run; each cell shows how much of the clean answer that site brings back (0 = "
+     "none, 1 = all).",
+     panel_patching, patching_waiting, patching_answer, patching_failed},
 };
 
 }  // namespace

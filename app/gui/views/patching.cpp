@@ -266,8 +266,7 @@ void draw_grid(App& app, PatchState& s, const PatchAnswer& a) {
   const ImVec2 o(p.x + row_w, p.y + label_h);
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const ImU32 text = ImGui::GetColorU32(ImGuiCol_Text), faint = ImGui::GetColorU32(ImGuiCol_TextDisabled);
-  dl->AddText(ImVec2(p.x, o.y - font - 2), faint,
-              g.site == ds::PatchSite::HeadPos ? "head" : "layer");
+  dl->AddText(ImVec2(p.x, o.y - font - 2), faint, g.site == ds::PatchSite::HeadPos ? "head" : "layer");
   // The numbers as large as the cells allow (up to twice the text), for the back row.
   const float num_size =
       std::clamp(std::min(cell_h * 0.45f, cell_w / ImGui::CalcTextSize("-0.00 ").x * font), font * 0.8f, font * 2.0f);
@@ -285,7 +284,10 @@ void draw_grid(App& app, PatchState& s, const PatchAnswer& a) {
         const bool strong = std::fabs(v) > 0.55;
         const float tw = ImGui::CalcTextSize(t.c_str()).x * num_size / font;
         dl->AddText(ImGui::GetFont(), num_size, ImVec2(c0.x + (cell_w - tw) / 2, c0.y + (cell_h - num_size) / 2),
-                    strong ? IM_COL32(255, 255, 255, 255) : std::fabs(v) < 0.05 ? faint : text, t.c_str());
+                    strong                ? IM_COL32(255, 255, 255, 255)
+                    : std::fabs(v) < 0.05 ? faint
+                                          : text,
+                    t.c_str());
       }
     }
   }

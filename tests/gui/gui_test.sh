@@ -1436,6 +1436,32 @@ group_patching() {
   if run_big patch_pres "${ST[@]}" --presenter --scale 1.5; then
     patch_cells "$OUT/patch_pres.png" "$OUT/patch_cli_resid_pre.json"
   fi
+  # The lesson's patching steps as slides (a short view: the boxes fold into one line):
+  # each draws its grid, whole, inside the slide.
+  local L="$(dirname "$0")/../../assets/lessons/9-activation-patching.json" rc=0
+  rm -rf "$OUT/patch_lesson" && mkdir -p "$OUT/patch_lesson"
+  xrun 800x600x24 "$OUT/patch_lesson.log" --lesson "$L" --export "$OUT/patch_lesson" --size 800x600 || rc=$?
+  if [ $rc -ne 0 ]; then
+    echo "FAIL patch_lesson: --export exited with $rc"
+    failed=$((failed + 1))
+  elif python3 - "$OUT/patch_lesson" "$L" <<'PY'; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+import json, sys
+d, lesson = sys.argv[1], json.load(open(sys.argv[2]))
+bad = 0
+for i, st in enumerate(lesson["steps"]):
+    if st.get("view") != "patching":
+        continue
+    side = json.load(open(f"{d}/{i + 1:02d}.png.json"))
+    p = side.get("patching", {})
+    g = p.get("grid")
+    if not g or not p.get("drawn") or p.get("site") != st["patch-site"]:
+        print(f"FAIL patch_lesson step {i + 1}: no {st['patch-site']} grid drawn")
+        bad += 1
+    elif p["y"] + g["rows"] * p["cell_h"] > side["view_rect"][1] + side["view_rect"][3] + 1:
+        print(f"FAIL patch_lesson step {i + 1}: the grid runs past the view's bottom")
+        bad += 1
+sys.exit(1 if bad else 0)
+PY
   # Bad input: a clear message, never a crash.
   fails patch_len "same length" --model builtin:stories --steps 1 --view patching --patch-clean "Lily had a ball ." \
     --patch-corrupt "Lily had a red ball ." --patch-answer Tom --patch-wrong Lily --screenshot "$OUT/patch_len.png"

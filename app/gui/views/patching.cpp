@@ -37,10 +37,12 @@ const SiteChoice kSites[] = {
 struct PatchState {
   std::string clean, corrupt, answer, wrong, prefix;
   ds::PatchSite site = ds::PatchSite::ResidPre;
-  int layer = 0;           // head_pos's layer
-  std::string filled_for;  // the model spec the boxes were filled for
-  std::string asked;       // the request in flight ("": none)
-  std::string shown;       // the key of the answer on screen
+  int layer = 0;                // head_pos's layer
+  std::string filled_for;       // the model spec the boxes were filled for
+  std::string asked;            // the request in flight ("": none)
+  std::string shown;            // the key of the answer on screen
+  bool script_pending = false;  // a scripted run's request, sent once the worker is free
+  bool edit = false;            // the boxes shown even where the view is short
   std::map<std::string, std::shared_ptr<const PatchAnswer>> cache;
   // The grid's last frame, for the sidecar: its box and a cell's size.
   float x = 0, y = 0, cell_w = 0, cell_h = 0;
@@ -125,6 +127,15 @@ void site_combo(App& app, PatchState& s, float w) {
   }
 }
 
+// The site list as wide as its longest choice.
+float combo_width(const App& app) {
+  const bool ed = app.engine.model && app.engine.model->cfg.encoder_decoder;
+  float w = 0;
+  for (const SiteChoice& c : kSites)
+    if (!c.cross || ed) w = std::max(w, ImGui::CalcTextSize(c.label).x);
+  return w + ImGui::GetFrameHeight() + ImGui::GetStyle().FramePadding.x * 2;
+}
+
 void text_boxes(App& app, PatchState& s) {
   const float font = ImGui::GetFontSize(), avail = ImGui::GetContentRegionAvail().x;
   const bool ed = app.engine.model && app.engine.model->cfg.encoder_decoder;
@@ -150,10 +161,7 @@ void text_boxes(App& app, PatchState& s) {
     ImGui::InputText("decoder prefix", &s.prefix);
     tooltip(app, "What the decoder has written so far (after BOS), the same in both runs.");
   }
-  float combo = 0;  // as wide as the longest choice
-  for (const SiteChoice& c : kSites)
-    if (!c.cross || ed) combo = std::max(combo, ImGui::CalcTextSize(c.label).x);
-  combo += ImGui::GetFrameHeight() + ImGui::GetStyle().FramePadding.x * 2;
+  const float combo = combo_width(app);
   flow(combo);
   site_combo(app, s, combo);
 }
@@ -314,9 +322,16 @@ void summary(App& app, const PatchAnswer& a, bool stale) {
 
 }  // namespace
 
-bool patching_waiting(App& app) { return !ps(app).asked.empty(); }
+bool patching_waiting(App& app) {
+  PatchState& s = ps(app);
+  if (s.script_pending && can_ask(app)) {  // the harness asks every frame: the request goes out when it can
+    s.script_pending = false;
+    ask(app);
+  }
+  return s.script_pending || !s.asked.empty();
+}
 
-void patching_failed(App& app) { ps(app).asked.clear(); }
+void patching_failed(App& app) { ps(app).asked.clear(), ps(app).script_pending = false; }
 
 bool patching_answer(App& app, Event& e) {
   auto* a = std::get_if<ev::Patch>(&e);
@@ -342,7 +357,19 @@ void panel_patching(App& app) {
   PatchState& s = ps(app);
   fill_defaults(app, s);
   s.drawn = false;
-  text_boxes(app, s);
+  // A short view (a lesson's slide, a small window) keeps its height for the grid: one
+  // line with the site, and a button that shows the boxes.
+  const bool compact = ImGui::GetContentRegionAvail().y < ImGui::GetFontSize() * 24;
+  if (compact && !s.edit) {
+    if (ImGui::Button("Prompts...")) s.edit = true;
+    tooltip(app, "Show the boxes: the clean and the corrupted prompt, the answer and the wrong token");
+    ImGui::SameLine();
+    site_combo(app, s, combo_width(app));
+    ImGui::SameLine();
+  } else {
+    if (compact && ImGui::SmallButton("hide the boxes")) s.edit = false;
+    text_boxes(app, s);
+  }
   run_controls(app, s);
   const std::string key = request_key(app, s);
   if (s.cache.count(key)) s.shown = key;
@@ -368,7 +395,8 @@ void patching_script(App& app, const std::map<std::string, std::string>& o) {
   if (auto it = o.find("site"); it != o.end() && !ds::parse_patch_site(it->second, s.site))
     app.fail("--patch-site: no site '" + it->second + "'");
   if (auto it = o.find("layer"); it != o.end()) s.layer = std::atoi(it->second.c_str());
-  ask(app);
+  s.script_pending = true;
+  patching_waiting(app);
 }
 
 std::string patching_sidecar(App& app) {

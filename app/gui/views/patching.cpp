@@ -58,11 +58,23 @@ std::string request_key(const App& app, const PatchState& s) {
          std::to_string(s.site == ds::PatchSite::HeadPos ? s.layer : -1);
 }
 
+// The answer and the wrong token: the two the model found likeliest after the prompt.
+void likeliest(const App& app, PatchState& s) {
+  const ds::Trace& t = app.history.trace;
+  if (t.steps.empty() || !t.steps[0].sample || t.steps[0].sample->candidates.size() < 2) return;
+  std::vector<ds::Candidate> c = t.steps[0].sample->candidates;
+  std::sort(c.begin(), c.end(), [](const auto& a, const auto& b) { return a.p_raw > b.p_raw; });
+  s.answer = c[0].text, s.wrong = c[1].text;
+}
+
 // The example shipped with the built-in models (README, "Activation patching"); others
 // start from the prompt on screen and the two tokens the model found likeliest next.
 void fill_defaults(App& app, PatchState& s) {
   const std::string spec = app.engine.model ? app.engine.model->spec : "";
-  if (s.filled_for == spec) return;
+  if (s.filled_for == spec) {
+    if (s.answer.empty() && s.wrong.empty()) likeliest(app, s);  // the first step has come since
+    return;
+  }
   s.filled_for = spec;
   s.prefix.clear();
   if (spec == "builtin:stories") {
@@ -79,12 +91,7 @@ void fill_defaults(App& app, PatchState& s) {
   const bool ed = app.engine.model && app.engine.model->cfg.encoder_decoder;
   s.clean = s.corrupt = ed ? app.inputs.run_source : app.inputs.run_prompt;
   s.answer = s.wrong = "";
-  const ds::Trace& t = app.history.trace;
-  if (!t.steps.empty() && t.steps[0].sample && t.steps[0].sample->candidates.size() >= 2) {
-    std::vector<ds::Candidate> c = t.steps[0].sample->candidates;
-    std::sort(c.begin(), c.end(), [](const auto& a, const auto& b) { return a.p_raw > b.p_raw; });
-    s.answer = c[0].text, s.wrong = c[1].text;
-  }
+  likeliest(app, s);
 }
 
 bool can_ask(App& app) {
@@ -375,6 +382,10 @@ void panel_patching(App& app) {
   if (s.cache.count(key)) s.shown = key;
   auto it = s.cache.find(s.shown);
   if (it == s.cache.end()) {
+    if (s.clean == s.corrupt)
+      ImGui::TextWrapped(
+          "Change a word of the corrupted prompt (keeping the number of tokens) so that the model "
+          "answers differently, then press Patch.");
     ImGui::TextWrapped(
         "Press Patch: every site of the model is copied in turn from the clean run into the corrupted "
         "run, and the grid shows how much of the answer each one brings back.");

@@ -26,6 +26,7 @@
 #include "io/loader.h"
 #include "io/model_folder.h"
 #include "model/cost.h"
+#include "patch_cmd.h"
 #include "probe/ablation.h"
 #include "probe/heads.h"
 #include "probe/lens.h"
@@ -69,6 +70,9 @@ usage:
   decoderscope-cli attribute --model PATH [--tokenizer FILE] [--prompt TEXT | --prompt-ids "..."]
                             [--source TEXT | --source-ids "..."] [--token T] [--vs T2] [--pos P] [--top N]
                             [--json] [--threads N] [--precision P]
+  decoderscope-cli patch    --model PATH --clean TEXT --corrupt TEXT --answer TOKEN --wrong TOKEN
+                            [--site resid_pre|attn_out|mlp_out|head|head_pos|cross_attn_out|cross_head]
+                            [--layer L] [--prefix TEXT] [--json] [--threads N]
   decoderscope-cli bench    --model PATH [--steps N] [--threads N] [--reps R] [--precision P]
                             [--prefill N] [--trace-tokens N] [--copy]
   decoderscope-cli inspect  --model PATH [--precision P]
@@ -154,6 +158,15 @@ attribute: direct logit attribution. Runs the prompt and splits the logit of --t
   model's logit. --vs T2: the same for logit(T) - logit(T2). T is a piece of the vocabulary,
   text that is one token, or #ID. --top N rows (default 20); --json prints every part.
   Post-norm and sandwich-norm models are refused (it is defined for pre-norm models).
+patch: activation patching. The clean and the corrupted prompt (encoder-decoder models: the
+  two sources; the decoder runs BOS + --prefix in both) must be the same number of tokens;
+  --answer and --wrong must be one token each (or #ID). Every site of --site (default
+  resid_pre: layer x position; attn_out, mlp_out, cross_attn_out: layer x position; head,
+  cross_head: layer x head, the head at every position; head_pos --layer L: that layer's
+  heads x position) is copied alone from the clean run into the corrupted run, and the grid
+  shows how much of logit(answer) - logit(wrong) at the last position comes back:
+  (patched - corrupted) / (clean - corrupted), 0 = corrupted, 1 = clean. ^^^ marks the
+  positions where the prompts differ. --json prints the grid with full precision.
 --trace FILE.dstrace writes the compact binary format (README); FILE.json JSON, refused
   above 200 MB. --window-recording records what the window records instead: float16
   values, its hook points and the logit lens's top 5.
@@ -1189,6 +1202,7 @@ int main(int argc, char** argv) {
     if (argc >= 2 && !std::strcmp(argv[1], "eval")) return cmd_eval(argc, argv);
     if (argc >= 2 && !std::strcmp(argv[1], "batch")) return cmd_batch(argc, argv);
     if (argc >= 2 && !std::strcmp(argv[1], "attribute")) return cmd_attribute(argc, argv);
+    if (argc >= 2 && !std::strcmp(argv[1], "patch")) return cmd_patch(argc, argv);
     Args a = parse(argc, argv);
     if (a.cmd == "generate") return cmd_generate(a);
     if (a.cmd == "lens") return cmd_lens(a);

@@ -372,4 +372,34 @@ Rows logits(const Config& cfg, const Weights& w, const std::vector<int>& tokens,
   return out;
 }
 
+// ---- 8. one activation replaced (activation patching)
+
+Rows logits_with_resid_pre(const Config& cfg, const Weights& w, const std::vector<int>& tokens,
+                           const std::vector<int>& src, int layer, int pos, const Row& value) {
+  require(!tokens.empty(), "the token list is empty");
+  require(layer >= 0 && layer < cfg.n_layers && pos >= 0 && pos < int(tokens.size()), "no such site to patch");
+  require(int(value.size()) == cfg.d_model, "the patched value is not d_model wide");
+  Rows enc;  // [S][d]
+  if (cfg.encoder_decoder) enc = encode(cfg, w, src);
+  Rows x = embed(cfg, w.tok_embed, w.pos_embed, tokens);  // [T][d]
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    if (l == layer) x[size_t(pos)] = value;  // the patch
+    const Keys self{AttnKind::Causal, {}, -1, l, cfg.sliding(l) ? cfg.sliding_window : 0};
+    BlockInputs in{.self = self};
+    if (cfg.encoder_decoder) in.enc = &enc, in.cross = {AttnKind::Cross, src, cfg.pad_id};
+    BlockRecord seen;
+    x = block(cfg, w.blocks[size_t(l)], std::move(x), in, seen);
+  }
+  if (cfg.final_norm) x = norm(cfg, w.ln_final, x);
+  const WMat& head = cfg.tied_head ? w.tok_embed : w.lm_head;  // [vocab][d]
+  Rows out(x.size(), Row(size_t(cfg.vocab_size), 0.0));        // logits: [T][vocab]
+  for (size_t i = 0; i < x.size(); ++i)
+    for (long v = 0; v < cfg.vocab_size; ++v)
+      for (long c = 0; c < cfg.d_model; ++c) out[i][size_t(v)] += weight(head, v, c) * x[i][size_t(c)];
+  if (cfg.logit_softcap > 0)  // c * tanh(logit / c)
+    for (Row& r : out)
+      for (double& v : r) v = double(cfg.logit_softcap) * std::tanh(v / double(cfg.logit_softcap));
+  return out;
+}
+
 }  // namespace ds::ref

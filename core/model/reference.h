@@ -59,4 +59,10 @@ Rows encode(const Config& cfg, const Weights& w, const std::vector<int>& src, Pa
 Rows logits(const Config& cfg, const Weights& w, const std::vector<int>& tokens, const std::vector<int>& src = {},
             int zero_layer = -1, int zero_head = -1, Recorded* rec = nullptr);
 
+// The logits of `tokens` as logits() computes them, with the residual stream entering
+// decoder block `layer` (its resid_pre) at position `pos` replaced by `value` [d_model]:
+// one cell of activation patching (probe/patching.h), computed the plain way.
+Rows logits_with_resid_pre(const Config& cfg, const Weights& w, const std::vector<int>& tokens,
+                           const std::vector<int>& src, int layer, int pos, const Row& value);
+
 }  // namespace ds::ref

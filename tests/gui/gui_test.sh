@@ -13,7 +13,7 @@
 # both runs in one group. Without GROUP every group runs in turn, in OUT_DIR.
 # A failed check is counted, not fatal: the script goes on to the next one.
 set -euo pipefail
-ALL_GROUPS=(views encdec replay models block gguf tracebin_dec tracebin_enc maps soak keys blockview beamtab headsmatter lensgrid install lessons attribution compare)
+ALL_GROUPS=(views encdec replay models block gguf tracebin_dec tracebin_enc maps soak keys blockview beamtab headsmatter lensgrid install lessons attribution compare patching)
 if [ "${1:-}" = --list ]; then
   printf '%s\n' "${ALL_GROUPS[@]}"
   exit 0
@@ -1556,6 +1556,112 @@ group_compare() {
   fi
   fails compare_badpart "--compare-part expects next, attention or layers" --compare-part sideways \
     --screenshot "$OUT/compare_badpart.png"
+}
+
+# ---- patching: the Patching view's grid against decoderscope-cli patch --json on the same
+# input (every cell), its layout at three sizes, and bad input refused with a clear message.
+# patch_cells SHOT CLI_JSON: the sidecar's grid equals the CLI's, cell for cell, and lies
+# inside the window with cells big enough for their numbers.
+patch_cells() {
+  if python3 - "$1" "$2" <<'PY'; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+import json, sys
+side, cli = json.load(open(sys.argv[1] + ".json")), json.load(open(sys.argv[2]))
+p, problems = side.get("patching", {}), []
+g = p.get("grid")
+if not g or not p.get("drawn"):
+    print(f"FAIL {sys.argv[1]}: no grid drawn: {p}")
+    sys.exit(1)
+if (g["rows"], g["cols"]) != (cli["rows"], cli["cols"]):
+    problems.append(f"shape {g['rows']}x{g['cols']}, the CLI's {cli['rows']}x{cli['cols']}")
+else:
+    for r in range(g["rows"]):
+        for c in range(g["cols"]):
+            a, b = g["value"][r][c], cli["value"][r][c]
+            if abs(a - b) > 1e-9 * max(1.0, abs(b)):
+                problems.append(f"cell ({r}, {c}): window {a}, CLI {b}")
+if g["clean_ids"] != cli["clean_ids"] or g["corrupt_ids"] != cli["corrupt_ids"]:
+    problems.append("the window and the CLI tokenized the prompts differently")
+if abs(g["clean"] - cli["clean_metric"]) > 1e-9 or abs(g["corrupt"] - cli["corrupt_metric"]) > 1e-9:
+    problems.append("clean/corrupt metrics differ")
+right, bottom = p["x"] + g["cols"] * p["cell_w"], p["y"] + g["rows"] * p["cell_h"]
+if right > side["width"] + 0.5 or bottom > side["height"] + 0.5 or p["x"] < 0 or p["y"] < 0:
+    problems.append(f"the grid ({p['x']:.0f}, {p['y']:.0f}) - ({right:.0f}, {bottom:.0f}) leaves the window")
+if p["cell_h"] < 14 or p["cell_w"] < 14:
+    problems.append(f"cells of {p['cell_w']:.1f} x {p['cell_h']:.1f} px are too small to read")
+for m in problems:
+    print(f"FAIL {sys.argv[1]}: {m}")
+sys.exit(1 if problems else 0)
+PY
+}
+group_patching() {
+  local CLI
+  CLI="$(dirname "$APP")/decoderscope-cli"
+  if [ ! -f "$MODELS/stories/model.safetensors" ] || [ ! -f "$MODELS/dates/model.safetensors" ] || [ ! -x "$CLI" ]; then
+    echo "SKIP patching: the built-in models or decoderscope-cli are missing"
+    return
+  fi
+  local CLEAN="drum market friend house brown girl shy drum market friend house brown girl" CORRUPT="drum market friend house brown girl kind drum market friend house brown girl"
+  local SP=(--patch-clean "$CLEAN" --patch-corrupt "$CORRUPT" --patch-answer shy --patch-wrong kind)
+  local ST=(--model builtin:stories --prompt "$CLEAN" --steps 1 --view patching "${SP[@]}")
+  local DSRC=(--patch-clean "July 14, 1989" --patch-corrupt "July 14, 1954" --patch-prefix "19"
+    --patch-answer 8 --patch-wrong 5)
+  local DT=(--model builtin:dates --source "July 14, 1989" --steps 1 --view patching "${DSRC[@]}")
+  local site
+  for site in resid_pre head; do
+    "$CLI" patch --model builtin:stories --clean "$CLEAN" --corrupt "$CORRUPT" --answer shy \
+      --wrong kind --site $site --json >"$OUT/patch_cli_$site.json" 2>"$OUT/patch_cli_$site.log"
+    if run "patch_$site" "${ST[@]}" --patch-site $site; then
+      check blank "$OUT/patch_$site.png"
+      patch_cells "$OUT/patch_$site.png" "$OUT/patch_cli_$site.json"
+    fi
+  done
+  "$CLI" patch --model builtin:dates --clean "July 14, 1989" --corrupt "July 14, 1954" --prefix "19" \
+    --answer 8 --wrong 5 --site cross_attn_out --json >"$OUT/patch_cli_dates.json" 2>"$OUT/patch_cli_dates.log"
+  if run patch_dates "${DT[@]}" --patch-site cross_attn_out; then
+    check blank "$OUT/patch_dates.png"
+    patch_cells "$OUT/patch_dates.png" "$OUT/patch_cli_dates.json"
+  fi
+  # Readable at both screen sizes and in presenter mode with text 1.5x.
+  if run_big patch_big "${ST[@]}"; then
+    check blank "$OUT/patch_big.png"
+    patch_cells "$OUT/patch_big.png" "$OUT/patch_cli_resid_pre.json"
+  fi
+  if run patch_small "${ST[@]}" --size 1024x768; then
+    patch_cells "$OUT/patch_small.png" "$OUT/patch_cli_resid_pre.json"
+  fi
+  if run_big patch_pres "${ST[@]}" --presenter --scale 1.5; then
+    patch_cells "$OUT/patch_pres.png" "$OUT/patch_cli_resid_pre.json"
+  fi
+  # The lesson's patching steps as slides (a short view: the boxes fold into one line):
+  # each draws its grid, whole, inside the slide.
+  local L="$(dirname "$0")/../../assets/lessons/11-activation-patching.json" rc=0
+  rm -rf "$OUT/patch_lesson" && mkdir -p "$OUT/patch_lesson"
+  xrun 800x600x24 "$OUT/patch_lesson.log" --lesson "$L" --export "$OUT/patch_lesson" --size 800x600 || rc=$?
+  if [ $rc -ne 0 ]; then
+    echo "FAIL patch_lesson: --export exited with $rc"
+    failed=$((failed + 1))
+  elif python3 - "$OUT/patch_lesson" "$L" <<'PY'; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+import json, sys
+d, lesson = sys.argv[1], json.load(open(sys.argv[2]))
+bad = 0
+for i, st in enumerate(lesson["steps"]):
+    if st.get("view") != "patching":
+        continue
+    side = json.load(open(f"{d}/{i + 1:02d}.png.json"))
+    p = side.get("patching", {})
+    g = p.get("grid")
+    if not g or not p.get("drawn") or p.get("site") != st["patch-site"]:
+        print(f"FAIL patch_lesson step {i + 1}: no {st['patch-site']} grid drawn")
+        bad += 1
+    elif p["y"] + g["rows"] * p["cell_h"] > side["view_rect"][1] + side["view_rect"][3] + 1:
+        print(f"FAIL patch_lesson step {i + 1}: the grid runs past the view's bottom")
+        bad += 1
+sys.exit(1 if bad else 0)
+PY
+  # Bad input: a clear message, never a crash.
+  fails patch_len "same length" --model builtin:stories --steps 1 --view patching --patch-clean "Lily had a ball ." \
+    --patch-corrupt "Lily had a red ball ." --patch-answer Tom --patch-wrong Lily --screenshot "$OUT/patch_len.png"
+  fails patch_tok "must be one token" "${ST[@]}" --patch-answer "Tom Lily" --screenshot "$OUT/patch_tok.png"
 }
 
 for g in "${ALL_GROUPS[@]}"; do

@@ -12,6 +12,7 @@
 
 #include "engine_link/block_data.h"
 #include "engine_link/compare.h"
+#include "engine_link/patch_messages.h"
 #include "model/config.h"
 #include "probe/ablation.h"
 #include "probe/attribution.h"
@@ -313,7 +314,7 @@ struct Compare {
 
 using Command = std::variant<cmd::Load, cmd::Start, cmd::Step, cmd::Rewind, cmd::Sampler, cmd::Heads, cmd::Lens,
                              cmd::SaveTrace, cmd::Shape, cmd::Beam, cmd::BeamBranch, cmd::Inspect, cmd::Measure,
-                             cmd::Roles, cmd::Restore, cmd::Ablate, cmd::Attribute, cmd::Compare>;
+                             cmd::Roles, cmd::Restore, cmd::Ablate, cmd::Attribute, cmd::Compare, cmd::Patch>;
 
 // ---- events: worker -> window
 namespace ev {
@@ -408,7 +409,7 @@ struct Compare {
 
 using Event =
     std::variant<ev::Loading, ev::Loaded, ev::Started, ev::Step, ev::Truncate, ev::Lens, ev::Saved, ev::Error, ev::Idle,
-                 ev::Shape, ev::Beam, ev::BeamBranch, ev::Inspect, ev::Measure, ev::Roles, ev::Ablate, ev::Attribute, ev::Compare>;
+                 ev::Shape, ev::Beam, ev::BeamBranch, ev::Inspect, ev::Measure, ev::Roles, ev::Ablate, ev::Attribute, ev::Compare, ev::Patch>;
 
 // For std::visit with one lambda per alternative.
 template <class... F>

@@ -741,6 +741,16 @@ void Worker::handle(cmd::Attribute& c) {
   emit(ev::Attribute{std::move(a)});
 }
 
+// Activation patching (patch_job.cpp), with the progress on the status line; Stop ends it
+// with an answer that says so.
+void Worker::handle(cmd::Patch& c) {
+  auto a = run_patch(lm_, c, [&](int done, int total) {
+    set_activity("patching from the clean run: " + std::to_string(done) + " of " + std::to_string(total));
+    return !cancel_;
+  });
+  emit(ev::Patch{std::move(a)});
+}
+
 void Worker::handle(cmd::Step& c) {
   if (!session_) throw ds::Error("press Start first: there is no prompt yet");
   if (session_->done()) {  // nothing to take: say so, or the window would wait for a step

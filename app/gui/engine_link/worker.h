@@ -65,6 +65,7 @@ class Worker {
   void handle(cmd::Ablate& c);
   void handle(cmd::Attribute& c);
   void handle(cmd::Compare& c);  // compare.cpp
+  void handle(cmd::Patch& c);
   // The options of the window's sessions (what the trace records, the candidate table).
   ds::SessionOptions session_options(int threads, bool kv_cache) const;
   // A new session on these ids (a refused prompt keeps the old one).

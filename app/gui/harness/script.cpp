@@ -138,6 +138,7 @@ bool ScriptedRun::advance(double t, double prev_frame) {
         if (o_.has_compare)
           compare_script(app_, {o_.compare_prompt, o_.compare_source, o_.compare_model, o_.compare_heads_off,
                                 o_.compare_temperature, o_.compare_seed, o_.compare_part});
+        if (!o_.patch.empty()) patching_script(app_, o_.patch);
       }
       if (bench_ && phase_frames_ > 4) bench_->idle_frame((t - prev_frame) * 1000.0);
       if (++phase_frames_ >= (bench_ ? 64 : 4) && idle && !views_waiting(app_) && !final_actions())
@@ -247,6 +248,7 @@ void write_sidecar(const std::string& path, const App& app, const Options& o, in
   f << "  \"attribution\": " << attribution_sidecar(const_cast<App&>(app)) << ",\n";
   f << "  \"compare\": " << compare_sidecar(const_cast<App&>(app)) << ",\n";
   f << "  \"data\": " << data_sidecar(const_cast<App&>(app)) << ",\n";
+  f << "  \"patching\": " << patching_sidecar(const_cast<App&>(app)) << ",\n";
   f << "  \"precision\": \"" << (app.engine.model ? ds::precision_name(app.engine.model->precision) : "") << "\",\n";
   f << "  \"storage\": \"" << (app.engine.model ? app.engine.model->storage_name() : "") << "\",\n";
   f << "  \"view_rect\": [" << app.maps.view_rect.x << ", " << app.maps.view_rect.y << ", " << app.maps.view_rect.z

@@ -15,7 +15,7 @@ const char* kUsage = R"(decoderscope: watch a transformer decoder write text one
 
 usage: decoderscope [--model M] [--tokenizer F] [--precision f32|bf16|f16] [--threads N]
                     [--prompt T | --source T] [--chat [--system T]] [--trace FILE.json]
-                    [--steps N] [--view attention|heads|cross|residual|next|lens|branches|beams|block|kv|roles|compare]
+                    [--steps N] [--view attention|heads|cross|residual|next|lens|branches|beams|block|kv|roles|attribution|compare|patching]
                     [--layer L] [--head H|mean] [--select POS] [--scores] [--mask-only] [--log]
                     [--colormap viridis|magma|greys] [--light] [--scale S]
                     [--temperature T] [--top-k K] [--top-p P] [--seed S] [--head-off [c]L:H ...]
@@ -95,6 +95,10 @@ Scripted runs: --screenshot sets up, runs --steps steps (default 8), waits for t
 --settings FILE: the settings file the window reads and updates (the File menu's recent
   models and traces); default $XDG_CONFIG_HOME/decoderscope/settings.json (else
   ~/.config/...), none in scripted runs. A damaged file is ignored with a notice.
+--patch-clean T --patch-corrupt T --patch-answer A --patch-wrong W [--patch-site S]
+  [--patch-layer L] [--patch-prefix T]: the Patching view's boxes (S: resid_pre, attn_out,
+  mlp_out, head, head_pos, cross_attn_out, cross_head); a scripted run starts the experiment
+  once the steps are done.
 --sidecar: every picture F12 saves gets a PNG.json beside it, as a scripted run's has (for
   tests that drive the window with keys).
 --lesson NAME|FILE [--lesson-step K] [--export DIR]: a guided tour (README, "Lessons"): the
@@ -254,6 +258,16 @@ bool switch_option(Options& o, const std::string& a) {
   return false;
 }
 
+namespace {
+// The Patching view's options (views.h, patching_script).
+bool is_patch_option(const std::string& a) {
+  for (const char* n : {"--patch-clean", "--patch-corrupt", "--patch-answer", "--patch-wrong", "--patch-prefix",
+                        "--patch-site", "--patch-layer"})
+    if (a == n) return true;
+  return false;
+}
+}  // namespace
+
 Options parse_options(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -346,6 +360,8 @@ Options parse_options(int argc, char** argv) {
       size_option(o, a, val());
     else if (a.rfind("--compare-", 0) == 0)
       compare_option(o, a, val());
+    else if (is_patch_option(a))
+      o.patch[a.substr(8)] = val();
     else
       die("unknown option '" + a + "' (try --help)");
   }

@@ -1,5 +1,6 @@
 #pragma once
 // The window's command line (decoderscope --help).
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -56,6 +57,7 @@ struct Options {
   float compare_temperature = -1;
   long compare_seed = -1;
   int compare_part = -1;
+  std::map<std::string, std::string> patch;  // --patch-clean TEXT etc. (the Patching view; key without "--patch-")
 };
 
 // A bad command line; the message names the option.

@@ -18,6 +18,7 @@ void panel_kv(App& app);
 void panel_roles(App& app);
 void panel_attribution(App& app);
 void panel_compare(App& app);
+void panel_patching(App& app);
 
 // What the views that ask the worker offer the table (their files).
 bool lens_waiting(App& app);
@@ -48,6 +49,9 @@ bool compare_waiting(App& app);
 bool compare_answer(App& app, Event& e);
 void compare_failed(App& app);
 void compare_model_loaded(App& app);
+bool patching_waiting(App& app);
+bool patching_answer(App& app, Event& e);
+void patching_failed(App& app);
 // The table's other hooks (views/NAME.cpp).
 void cross_model_loaded(App& app);
 bool beams_step(App& app, int dir);
@@ -117,6 +121,11 @@ const ViewInfo kViews[] = {
      "Two runs side by side, token by token: A is the window's, B another prompt, another model with the same "
      "vocabulary, other settings or heads off. Orange marks where they differ.",
      panel_compare, compare_waiting, compare_answer, compare_failed, compare_model_loaded},
+    {"patching", "Patching",
+     "Activation patching: run a clean and a minimally changed (corrupted) prompt, then the corrupted one again with "
+     "one site copied from the clean run; each cell shows how much of the clean answer that site brings back (0 = "
+     "none, 1 = all).",
+     panel_patching, patching_waiting, patching_answer, patching_failed},
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 #pragma once
 // What views offer the rest of the window beyond their row of the table
 // (shell/view_table.h): what the command line and the scripted runs set and read.
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,6 +62,11 @@ void compare_script(App& app, const CompareSetup& s);
 std::string compare_sidecar(App& app);
 // Opens a stage of the Block view ("attn.scores", "ln1", ...; block_data.h).
 void block_open_stage(App& app, const std::string& id);
+// Patching (patching.cpp): scripted runs set the boxes from --patch-clean, --patch-corrupt,
+// --patch-answer, --patch-wrong, --patch-prefix, --patch-site, --patch-layer (keys without
+// "--patch-") and start the experiment; what the view shows, as JSON for the sidecar.
+void patching_script(App& app, const std::map<std::string, std::string>& o);
+std::string patching_sidecar(App& app);
 
 // Attribution (attribution.cpp): scripted choices, applied once the step is shown: the
 // token (a candidate's text or "#ID"; "" keeps the drawn one), the token subtracted ("":

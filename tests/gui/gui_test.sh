@@ -556,7 +556,7 @@ group_products() {
   if run products_f32 --model "$GGUF/llama-F32.gguf" --prompt "Once upon a time" --steps 4 --view next; then
     products_label products_f32 ""
   fi
-  fails products_bad "--products expects exact or fast, got 'quick'" --products quick
+  fails products_bad "--products expects exact or fast, got 'quick'" --products quick --screenshot "$OUT/x.png"
 }
 
 # ---- tracebin

@@ -130,7 +130,7 @@ namespace cmd {
 struct Load {
   std::string spec, tokenizer;
   ds::Precision precision = ds::Precision::F32;
-  ds::Products products = ds::Products::Fast;  // with quantized weights (Engine::set_products)
+  ds::Products products = ds::Products::Exact;  // with quantized weights (the window: --products, fast)
 };
 
 // A new session on the text of the boxes: the prompt (an encoder-decoder's target

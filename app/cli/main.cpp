@@ -51,7 +51,7 @@ usage:
                             [--temperature T] [--top-k K] [--top-p P] [--seed S]
                             [--repetition-penalty R] [--penalty-alpha A --top-k K]
                             [--ids] [--trace FILE [--hooks PATTERNS | --window-recording]] [--threads N] [--precision P]
-                            [--no-kv-cache]
+                            [--no-kv-cache] [--products exact|fast]
   decoderscope-cli generate --beam W [--length-penalty A] [--all-beams] (model, prompt, source, --steps,
                             --ids, --threads as above)
   decoderscope-cli generate --chat QUESTION [--system TEXT] (model and sampling options as above)
@@ -62,8 +62,10 @@ usage:
   decoderscope-cli lens     --model PATH [--tokenizer FILE] [--prompt TEXT | --prompt-ids "..."]
                             [--source TEXT | --source-ids "..."] [--top-k K] [--position P] [--steps N]
                             [--temperature T] [--top-p P] [--seed S] [--json] [--threads N] [--precision P]
+                            [--products exact|fast]
   decoderscope-cli heads    --model PATH [--tokenizer FILE] [--half N] [--seed S] [--exclude-bos]
                             [--exclude-current-token] [--json] [--threads N] [--precision P]
+                            [--products exact|fast]
   decoderscope-cli heads    --ablation --model PATH [--prompt TEXT | --prompt-ids "..."]
                             [--source TEXT | --source-ids "..."] [--steps N] [--step K] [--head [c]L:H]
                             [--temperature T] [--top-p P] [--seed S] [--json] [--threads N]
@@ -74,7 +76,7 @@ usage:
                             [--site resid_pre|attn_out|mlp_out|head|head_pos|cross_attn_out|cross_head]
                             [--layer L] [--prefix TEXT] [--json] [--threads N]
   decoderscope-cli bench    --model PATH [--steps N] [--threads N] [--reps R] [--precision P]
-                            [--prefill N] [--trace-tokens N] [--copy]
+                            [--prefill N] [--trace-tokens N] [--copy] [--products exact|fast]
   decoderscope-cli inspect  --model PATH [--precision P]
   decoderscope-cli tokenize --model PATH [--tokenizer FILE] (TEXT | --jsonl)
   decoderscope-cli tokenize --tokenizer DIR|FILE.json|FILE.gguf (TEXT | --jsonl)
@@ -89,6 +91,11 @@ usage:
   Q5_K, Q6_K, e.g. Q4_K_M files; quantized matrices stay quantized), a llama2.c .bin, a
   GPT-2 or decoderscope model folder, or builtin:NAME (models/NAME in the program's
   ../share/decoderscope, else the build tree's assets/, else $DECODERSCOPE_DATA).
+--products exact|fast (generate, chat, lens, heads, bench): the products with a GGUF file's
+  quantized matrices. fast (the default) rounds each product's input vector to 8 bits per
+  block and multiplies integers, as llama.cpp does (its logits on the file itself);
+  exact multiplies float32 inputs with the decoded weights (a float32 engine on the
+  file's decoded copy). Other weights always multiply float32 inputs.
 generate: --steps counts positions in all, prompt included (llama2.c's -n; default and
   maximum: the model's context). Prints the text (or with --ids the generated ids).
   A llama2.c model with no prompt starts from BOS (id 1). Defaults: temperature 1,
@@ -352,6 +359,17 @@ std::vector<int> parse_ids(const std::string& s, const std::string& what) {
   return ids;
 }
 
+// --products exact|fast: the products with a GGUF file's quantized weights. fast (the
+// default) rounds the activations to 8 bits per block as llama.cpp does and runs at the
+// speed of the file's bytes; exact multiplies float32 activations with the decoded
+// weights (the reference a float32 engine on the decoded copy gives).
+ds::Products products_of(const Args& a) {
+  ds::Products p = ds::Products::Fast;
+  if (a.has("products") && !ds::parse_products(a.str("products"), p))
+    throw Error("--products expects exact or fast, got '" + a.str("products") + "'");
+  return p;
+}
+
 ds::Precision precision_of(const Args& a) {
   ds::Precision p = ds::Precision::F32;
   if (a.has("precision")) {
@@ -474,7 +492,7 @@ int generate_beam(const Args& a) {
   if (a.has("no-kv-cache"))
     throw Error("--no-kv-cache is not available with --beam: beam search keeps and forks a KV cache per hypothesis");
   only(a, {"model", "tokenizer", "steps", "prompt", "prompt-ids", "source", "source-ids", "ids", "threads", "precision",
-           "beam", "length-penalty", "all-beams"});
+           "beam", "length-penalty", "all-beams", "products"});
   auto m = open_model(a);
   ds::BeamOptions o;
   o.width = int(a.integer("beam", 1, 1, 1 << 16));
@@ -482,6 +500,7 @@ int generate_beam(const Args& a) {
   o.steps = int(a.integer("steps", 0, 0, 1 << 24));
   o.eos_ids = m.stop_ids;
   o.threads = int(a.integer("threads", 1, 1, 256));
+  o.products = products_of(a);
   const std::vector<int> prompt = prompt_of(a, m);
   const ds::BeamResult r = ds::beam_search(m.model, prompt, source_of(a, m), o);
   const bool print_ids = a.has("ids") || !m.tokenizer;
@@ -576,7 +595,7 @@ int cmd_generate(const Args& a) {
            "top-k",         "top-p",       "seed",       "ids",
            "trace",         "hooks",       "threads",    "repetition-penalty",
            "penalty-alpha", "no-kv-cache", "precision",  "window-recording",
-           "chat",          "system"});
+           "chat",          "system",      "products"});
   auto m = open_model(a);
   ds::SessionOptions o;
   o.kv_cache = !a.has("no-kv-cache");
@@ -584,6 +603,7 @@ int cmd_generate(const Args& a) {
   o.steps = int(a.integer("steps", 0, 0, 1 << 24));
   o.stop_ids = m.stop_ids;
   o.threads = int(a.integer("threads", 1, 1, 256));
+  o.products = products_of(a);
   if (a.has("hooks") && !a.has("trace")) throw Error("--hooks chooses what --trace records; give --trace FILE.json");
   if (a.has("window-recording") && (a.has("hooks") || !a.has("trace")))
     throw Error("--window-recording chooses what --trace records: give --trace FILE and no --hooks");
@@ -651,7 +671,7 @@ nlohmann::ordered_json read_messages(const std::string& path) {
 // chat --messages FILE.json [--render]: the template's prompt, or the model's answer.
 int cmd_chat(const Args& a) {
   only(a, {"model", "tokenizer", "messages", "render", "steps", "temperature", "top-k", "top-p", "seed", "ids",
-           "threads", "precision"});
+           "threads", "precision", "products"});
   if (!a.has("messages")) throw Error("chat needs --messages FILE.json ([{\"role\": ..., \"content\": ...}, ...])");
   const nlohmann::ordered_json msgs = read_messages(a.str("messages"));
   if (a.has("render")) {
@@ -668,6 +688,7 @@ int cmd_chat(const Args& a) {
   o.steps = int(a.integer("steps", 0, 0, 1 << 24));
   o.stop_ids = m.stop_ids;
   o.threads = int(a.integer("threads", 1, 1, 256));
+  o.products = products_of(a);
   ds::Session s(m.model, m.tokenizer, o);
   s.start(chat_ids(m, msgs), {});
   int prev = s.prompt().back();
@@ -720,7 +741,7 @@ void print_lens(const std::vector<ds::LensRow>& rows, int pos, const std::string
 // prints each layer's top tokens at one position.
 int cmd_lens(const Args& a) {
   only(a, {"model", "tokenizer", "precision", "prompt", "prompt-ids", "source", "source-ids", "top-k", "position",
-           "steps", "temperature", "top-p", "seed", "threads", "json"});
+           "steps", "temperature", "top-p", "seed", "threads", "json", "products"});
   auto m = open_model(a);
   const ds::Config& c = m.model->cfg;
   const std::vector<int> prompt = prompt_of(a, m);
@@ -734,6 +755,7 @@ int cmd_lens(const Args& a) {
   o.steps = a.has("steps") ? int(a.integer("steps", 0, 1, c.max_seq)) : int(prompt.size());
   o.stop_ids = m.stop_ids;
   o.threads = int(a.integer("threads", 1, 1, 256));
+  o.products = products_of(a);
   ds::Session s(m.model, m.tokenizer, o);
   s.start(prompt, source_of(a, m));
   while (!s.done()) s.step();
@@ -966,8 +988,8 @@ int cmd_heads_ablation(const Args& a) {
 // heads: the head detector (probe/heads.h) on every decoder self-attention head.
 int cmd_heads(const Args& a) {
   if (a.has("ablation")) return cmd_heads_ablation(a);
-  only(a,
-       {"model", "tokenizer", "precision", "half", "seed", "exclude-bos", "exclude-current-token", "json", "threads"});
+  only(a, {"model", "tokenizer", "precision", "half", "seed", "exclude-bos", "exclude-current-token", "json", "threads",
+           "products"});
   auto m = open_model(a);
   const ds::Config& c = m.model->cfg;
   ds::HeadDetectOptions o;
@@ -976,6 +998,7 @@ int cmd_heads(const Args& a) {
   o.exclude_bos = a.has("exclude-bos");
   o.exclude_current_token = a.has("exclude-current-token");
   o.threads = int(a.integer("threads", 1, 1, 256));
+  o.products = products_of(a);
   o.avoid = probe_avoid(m);
   o.keep_patterns = false;
   const ds::HeadRoles r = ds::detect_heads(m.model, o);
@@ -986,16 +1009,26 @@ int cmd_heads(const Args& a) {
   return 0;
 }
 
+// The process's peak resident memory so far (getrusage), in MB.
+double max_rss_mb() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_maxrss) / 1024;
+}
+
 int cmd_bench(const Args& a) {
-  only(a, {"model", "tokenizer", "steps", "threads", "reps", "precision", "prefill", "trace-tokens", "copy"});
+  only(a,
+       {"model", "tokenizer", "steps", "threads", "reps", "precision", "prefill", "trace-tokens", "copy", "products"});
   if (!a.has("model")) throw Error("--model PATH is required");
   ds::LoadedModel m;
   const ds::LoadSplit load = ds::measure_load(a.str("model"), a.str("tokenizer"), precision_of(a), m, !a.has("copy"));
+  const double loaded_rss_mb = max_rss_mb();
   const ds::Config& c = m.model->cfg;
   ds::DecodeBenchOptions o;
   o.steps = int(a.integer("steps", std::min(c.max_seq, 64), 2, c.max_seq));
   o.threads = int(a.integer("threads", 1, 1, 256));
   o.reps = int(a.integer("reps", 5, 1, 100));
+  o.products = products_of(a);
   o.prefill = int(a.integer("prefill", std::min(c.max_seq, 512), 0, c.max_seq));
   o.trace_tokens = int(a.integer("trace-tokens", 0, 0, c.max_seq));
   std::printf("model                   %s: %s\n", m.name.c_str(), c.describe().c_str());
@@ -1009,6 +1042,10 @@ int cmd_bench(const Args& a) {
   double user = 0, sys = 0;
   ds::process_times(user, sys);
   std::printf("whole run               user %.2f s, system %.2f s (getrusage)\n", user, sys);
+  std::printf(
+      "peak memory             %.1f MB once loaded (max RSS; weights %.1f MB), %.1f MB at the end (with the\n"
+      "                        bandwidth probe's buffer, KV caches and scratch)\n",
+      loaded_rss_mb, m.model->w.bytes() / 1e6, max_rss_mb());
   return 0;
 }
 

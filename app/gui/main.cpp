@@ -184,6 +184,7 @@ bool configure(App& app, const Options& o, bool scripted) {
   app.look.presenter = o.presenter;
   heatmaps_start(app, o.last_tokens, o.zoom);
   app.engine.precision = o.precision;
+  app.engine.products = o.products;
   app.engine.threads = o.threads;
   app.engine.kv_cache = !o.no_kv_cache;
   if (!o.stage.empty()) block_open_stage(app, o.stage);

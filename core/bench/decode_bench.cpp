@@ -38,12 +38,13 @@ struct DecodeRun {
 // first), and each token is compared with the floor at the mean rate of the passes
 // either side of it, for the bytes it read (weights plus the cache up to its
 // position): drift on the scale of seconds then cancels out of the ratio.
-DecodeRun time_decode(const std::shared_ptr<const Model>& m, int steps, int threads, bool observed, size_t* trace_bytes,
-                      ReadProbe* probe = nullptr, double weight_bytes = 0) {
+DecodeRun time_decode(const std::shared_ptr<const Model>& m, int steps, int threads, Products products, bool observed,
+                      size_t* trace_bytes, ReadProbe* probe = nullptr, double weight_bytes = 0) {
   SessionOptions o;
   o.sampler.temperature = 0;
   o.steps = steps;
   o.threads = threads;
+  o.products = products;
   if (observed) {
     o.record = default_record_patterns(m->cfg);
     o.trace_options.compact = true;
@@ -78,9 +79,11 @@ DecodeRun time_decode(const std::shared_ptr<const Model>& m, int steps, int thre
 // The decode's products alone, `n` times, each between two probe passes: their ms
 // and each one's ratio to the weights' floor at the mean rate of those passes.
 std::pair<std::vector<double>, std::vector<double>> time_products(const std::shared_ptr<const Model>& m, int threads,
-                                                                  int n, ReadProbe& probe, double weight_bytes) {
+                                                                  Products products, int n, ReadProbe& probe,
+                                                                  double weight_bytes) {
   Engine e(m);
   e.set_threads(threads);
+  e.set_products(products);
   std::vector<float> buf;
   e.decode_products(buf);  // warm-up
   std::vector<double> ms, ratios;
@@ -155,12 +158,13 @@ DecodeBenchResult run_decode_bench(std::shared_ptr<const Model> m, const DecodeB
     r.bandwidth.bytes = b.bytes;
     r.bandwidth.threads = b.threads;
   }
-  time_decode(m, std::min(steps, 16), o.threads, false, nullptr);  // warm-up: caches, pages, thread pool
+  time_decode(m, std::min(steps, 16), o.threads, o.products, false, nullptr);  // warm-up: caches, pages, thread pool
   std::vector<double> plain, observed, plain_ratio, observed_ratio, pair_ratio;
   for (int i = 0; i < std::max(1, o.reps); ++i) {
     say("decode run " + std::to_string(i + 1) + " of " + std::to_string(std::max(1, o.reps)));
-    const DecodeRun p = time_decode(m, steps, o.threads, false, nullptr, &probe, r.weight_bytes);
-    const DecodeRun q = time_decode(m, steps, o.threads, true, &r.observed_trace_bytes, &probe, r.weight_bytes);
+    const DecodeRun p = time_decode(m, steps, o.threads, o.products, false, nullptr, &probe, r.weight_bytes);
+    const DecodeRun q =
+        time_decode(m, steps, o.threads, o.products, true, &r.observed_trace_bytes, &probe, r.weight_bytes);
     plain.push_back(p.ms);
     observed.push_back(q.ms);
     plain_ratio.insert(plain_ratio.end(), p.ratios.begin(), p.ratios.end());
@@ -169,7 +173,7 @@ DecodeBenchResult run_decode_bench(std::shared_ptr<const Model> m, const DecodeB
   }
   say("the products alone");
   {
-    const auto [ms, ratios] = time_products(m, o.threads, std::max(8, steps / 2), probe, r.weight_bytes);
+    const auto [ms, ratios] = time_products(m, o.threads, o.products, std::max(8, steps / 2), probe, r.weight_bytes);
     r.products_ms = median(ms);
     r.products_over_floor = median(ratios);
   }
@@ -189,6 +193,7 @@ DecodeBenchResult run_decode_bench(std::shared_ptr<const Model> m, const DecodeB
     for (int i = 0; i < T; ++i) prompt[size_t(i)] = (start_token(c) + 7 * i) % c.vocab_size;
     Engine e(m);
     e.set_threads(o.threads);
+    e.set_products(o.products);
     say("prefill of " + std::to_string(T) + " tokens");
     e.forward(prompt);  // warm-up (scratch buffers)
     std::vector<double> pre;
@@ -211,7 +216,7 @@ DecodeBenchResult run_decode_bench(std::shared_ptr<const Model> m, const DecodeB
     const int n = std::min(o.trace_tokens, c.max_seq);
     say("generating " + std::to_string(n) + " positions with the default observers");
     auto t0 = Clock::now();
-    time_decode(m, n, o.threads, true, &r.trace_bytes);  // no probe: the time is the trace's
+    time_decode(m, n, o.threads, o.products, true, &r.trace_bytes);  // no probe: the time is the trace's
     r.trace_seconds = ms_since(t0) / 1e3;
     r.trace_tokens = n;
   }
@@ -219,7 +224,8 @@ DecodeBenchResult run_decode_bench(std::shared_ptr<const Model> m, const DecodeB
 }
 
 void print_decode_bench(std::FILE* f, const DecodeBenchResult& r, const DecodeBenchOptions& o) {
-  std::fprintf(f, "threads                 %d (kernels: %s)\n", o.threads, gemv_isa());
+  std::fprintf(f, "threads                 %d (kernels: %s; products with quantized weights: %s)\n", o.threads,
+               gemv_isa(), products_name(o.products));
   std::fprintf(f, "read bandwidth          %.1f GB/s median, %.1f best (STREAM-style read of %zu MB, %d thread(s))\n",
                r.bandwidth.median_gb_per_s, r.bandwidth.gb_per_s, r.bandwidth.bytes >> 20, r.bandwidth.threads);
   std::fprintf(f, "bytes per token         %.1f MB of weights + %.2f MB of KV cache (mean over %d positions)\n",
@@ -234,6 +240,8 @@ void print_decode_bench(std::FILE* f, const DecodeBenchResult& r, const DecodeBe
   }
   std::fprintf(f, "decode, no observer     %.2f ms/token (%.1f tokens/s)   measured/floor %.3f\n", r.plain_ms,
                1e3 / r.plain_ms, r.plain_over_floor);
+  std::fprintf(f, "                        %.1f GB/s of weights and KV cache read (the probe: %.1f GB/s)\n",
+               (r.weight_bytes + r.kv_bytes) / (r.plain_ms * 1e6), r.bandwidth.median_gb_per_s);
   std::fprintf(f, "decode, default observers %.2f ms/token               measured/floor %.3f  observed/plain %.3f\n",
                r.observed_ms, r.observed_over_floor, r.observed_over_plain);
   std::fprintf(f, "products alone          %.2f ms/token               measured/floor %.3f (weights only)\n",
@@ -243,8 +251,8 @@ void print_decode_bench(std::FILE* f, const DecodeBenchResult& r, const DecodeBe
                "                        a step beyond its products: norms, attention, sampling, candidate table)\n");
   std::fprintf(f, "trace of one run        %.2f MB for %d positions\n", r.observed_trace_bytes / 1e6, o.steps);
   if (r.prefill_ms > 0) {
-    std::fprintf(f, "prefill %d tokens       %.1f ms (%.1f GFLOP/s)\n", o.prefill, r.prefill_ms,
-                 r.prefill_gflop / (r.prefill_ms / 1e3));
+    std::fprintf(f, "prefill %d tokens       %.1f ms (%.1f tokens/s, %.1f GFLOP/s)\n", o.prefill, r.prefill_ms,
+                 o.prefill / (r.prefill_ms / 1e3), r.prefill_gflop / (r.prefill_ms / 1e3));
     std::fprintf(f, "%d single steps         %.1f ms   steps/prefill %.1f\n", o.prefill, r.steps_ms,
                  r.steps_ms / r.prefill_ms);
   }

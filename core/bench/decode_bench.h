@@ -17,9 +17,10 @@ namespace ds {
 
 struct DecodeBenchOptions {
   int threads = 1;
-  int steps = 64;     // positions decoded per timed run (from a one-token prompt)
-  int reps = 5;       // timed runs of each kind (median), after one warm-up run
-  int prefill = 512;  // prompt length for the prefill timing; 0 skips it
+  Products products = Products::Exact;  // quantized weights' products (Engine::set_products)
+  int steps = 64;                       // positions decoded per timed run (from a one-token prompt)
+  int reps = 5;                         // timed runs of each kind (median), after one warm-up run
+  int prefill = 512;                    // prompt length for the prefill timing; 0 skips it
   int trace_tokens =
       0;  // > 0: also generate this many positions with the default observers and report the trace's bytes
   size_t bandwidth_bytes = size_t(512) << 20;

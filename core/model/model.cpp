@@ -275,6 +275,7 @@ void Engine::matvec(const MatView& W, const float* x, float* y) const {
 // are converted a block of rows at a time into float32 rows in scratch.
 void Engine::matmul(const MatView& W, int T, const float* x, float* y) const {
   const int64_t out = W.rows, in = W.cols;
+  if (team_.products() == Products::Fast && is_quantized(W.type)) return team_.run_fast_rows(W, T, x, y, out);
   MMap Y(y, T, out);
   CMap X(x, T, in);
   // Y[:, r0 .. r0 + n) from the float32 rows Wr[n, in], the first pr in tiles (only

@@ -51,6 +51,12 @@ class Engine {
   // Threads used by the matrix products of this engine (1 = no threading).
   void set_threads(int n);
   int threads() const { return threads_; }
+  // The products with quantized weights (perf/quant_fast.h): Exact (the default, a
+  // float32 engine on the decoded weights) or Fast (activations rounded to 8 bits per
+  // block, integer dot products: what llama.cpp computes on the quantized file).
+  // Weights that are not quantized multiply float32 activations either way.
+  void set_products(Products p) { team_.set_products(p); }
+  Products products() const { return team_.products(); }
 
   // Encoder-decoder models: runs the encoder once over the source (bidirectional,
   // source ids equal to pad_id masked as keys) and caches every decoder layer's

@@ -45,14 +45,29 @@ bool claim_rows(std::atomic<uint64_t>& fb, bool front, int64_t& r0, int64_t& r1)
   }
 }
 
+// The input of a run rounded for the Fast products (null: Exact products).
+struct FastInput {
+  const Q8Vector* q32 = nullptr;
+  const Q8Vector* q256 = nullptr;
+};
+
+// y[r - r0] = (W x)[r] for r0 <= r < r1, by the Fast products when fx says so and W is
+// quantized.
+void product(const MatView& W, const float* x, const FastInput* fx, float* y, int64_t r0, int64_t r1) {
+  if (fx && is_quantized(W.type))
+    gemv_quant_fast(W.data, W.type, W.cols, q8_block_for(W.type) == 32 ? *fx->q32 : *fx->q256, y, r0, r1);
+  else
+    W.gemv(x, y, r0, r1);
+}
+
 // Rows [g0, g1) of the parts' rows taken one after another.
-void part_rows(std::span<const MatvecPart> parts, const float* x, int64_t g0, int64_t g1) {
+void part_rows(std::span<const MatvecPart> parts, const float* x, const FastInput* fx, int64_t g0, int64_t g1) {
   int64_t base = 0;
   for (const MatvecPart& p : parts) {
     const int64_t a = std::max(g0, base), b = std::min(g1, base + p.W.rows);
     if (a < b) {
       float* y = p.y + (a - base);
-      p.W.gemv(x, y, a - base, b - base);
+      product(p.W, x, fx, y, a - base, b - base);
       if (p.bias)
         Eigen::Map<Eigen::VectorXf>(y, b - a) += Eigen::Map<const Eigen::VectorXf>(p.bias + (a - base), b - a);
       if (p.gelu) gelu_tanh_inplace(y, b - a);
@@ -82,9 +97,19 @@ void MatvecTeam::set_threads(int n) {
 
 void MatvecTeam::run(std::span<const MatvecPart> parts, const float* x, const CacheRows* warm) {
   int64_t R = 0;
-  for (const MatvecPart& p : parts) R += p.W.rows;
+  FastInput fast;
+  for (const MatvecPart& p : parts) {
+    R += p.W.rows;
+    if (products_ != Products::Fast || !is_quantized(p.W.type) || p.W.empty()) continue;
+    const bool b32 = q8_block_for(p.W.type) == 32;
+    Q8Vector& q = b32 ? q32_ : q256_;
+    const Q8Vector*& slot = b32 ? fast.q32 : fast.q256;
+    if (!slot) quantize_q8(x, p.W.cols, b32 ? 32 : 256, q);
+    slot = &q;
+  }
+  const FastInput* fx = fast.q32 || fast.q256 ? &fast : nullptr;
   const int nt = threads_;
-  if (nt <= 1 || R < 64) return part_rows(parts, x, 0, R);
+  if (nt <= 1 || R < 64) return part_rows(parts, x, fx, 0, R);
   auto start = [&](int t) { return t == 0 ? int64_t(0) : t == nt ? R : R * t / nt / 8 * 8; };
   for (int t = 0; t < nt; ++t)
     shares_[t].fb.store((uint64_t(0) << 32) | uint64_t(start(t + 1) - start(t)), std::memory_order_relaxed);
@@ -98,11 +123,26 @@ void MatvecTeam::run(std::span<const MatvecPart> parts, const float* x, const Ca
     if (warm && warm->rows > 0) warm_cache(*warm, t, nt);
     const int own = flip_ ? nt - 1 - t : t;
     int64_t r0, r1;
-    while (claim_rows(shares_[own].fb, true, r0, r1)) part_rows(parts, x, start(own) + r0, start(own) + r1);
+    while (claim_rows(shares_[own].fb, true, r0, r1)) part_rows(parts, x, fx, start(own) + r0, start(own) + r1);
     for (int k = 1; k < nt; ++k) {
       const int o = (own + k) % nt;
-      while (claim_rows(shares_[o].fb, false, r0, r1)) part_rows(parts, x, start(o) + r0, start(o) + r1);
+      while (claim_rows(shares_[o].fb, false, r0, r1)) part_rows(parts, x, fx, start(o) + r0, start(o) + r1);
     }
+  });
+}
+
+void MatvecTeam::run_fast_rows(const MatView& W, int T, const float* X, float* Y, int64_t ldy) {
+  if (rows_q_.size() < size_t(T)) rows_q_.resize(size_t(T));
+  const int block = q8_block_for(W.type);
+  pool_.parallel_for(T, threads_ > 1 && T >= 4,
+                     [&](int t) { quantize_q8(X + int64_t(t) * W.cols, W.cols, block, rows_q_[size_t(t)]); });
+  // Blocks of 16 rows: 16 rows of 4096 Q4_K values are 36 KiB, which stay in L2 while
+  // every row of X passes over them.
+  constexpr int64_t kRows = 16;
+  const int nblocks = int((W.rows + kRows - 1) / kRows);
+  pool_.parallel_for(nblocks, threads_ > 1, [&](int i) {
+    const int64_t r0 = i * kRows, r1 = std::min(W.rows, r0 + kRows);
+    for (int t = 0; t < T; ++t) gemv_quant_fast(W.data, W.type, W.cols, rows_q_[size_t(t)], Y + t * ldy + r0, r0, r1);
   });
 }
 

@@ -7,8 +7,10 @@
 #include <memory>
 #include <span>
 #include <utility>
+#include <vector>
 
 #include "perf/gemv.h"
+#include "perf/quant_fast.h"
 #include "perf/team.h"
 
 namespace ds {
@@ -52,8 +54,17 @@ class MatvecTeam {
   ~MatvecTeam();
   void set_threads(int n);
   int threads() const { return threads_; }
+  // The products with quantized weights (perf/quant_fast.h); Exact by default. With
+  // Fast, x is rounded to 8-bit blocks once per run (by the calling thread).
+  void set_products(Products p) { products_ = p; }
+  Products products() const { return products_; }
   // Every part's product with the same input x, in one parallel region.
   void run(std::span<const MatvecPart> parts, const float* x, const CacheRows* warm = nullptr);
+  // Y[t, r] = (W X_t)[r] for the T rows X_t = X + t * W.cols (Y: [T, ldy]) of a
+  // quantized W with the Fast products: each row rounded once, then the matrix's rows
+  // in blocks across the threads, every row of X multiplied with a block while it is
+  // in cache.
+  void run_fast_rows(const MatView& W, int T, const float* X, float* Y, int64_t ldy);
 
   // f(i) for i = 0 .. n-1, across the threads when par.
   template <class F>
@@ -78,6 +89,11 @@ class MatvecTeam {
   ThreadTeam pool_;
   std::unique_ptr<RowShare[]> shares_;  // one per thread
   bool flip_ = false;                   // the shares' order alternates between calls
+  Products products_ = Products::Exact;
+  // The current input rounded for each activation block (32, 256), and the rows of
+  // run_fast_rows; kept between calls so that a decode step allocates nothing.
+  Q8Vector q32_, q256_;
+  std::vector<Q8Vector> rows_q_;
 };
 
 }  // namespace ds

@@ -268,6 +268,7 @@ HeadRoles detect_heads(const std::shared_ptr<const Model>& m, const HeadDetectOp
   if (!m) throw Error("the head detector needs a model");
   Engine e(m);
   e.set_threads(o.threads);
+  e.set_products(o.products);
   return detect_heads(e, o);
 }
 

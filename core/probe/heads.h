@@ -64,13 +64,14 @@ inline constexpr int kHeadKinds = 3;
 const char* head_kind_name(int kind);
 
 struct HeadDetectOptions {
-  int half = 0;                        // random tokens per half; 0: min(50, (max_seq - BOS) / 2, usable ids)
-  uint64_t seed = 1;                   // of the random tokens
-  bool exclude_bos = false;            // TransformerLens's default
-  bool exclude_current_token = false;  // TransformerLens's default
-  int threads = 1;                     // the engine's threads (detect_heads with a model)
-  std::vector<int> avoid;              // more ids the probe must not use (probe_avoid_ids)
-  bool keep_patterns = true;           // false: HeadRoles::patterns stays empty
+  int half = 0;                         // random tokens per half; 0: min(50, (max_seq - BOS) / 2, usable ids)
+  uint64_t seed = 1;                    // of the random tokens
+  bool exclude_bos = false;             // TransformerLens's default
+  bool exclude_current_token = false;   // TransformerLens's default
+  int threads = 1;                      // the engine's threads (detect_heads with a model)
+  Products products = Products::Exact;  // its products with quantized weights (detect_heads with a model)
+  std::vector<int> avoid;               // more ids the probe must not use (probe_avoid_ids)
+  bool keep_patterns = true;            // false: HeadRoles::patterns stays empty
 };
 
 struct HeadRoles {

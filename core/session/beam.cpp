@@ -220,6 +220,7 @@ BeamResult beam_search(std::shared_ptr<const Model> model, const std::vector<int
 
   Engine e(model);
   e.set_threads(opt.threads);
+  e.set_products(opt.products);
   if (c.encoder_decoder) e.encode(source);
   std::vector<Running> cur(1);
   cur[0].cache = e.make_cache();

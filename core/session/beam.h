@@ -37,6 +37,7 @@ struct BeamOptions {
   int steps = 0;             // positions in all, prompt included (0 or past the context: the context)
   std::vector<int> eos_ids;  // tokens that end a hypothesis (kept in its tokens)
   int threads = 1;
+  Products products = Products::Exact;  // quantized weights' products (Engine::set_products)
   // Called before each step with its index (0-based); returning false ends the search
   // there, as if the positions had run out (progress and cancelling in the window).
   // The first step always runs, so there is always a hypothesis to return.

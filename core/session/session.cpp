@@ -12,6 +12,7 @@ Session::Session(std::shared_ptr<const Model> model, std::shared_ptr<const Token
     : tok_(std::move(tokenizer)), opt_(std::move(opt)), engine_(std::move(model)), sampler_(opt_.sampler) {
   const Config& c = engine_.config();
   engine_.set_threads(opt_.threads);
+  engine_.set_products(opt_.products);
   steps_ = (opt_.steps <= 0 || opt_.steps > c.max_seq) ? c.max_seq : opt_.steps;
   trace_.config = c;
   TraceOptions to = opt_.trace_options;

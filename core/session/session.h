@@ -26,6 +26,7 @@ struct SessionOptions {
   TraceOptions trace_options;  // compact storage for long generations; the logit lens (its threads: the engine's)
   int candidates = 20;         // rows of the candidate table kept per step
   int threads = 1;
+  Products products = Products::Exact;  // quantized weights' products (Engine::set_products)
   // Bytes of raw logits rows the session keeps, the latest steps' first, for shape()
   // (a row is vocab floats); 0 keeps none.
   size_t keep_logits_bytes = 0;

@@ -5,6 +5,7 @@
 //                             [--precision f32|bf16|f16] [--prefill N] [--trace-tokens N]
 //   decoderscope_bench team [--threads 2] [--regions N] [--gap-us 5]
 //   decoderscope_bench lens [--rows 13] [--reps 5] [--precision f32|bf16|f16]
+//   decoderscope_bench quant [--threads 2] [--reps 7] [--layers 16] [--vocab 128256] [--types Q4_K,...]
 #include <cstdio>
 #include <cstring>
 
@@ -12,6 +13,7 @@ int bench_load(int argc, char** argv);    // bench_load.cpp
 int bench_decode(int argc, char** argv);  // bench_decode.cpp
 int bench_team(int argc, char** argv);    // bench_team.cpp
 int bench_lens(int argc, char** argv);    // bench_lens.cpp
+int bench_quant(int argc, char** argv);   // bench_quant.cpp
 
 int main(int argc, char** argv) {
   struct Sub {
@@ -26,6 +28,8 @@ int main(int argc, char** argv) {
       {"team", bench_team, "what one parallel region costs: OpenMP's fork and join against the engine's thread team"},
       {"lens", bench_lens,
        "the logit lens's unembedding of several rows: by groups of head rows against widened slices"},
+      {"quant", bench_quant,
+       "one token's quantized products of a Llama-3.2-1B shape: exact against fast, and the bandwidth floor"},
   };
   if (argc >= 2) {
     for (const Sub& s : subs)

@@ -13,7 +13,7 @@
 # both runs in one group. Without GROUP every group runs in turn, in OUT_DIR.
 # A failed check is counted, not fatal: the script goes on to the next one.
 set -euo pipefail
-ALL_GROUPS=(views encdec replay models block gguf tracebin_dec tracebin_enc maps soak keys blockview beamtab headsmatter lensgrid install lessons attribution compare patching)
+ALL_GROUPS=(views encdec replay models block gguf tracebin_dec tracebin_enc maps soak keys blockview beamtab headsmatter lensgrid install lessons attribution compare patching products)
 if [ "${1:-}" = --list ]; then
   printf '%s\n' "${ALL_GROUPS[@]}"
   exit 0
@@ -508,6 +508,55 @@ group_gguf() {
   else
     echo "note: $GGUF is absent; the GGUF runs are skipped"
   fi
+}
+
+# ---- products
+# --products exact|fast on a quantized GGUF file (llama, every matrix Q4_K): the window
+# generates greedily what llama.cpp generates on the file itself with fast (the default)
+# and what it generates on the file's float32 copy with exact (the two differ from the
+# sixth id on), and names the products in use in the status line (the sidecar's copy of
+# it; none for a float32 model).
+products_ids() {  # NAME IDS_FILE: the run's generated ids are the first ones of IDS_FILE
+  python3 - "$OUT/$1.png.json" "$2" "$GGUF/llama.prompt.ids" <<'PY'
+import json, sys
+got = json.load(open(sys.argv[1]))["tokens"]
+want = open(sys.argv[2]).read().split()
+prompt = open(sys.argv[3]).read().split()
+gen = [str(t) for t in got[len(prompt):]]
+if [str(t) for t in got[:len(prompt)]] != prompt or not gen or gen != want[:len(gen)]:
+    print("FAIL %s: generated %s, wanted %s" % (sys.argv[1], " ".join(gen), " ".join(want[:len(gen)])))
+    sys.exit(1)
+PY
+}
+products_label() {  # NAME LABEL
+  if grep -q "\"products\": \"$2\"" "$OUT/$1.png.json"; then
+    passed=$((passed + 1))
+  else
+    echo "FAIL $1: the status line does not say '$2'"
+    failed=$((failed + 1))
+  fi
+}
+group_products() {
+  GGUF="$(dirname "$0")/../../../shared/fixtures/gguf/models"
+  if ! [ -f "$GGUF/llama-Q4_K.gguf" ] || ! command -v python3 >/dev/null 2>&1; then
+    echo "note: $GGUF or python3 is absent; the products group is skipped"
+    return 0
+  fi
+  local base=(--model "$GGUF/llama-Q4_K.gguf" --prompt "Once upon a time" --steps 10 --temperature 0 --view next)
+  local m want
+  for m in fast exact; do
+    want="$GGUF/llama-Q4_K.greedy.ids"
+    [ $m = exact ] && want="$GGUF/llama-Q4_K.dequantized.greedy.ids"
+    if run "products_$m" "${base[@]}" $([ $m = exact ] && echo --products exact); then
+      check blank "$OUT/products_$m.png"
+      products_label "products_$m" "$m products"
+      if products_ids "products_$m" "$want"; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+    fi
+  done
+  if run products_f32 --model "$GGUF/llama-F32.gguf" --prompt "Once upon a time" --steps 4 --view next; then
+    products_label products_f32 ""
+  fi
+  fails products_bad "--products expects exact or fast, got 'quick'" --products quick --screenshot "$OUT/x.png"
 }
 
 # ---- tracebin

@@ -14,6 +14,7 @@
 #include "engine_link/compare.h"
 #include "engine_link/patch_messages.h"
 #include "model/config.h"
+#include "perf/quant_fast.h"
 #include "probe/ablation.h"
 #include "probe/attribution.h"
 #include "probe/heads.h"
@@ -41,8 +42,13 @@ struct ModelInfo {
   bool has_chat = false;                         // the tokenizer carries a chat template (an instruct model)
   std::vector<int> special_ids;                  // its control and special tokens, ascending (coloured in the strip)
   int64_t weight_bytes = 0;                      // bytes of every parameter as stored
+  ds::Products products = ds::Products::Exact;   // the engine's products with quantized weights
   // What the status line names: the storage of a GGUF model, else the precision.
   std::string storage_name() const { return storage.empty() ? ds::precision_name(precision) : storage; }
+  // "fast products" or "exact products" when the model has quantized weights, else "".
+  std::string products_label() const {
+    return ds::is_quantized(precision) ? std::string(ds::products_name(products)) + " products" : std::string();
+  }
 };
 
 // The logit lens at one position: what each layer's residual stream would predict if
@@ -138,6 +144,7 @@ namespace cmd {
 struct Load {
   std::string spec, tokenizer;
   ds::Precision precision = ds::Precision::F32;
+  ds::Products products = ds::Products::Exact;  // with quantized weights (the window: --products, fast)
 };
 
 // A new session on the text of the boxes: the prompt (an encoder-decoder's target

@@ -206,6 +206,7 @@ void Worker::handle(cmd::Load& c) {
   ds::LoadedModel m = open_model(c.spec, c.tokenizer, c.precision);
   lm_ = std::move(m);
   spec_ = c.spec;
+  products_ = c.products;
   auto info = std::make_shared<ModelInfo>();
   info->spec = c.spec;
   info->tokenizer = c.tokenizer;
@@ -219,6 +220,7 @@ void Worker::handle(cmd::Load& c) {
   info->params = lm_.model->w.parameter_count();
   info->precision = lm_.model->w.precision();
   info->storage = lm_.storage;
+  info->products = products_;
   info->has_chat = lm_.tokenizer && !lm_.chat.template_text.empty() && !lm_.model->cfg.encoder_decoder;
   info->special_ids = lm_.special_ids;
   info->weight_bytes = lm_.model->w.bytes();
@@ -273,6 +275,7 @@ ds::SessionOptions Worker::session_options(int threads, bool kv_cache) const {
   ds::SessionOptions o;
   o.sampler = sampler_;
   o.stop_ids = lm_.stop_ids;
+  o.products = products_;
   o.record = record_patterns(cfg);
   o.trace_options.compact = true;
   // The panel reads the lens from the trace. Recording it costs (layers + 1) x vocabulary x
@@ -451,6 +454,7 @@ void Worker::handle(cmd::Beam& c) {
   o.length_penalty = c.length_penalty;
   o.eos_ids = lm_.stop_ids;
   o.threads = std::max(1, c.threads);
+  o.products = products_;
   o.steps = c.positions > 0 ? c.positions : 0;
   o.on_step = [&](int t) {
     set_activity("beam search: step " + std::to_string(t + 1));
@@ -602,6 +606,7 @@ void Worker::handle(cmd::Inspect& c) {
     auto t0 = Clock::now();
     ds::Engine e(lm_.model);
     e.set_threads(std::max(1, c.threads));
+    e.set_products(products_);
     for (auto [l, hh] : heads_off_)
       if (l >= 0 && l < cfg.n_layers && hh >= 0 && hh < cfg.n_heads) ds::zero_head(e.hooks(), l, hh, cfg.d_head);
     for (auto [l, hh] : cross_heads_off_)
@@ -639,6 +644,7 @@ void Worker::handle(cmd::Measure& c) {
     o.sampler.temperature = 0;
     o.kv_cache = kv;
     o.threads = std::max(1, c.threads);
+    o.products = products_;
     ds::Session s(lm_.model, lm_.tokenizer, o);
     s.start(std::vector<int>(c.tokens.begin(), c.tokens.begin() + prompt), c.src);
     for (int k = prompt; k <= n && !s.done(); ++k) {
@@ -662,6 +668,7 @@ void Worker::handle(cmd::Roles& c) {
   a->spec = spec_;
   ds::HeadDetectOptions o;
   o.threads = std::max(1, c.threads);
+  o.products = products_;
   o.exclude_bos = c.exclude_bos;
   if (lm_.tokenizer) {
     const ds::Tokenizer& tok = *lm_.tokenizer;

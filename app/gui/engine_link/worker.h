@@ -90,7 +90,8 @@ class Worker {
 
   // Owned by the worker thread only.
   ds::LoadedModel lm_;
-  std::string spec_;  // what the loaded model was opened as (cmd::Load::spec)
+  std::string spec_;                             // what the loaded model was opened as (cmd::Load::spec)
+  ds::Products products_ = ds::Products::Exact;  // every engine's products with quantized weights (cmd::Load)
   std::unique_ptr<ds::Session> session_;
   ds::SamplerConfig sampler_;
   std::vector<HeadId> heads_off_, cross_heads_off_;

@@ -251,6 +251,7 @@ void write_sidecar(const std::string& path, const App& app, const Options& o, in
   f << "  \"patching\": " << patching_sidecar(const_cast<App&>(app)) << ",\n";
   f << "  \"precision\": \"" << (app.engine.model ? ds::precision_name(app.engine.model->precision) : "") << "\",\n";
   f << "  \"storage\": \"" << (app.engine.model ? app.engine.model->storage_name() : "") << "\",\n";
+  f << "  \"products\": \"" << (app.engine.model ? app.engine.model->products_label() : "") << "\",\n";
   f << "  \"view_rect\": [" << app.maps.view_rect.x << ", " << app.maps.view_rect.y << ", " << app.maps.view_rect.z
     << ", " << app.maps.view_rect.w << "],\n";
   f << "  \"steps\": " << app.history.trace.steps.size() << ", \"cursor\": " << app.sel.cursor << ",\n  \"tokens\": [";

@@ -207,7 +207,7 @@ void App::alert_dialog() {
 void App::load_model(const std::string& spec, const std::string& tokenizer) {
   engine.worker.cancel();
   play.playing = false;
-  engine.ask(cmd::Load{spec, tokenizer, engine.precision});
+  engine.ask(cmd::Load{spec, tokenizer, engine.precision, engine.products});
   send_sampler();
   engine.loading = true;
   engine.loading_since = ImGui::GetTime();
@@ -1253,6 +1253,14 @@ std::string two_lines(const std::string& text, float w) {
   return t;
 }
 
+// How the weights of a model are computed with, after their storage in the status
+// line's tooltip.
+const char* storage_note(const ModelInfo& m) {
+  if (!ds::is_quantized(m.precision)) return m.precision != ds::Precision::F32 ? " (computed in float32)" : "";
+  return m.products == ds::Products::Fast ? " (fast products: each input rounded to 8 bits per block, integer dot "
+                                            "products, as llama.cpp computes)"
+                                          : " (exact products: decoded block by block, computed in float32)";
+}
 }  // namespace
 
 void App::status_bar() {
@@ -1322,8 +1330,10 @@ void App::status_bar() {
     ImGui::BeginGroup();
     ImGui::Text("%s \xC2\xB7 %s \xC2\xB7", engine.model->name.c_str(), params);
     ImGui::SameLine(0, font * 0.3f);
-    ImGui::TextColored(narrow ? ImVec4(0.45f, 0.8f, 1.0f, 1) : ImGui::GetStyleColorVec4(ImGuiCol_Text), "%s",
-                       storage.c_str());
+    // Quantized weights: which products the engine computes with ("· fast products").
+    const std::string products = engine.model->products_label();
+    ImGui::TextColored(narrow ? ImVec4(0.45f, 0.8f, 1.0f, 1) : ImGui::GetStyleColorVec4(ImGuiCol_Text), "%s%s%s",
+                       storage.c_str(), products.empty() ? "" : " \xC2\xB7 ", products.c_str());
     if (!status_shown() || fb_w > font * 100) {  // the details, when a message does not need the room
       ImGui::SameLine(0, font * 0.3f);
       ImGui::Text("(%s of weights): %s, %d layers x %d heads, d_model %d, vocab %d", bytes,
@@ -1332,10 +1342,7 @@ void App::status_bar() {
     }
     ImGui::EndGroup();
     if (ImGui::IsItemHovered())
-      ImGui::SetTooltip("%s\nweights kept as %s%s", c.describe().c_str(), storage.c_str(),
-                        ds::is_quantized(engine.model->precision) ? " (decoded block by block, computed in float32)"
-                        : narrow                                  ? " (computed in float32)"
-                                                                  : "");
+      ImGui::SetTooltip("%s\nweights kept as %s%s", c.describe().c_str(), storage.c_str(), storage_note(*engine.model));
   }
   if (!act.empty()) {
     ImGui::SameLine();

@@ -45,6 +45,7 @@ struct EngineLink {
   double loading_since = 0;
   std::string loading_what;
   ds::Precision precision = ds::Precision::F32;  // how the next model loaded keeps its weights
+  ds::Products products = ds::Products::Fast;    // its products with quantized weights (--products)
   int threads = 1;                               // threads the engine computes a step with
   bool kv_cache = true;                          // the next Start keeps a KV cache (else recomputes the prefix)
   bool started = false;                          // the worker has a session with the current prompt

@@ -13,7 +13,7 @@ namespace {
 
 const char* kUsage = R"(decoderscope: watch a transformer decoder write text one token at a time.
 
-usage: decoderscope [--model M] [--tokenizer F] [--precision f32|bf16|f16] [--threads N]
+usage: decoderscope [--model M] [--tokenizer F] [--precision f32|bf16|f16] [--products exact|fast] [--threads N]
                     [--prompt T | --source T] [--chat [--system T]] [--trace FILE.json]
                     [--steps N] [--view attention|heads|cross|residual|next|lens|branches|beams|block|kv|roles|attribution|compare|patching]
                     [--layer L] [--head H|mean] [--select POS] [--scores] [--mask-only] [--log]
@@ -37,6 +37,10 @@ usage: decoderscope [--model M] [--tokenizer F] [--precision f32|bf16|f16] [--th
   (bfloat16) or f16 (float16). 16-bit weights halve the memory each token reads; the
   arithmetic stays float32, at a small cost in accuracy. A GGUF file's quantized matrices
   (Q4_K, Q8_0, ...) stay as the file stores them; only its float32 matrices are narrowed.
+--products: the products with a GGUF file's quantized matrices: fast (the default) rounds
+  each product's input to 8 bits per block and multiplies integers, as llama.cpp does;
+  exact multiplies float32 inputs with the decoded weights (a float32 engine on the
+  file's decoded copy). The status line names the one in use for a quantized model.
 --threads: threads the engine computes a step with (default 1, which leaves the other
   cores to the window).
 --prompt (decoder) or --prompt as the target prefix and --source (encoder-decoder).
@@ -287,6 +291,9 @@ Options parse_options(int argc, char** argv) {
     else if (a == "--precision") {
       std::string v = val();
       if (!parse_precision(v, o.precision)) die("--precision expects f32, bf16 or f16, got '" + v + "'");
+    } else if (a == "--products") {
+      std::string v = val();
+      if (!ds::parse_products(v, o.products)) die("--products expects exact or fast, got '" + v + "'");
     } else if (a == "--threads")
       o.threads = int(to_int(val(), a));
     else if (a == "--prompt")

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "perf/quant_fast.h"
 #include "sample/sampler.h"
 #include "util/precision.h"
 
@@ -19,6 +20,7 @@ struct Options {
   std::string system;
   int steps = 8, layer = 0, head = 0, select = -1, step_back = 0, fork_at = 0, threads = 1;
   ds::Precision precision = ds::Precision::F32;
+  ds::Products products = ds::Products::Fast;  // --products exact|fast
   long fork_seed = -1;
   bool scores = false, mask_only = false, log = false, light = false, bench = false;
   float scale = 1.0f;

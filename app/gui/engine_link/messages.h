@@ -414,9 +414,9 @@ struct Compare {
 
 }  // namespace ev
 
-using Event =
-    std::variant<ev::Loading, ev::Loaded, ev::Started, ev::Step, ev::Truncate, ev::Lens, ev::Saved, ev::Error, ev::Idle,
-                 ev::Shape, ev::Beam, ev::BeamBranch, ev::Inspect, ev::Measure, ev::Roles, ev::Ablate, ev::Attribute, ev::Compare, ev::Patch>;
+using Event = std::variant<ev::Loading, ev::Loaded, ev::Started, ev::Step, ev::Truncate, ev::Lens, ev::Saved, ev::Error,
+                           ev::Idle, ev::Shape, ev::Beam, ev::BeamBranch, ev::Inspect, ev::Measure, ev::Roles,
+                           ev::Ablate, ev::Attribute, ev::Compare, ev::Patch>;
 
 // For std::visit with one lambda per alternative.
 template <class... F>

@@ -222,6 +222,16 @@ void size_option(Options& o, const std::string& a, const std::string& v) {
   o.has_size = true;
 }
 
+// --kv-pane (the KV cache view's tab) and --attribute-token/-vs/-head (the Attribution view).
+void pane_option(Options& o, const std::string& a, const std::string& v) {
+  if (a == "--kv-pane") {
+    if (v != "cache" && v != "cost") die("--kv-pane expects cache or cost");
+    o.kv_pane = v;
+  } else {
+    (a == "--attribute-token" ? o.attribute_token : a == "--attribute-vs" ? o.attribute_vs : o.attribute_head) = v;
+  }
+}
+
 // --compare-*: the Compare view's B (Options::has_compare).
 void compare_option(Options& o, const std::string& a, const std::string& v) {
   o.has_compare = true;
@@ -346,13 +356,8 @@ Options parse_options(int argc, char** argv) {
       if (o.soak < 1 || o.soak > 10000000) die("--soak expects a number of actions from 1 to 10000000");
     } else if (a == "--stage")
       o.stage = val();
-    else if (a == "--kv-pane") {
-      o.kv_pane = val();
-      if (o.kv_pane != "cache" && o.kv_pane != "cost") die("--kv-pane expects cache or cost");
-    } else if (a == "--attribute-token" || a == "--attribute-vs" || a == "--attribute-head")
-      (a == "--attribute-token" ? o.attribute_token
-       : a == "--attribute-vs"  ? o.attribute_vs
-                                : o.attribute_head) = val();
+    else if (a == "--kv-pane" || a == "--attribute-token" || a == "--attribute-vs" || a == "--attribute-head")
+      pane_option(o, a, val());
     else if (a == "--last-tokens" || a == "--zoom")
       map_option(o, a, val());
     else if (a == "--colormap")

@@ -825,6 +825,9 @@ void App::menu_bar() {
     ImGui::MenuItem("Explain on hover (tooltips)", nullptr, &look.tooltips);
     ImGui::MenuItem("Explain each view (caption)", nullptr, &look.captions);
     ImGui::MenuItem("Legend of the token colours", nullptr, &look.show_legend);
+    tooltip(*this,
+            "Shown under the token strip on a window at least 75 text heights wide (the views' tabs take two rows on "
+            "a narrower one, and the maps need the height).");
     if (ImGui::MenuItem("Presenter mode", "F11", look.presenter)) toggle_presenter(*this);
     if (ImGui::MenuItem("Fit the heatmaps", "F")) ++look.fit_serial;
     ImGui::EndMenu();
@@ -1405,8 +1408,11 @@ int App::tab_row(int shown) {
   const ImVec2 top = ImGui::GetCursorScreenPos();
   const float right = ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x;
   int clicked = -1;
-  // Narrow padding: every tab on one row at 1024 px with normal text.
-  const ImVec2 pad(st.FramePadding.x * 0.4f, st.FramePadding.y);
+  // Narrow padding; when the tabs still need two rows (1024 px), flatter ones, so that the
+  // view keeps the height.
+  float all = 0;
+  for (const auto& v : views) all += ImGui::CalcTextSize(v.title).x + st.FramePadding.x * 0.8f + 2;
+  const ImVec2 pad(st.FramePadding.x * 0.4f, all > right - top.x ? st.FramePadding.y * 0.3f : st.FramePadding.y);
   ImGui::PushStyleVar(ImGuiStyleVar_ItemSpacing, ImVec2(2, st.ItemInnerSpacing.y * 0.5f));
   ImGui::PushStyleVar(ImGuiStyleVar_FramePadding, pad);
   for (int v = 0; v < int(views.size()); ++v) {
@@ -1513,7 +1519,8 @@ void App::frame() {
   toolbar();
   notices();
   token_strip();
-  if (look.show_legend) chip_legend(*this);
+  // A narrow window (1024 px) keeps the legend's row for the views: their tabs take two rows there.
+  if (look.show_legend && ImGui::GetContentRegionAvail().x >= ImGui::GetFontSize() * 75) chip_legend(*this);
   if (engine.loading) {
     ImGui::TextColored(ImVec4(1, 0.75f, 0.3f, 1), "Loading %s ... %.1f s (the window stays usable)",
                        engine.loading_what.c_str(), ImGui::GetTime() - engine.loading_since);

@@ -826,8 +826,8 @@ void App::menu_bar() {
     ImGui::MenuItem("Explain each view (caption)", nullptr, &look.captions);
     ImGui::MenuItem("Legend of the token colours", nullptr, &look.show_legend);
     tooltip(*this,
-            "Shown under the token strip on a window at least 75 text heights wide (the views' tabs take two rows on "
-            "a narrower one, and the maps need the height).");
+            "Shown under the token strip on a window wide enough for the views' tabs on one row (on a narrower one "
+            "they take two rows, and the maps need the height).");
     if (ImGui::MenuItem("Presenter mode", "F11", look.presenter)) toggle_presenter(*this);
     if (ImGui::MenuItem("Fit the heatmaps", "F")) ++look.fit_serial;
     ImGui::EndMenu();
@@ -1401,6 +1401,12 @@ void tab_tip(App& app, TabHover& th, int v, const char* help, ImVec2 row_top) {
 
 // The views' tabs: whole titles on as many rows as the window's width needs (a 1024-pixel
 // projector or big text wraps them; nothing is cut). Returns the tab clicked, or -1.
+bool App::tabs_wrap() const {
+  float all = 0;
+  for (const auto& v : all_views()) all += ImGui::CalcTextSize(v.title).x + ImGui::GetStyle().FramePadding.x * 0.8f + 2;
+  return all > ImGui::GetContentRegionAvail().x;
+}
+
 int App::tab_row(int shown) {
   const auto views = all_views();
   const ImGuiStyle& st = ImGui::GetStyle();
@@ -1410,9 +1416,7 @@ int App::tab_row(int shown) {
   int clicked = -1;
   // Narrow padding; when the tabs still need two rows (1024 px), flatter ones, so that the
   // view keeps the height.
-  float all = 0;
-  for (const auto& v : views) all += ImGui::CalcTextSize(v.title).x + st.FramePadding.x * 0.8f + 2;
-  const ImVec2 pad(st.FramePadding.x * 0.4f, all > right - top.x ? st.FramePadding.y * 0.3f : st.FramePadding.y);
+  const ImVec2 pad(st.FramePadding.x * 0.4f, tabs_wrap() ? st.FramePadding.y * 0.3f : st.FramePadding.y);
   ImGui::PushStyleVar(ImGuiStyleVar_ItemSpacing, ImVec2(2, st.ItemInnerSpacing.y * 0.5f));
   ImGui::PushStyleVar(ImGuiStyleVar_FramePadding, pad);
   for (int v = 0; v < int(views.size()); ++v) {
@@ -1520,7 +1524,7 @@ void App::frame() {
   notices();
   token_strip();
   // A narrow window (1024 px) keeps the legend's row for the views: their tabs take two rows there.
-  if (look.show_legend && ImGui::GetContentRegionAvail().x >= ImGui::GetFontSize() * 75) chip_legend(*this);
+  if (look.show_legend && !tabs_wrap()) chip_legend(*this);
   if (engine.loading) {
     ImGui::TextColored(ImVec4(1, 0.75f, 0.3f, 1), "Loading %s ... %.1f s (the window stays usable)",
                        engine.loading_what.c_str(), ImGui::GetTime() - engine.loading_since);

@@ -328,6 +328,7 @@ class App {
   void selection_keys();  // Up/Down layer, [ ] head, , . token (shortcuts)
   void keys_overlay();    // the F1 card
   int tab_row(int shown);
+  bool tabs_wrap() const;  // the views' tabs need two rows in the window's width
   std::map<std::type_index, std::shared_ptr<void>> view_states_;
 };
 

@@ -872,14 +872,21 @@ need(k["label_x1"] <= k["plot_x1"] + 1, "a label ends at x=%.0f past the plot %.
 '
     done
   done
-  # A narrow window shows the caches under their own tab: the new row and most rows in view.
-  if run bv_kv_tab "${STORIES[@]}" --size 1024x768 --presenter --scale 1.5 --view kv --kv-pane cache; then
-    bv_json bv_kv_tab "the KV cache tab shows the new row and 20 rows or all" '
+  # A narrow or short window shows the caches under their own tab: the new row on screen,
+  # labels at least three quarters of the text, and a dozen rows or all.
+  local kvtab=("small:--size 1024x768" "presenter:--size 1024x768 --presenter --scale 1.5")
+  for sz in "${kvtab[@]}"; do
+    local tag=${sz%%:*} args
+    read -ra args <<<"${sz#*:}"
+    run "bv_kv_tab_$tag" "${STORIES[@]}" "${args[@]}" --view kv --kv-pane cache || continue
+    bv_json "bv_kv_tab_$tag" "the KV cache tab shows the new row and readable rows" '
 need(k["tabs"] and k["pane"] == 0, "tabs %s pane %s" % (k["tabs"], k["pane"]))
 need(k["new_shown"], "the new row is not drawn")
-need(k["rows_shown"] >= min(k["rows"], 20), "%d of %d rows drawn" % (k["rows_shown"], k["rows"]))
+need(0 < k["new_y1"] <= k["pane_y1"] + 1, "the new row ends at y=%.0f, the pane at %.0f" % (k["new_y1"], k["pane_y1"]))
+need(k["label_px"] >= 0.75 * k["font_px"] - 0.5, "row labels %.1f px with %.1f px text" % (k["label_px"], k["font_px"]))
+need(k["rows_shown"] >= min(k["rows"], 12), "%d of %d rows drawn" % (k["rows_shown"], k["rows"]))
 '
-  fi
+  done
 }
 
 # ---- beamtab: beam search beside the generation, how each token was chosen, branch labels

@@ -39,6 +39,8 @@ struct KvState {
   bool tabs = false;                 // the last frame used the tabs
   int rows_all = 0, rows_shown = 0;  // the last frame's key rows, and those drawn
   bool new_shown = false;            // the step's new row was among them
+  float label_px = 0;                // the size of the key rows' labels, in pixels
+  float new_y1 = 0, pane_y1 = 0;     // the bottom of the new row and of the pane's visible part
 };
 
 // The timing failed (the error is on the status line).
@@ -104,7 +106,9 @@ int cache_cells(App& app, const char* title, const std::vector<float>& m, int ro
   // K and V side by side: the row labels left of K, the read/new tags right of V.
   const float lw = row_labels ? font * 4.5f : 0.0f, tag = tags ? font * 4.2f : font * 0.3f;
   const float cw = std::clamp((width - lw - tag) / float(cols), 2.0f, font * 1.2f);
-  const float ch = std::clamp((height - font * 1.5f) / float(rows) - 1, font * 0.55f, font * 0.9f);
+  // Rows (and their labels) no smaller than three quarters of the text: rows that do not
+  // fit go above, the newest stay.
+  const float ch = std::clamp((height - font * 1.5f) / float(rows) - 1, font * 0.75f, font * 0.9f);
   const int fit = std::max(1, int((height - font * 1.5f) / (ch + 1)));
   const int first = std::max(0, rows - fit);
   float sc = 0;
@@ -116,6 +120,7 @@ int cache_cells(App& app, const char* title, const std::vector<float>& m, int ro
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const ImVec2 p = ImGui::GetCursorScreenPos();
   const float fs = std::min(font, ch + 2);
+  if (row_labels) app.state<KvState>().label_px = fs;
   for (int r = first; r < rows; ++r) {
     const float y = p.y + float(r - first) * (ch + 1);
     char lab[48];
@@ -127,6 +132,7 @@ int cache_cells(App& app, const char* title, const std::vector<float>& m, int ro
       dl->AddRectFilled(ImVec2(p.x + lw + float(c) * cw, y), ImVec2(p.x + lw + float(c + 1) * cw - (cw > 4), y + ch),
                         diverging(m[size_t(r) * stride + offset + c] / sc, app.look.light));
     const bool fresh = r >= new0 && r < new1;
+    if (fresh && row_labels) app.state<KvState>().new_y1 = y + ch;
     if (fresh)
       dl->AddRect(ImVec2(p.x + lw - 2, y - 1), ImVec2(p.x + lw + float(cols) * cw + 1, y + ch + 1),
                   IM_COL32(255, 200, 40, 255), 0, 0, 2);
@@ -386,14 +392,16 @@ bool kv_switch(App& app) {
 }
 
 // The caches pane: the layer's keys and values (and the source's, encoder-decoder), left
-// wide and cache_h tall; side: beside the costs (else alone or above them).
-void caches_pane(App& app, const BlockSnapshot* s, int head, float left, float cache_h, bool side) {
+// wide and cache_h tall (beside the costs, or alone under its tab).
+void caches_pane(App& app, const BlockSnapshot* s, int head, float left, float cache_h) {
   KvState& st = app.state<KvState>();
   const float font = ImGui::GetFontSize();
   const ds::TraceStep& step = app.history.trace.steps[size_t(app.sel.cursor)];
   const int positions = app.history.trace.positions(app.sel.cursor), new0 = step.pos0;
   st.rows_all = st.rows_shown = 0;
   st.new_shown = false;
+  st.new_y1 = 0;
+  st.pane_y1 = ImGui::GetWindowPos().y + ImGui::GetWindowHeight();
   if (!app.engine.model) {
     ImGui::TextDisabled("The cache is measured by running the model: load the model this trace came from.");
   } else if (!s) {
@@ -408,8 +416,6 @@ void caches_pane(App& app, const BlockSnapshot* s, int head, float left, float c
     const bool ed = s->cfg.encoder_decoder && s->src_len > 0;
     // The whole cache's size below takes two lines on a narrow pane.
     float hh = cache_h - font * (left < font * 45 ? 5.7f : 4.5f) - (ed ? font * (5.5f + 0.95f * float(s->src_len)) : 0);
-    // Under a tab (a narrow window) the pane scrolls, so the caches keep up to 24 rows.
-    if (!side) hh = std::max(hh, font * (2.5f + 0.62f * float(std::min(rows, 24))));
     char t[96];
     std::snprintf(t, sizeof t, "Keys K, layer %d head %d  [%d x %d]", s->layer, head, rows, dh);
     // A sliding-window layer: the step's first query reads no row before this one.
@@ -461,11 +467,13 @@ std::string kv_sidecar(App& app) {
   std::snprintf(b, sizeof b,
                 "{\"explained\": %s, \"plot_x0\": %.1f, \"plot_x1\": %.1f, \"label_x1\": %.1f, \"label_y1\": "
                 "%.1f, \"plot_y1\": %.1f, \"first_ms\": [%.4f, %.4f], \"points\": [%d, %d], \"measured\": [%zu, "
-                "%zu], \"tabs\": %s, \"pane\": %d, \"rows\": %d, \"rows_shown\": %d, \"new_shown\": %s}",
+                "%zu], \"tabs\": %s, \"pane\": %d, \"rows\": %d, \"rows_shown\": %d, \"new_shown\": %s, "
+                "\"label_px\": %.1f, \"font_px\": %.1f, \"new_y1\": %.1f, \"pane_y1\": %.1f}",
                 st.explained ? "true" : "false", double(st.plot_x0), double(st.plot_x1), double(st.label_x1),
                 double(st.label_y1), double(st.plot_y1), st.first_ms[0], st.first_ms[1], st.points[0], st.points[1],
                 st.measured[0].size(), st.measured[1].size(), st.tabs ? "true" : "false", st.pane, st.rows_all,
-                st.rows_shown, st.new_shown ? "true" : "false");
+                st.rows_shown, st.new_shown ? "true" : "false", double(st.label_px), double(ImGui::GetFontSize()),
+                double(st.new_y1), double(st.pane_y1));
   return b;
 }
 
@@ -497,9 +505,10 @@ void panel_kv(App& app) {
   const int q_head = head * std::max(1, cfg.n_heads / std::max(1, cfg.n_kv_heads));
   const BlockSnapshot* s = block_snapshot(app, app.sel.layer, q_head);
   const ImVec2 avail = ImGui::GetContentRegionAvail();
-  // Side by side when both halves keep some 25 characters' width; else one at a time,
-  // under tabs, each with the whole height.
-  const bool side = avail.x >= font * 52;
+  // Side by side when both halves keep some 25 characters' width and the caches some 20
+  // rows of readable labels; else one at a time, under tabs, each with the whole width
+  // and height (a 1024x768 window).
+  const bool side = avail.x >= font * 52 && avail.y >= font * 27;
   st.tabs = !side;
   if (!side) {
     if (ImGui::BeginTabBar("##kvpanes")) {
@@ -516,7 +525,7 @@ void panel_kv(App& app) {
     st.ask_pane = -1;
     ImGui::BeginChild("kvpane", ImVec2(0, 0), false);
     if (st.pane == 0)
-      caches_pane(app, s, head, ImGui::GetContentRegionAvail().x, ImGui::GetContentRegionAvail().y, false);
+      caches_pane(app, s, head, ImGui::GetContentRegionAvail().x, ImGui::GetContentRegionAvail().y);
     else {
       step_text(s, step.kv_cache, positions, new0);
       cost_panel(app, st, positions, new0);
@@ -527,7 +536,7 @@ void panel_kv(App& app) {
   // The costs pane's text wraps less with more of the width when the window is narrow.
   const float left = avail.x * (avail.x < font * 90 ? 0.42f : 0.5f);
   ImGui::BeginChild("caches", ImVec2(left, avail.y), false);
-  caches_pane(app, s, head, left, avail.y, true);
+  caches_pane(app, s, head, left, avail.y);
   ImGui::EndChild();
   ImGui::SameLine();
   ImGui::BeginChild("cost", ImVec2(0, 0), false);

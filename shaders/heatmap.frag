@@ -7,8 +7,15 @@ uniform sampler2D u_mask;    // R8, 1 = allowed, 0 = masked
 uniform ivec2 u_cells;       // cols, rows drawn
 uniform ivec2 u_origin;      // the matrix's col, row drawn first (a window of a larger matrix)
 uniform vec4 u_rect;         // x, y (bottom-left, framebuffer pixels), width, height
-uniform int u_cmap;          // 0 viridis-like, 1 magma-like, 2 greys
-uniform int u_scale;         // 0 linear, 1 log
+// CMAP: 0 viridis-like, 1 magma-like, 2 greys; LOG_SCALE: 0 linear, 1 log. The program
+// defines both after the #version line (one program each: a software renderer runs both
+// sides of every branch).
+#ifndef CMAP
+#define CMAP 0
+#endif
+#ifndef LOG_SCALE
+#define LOG_SCALE 0
+#endif
 uniform int u_mode;          // 0 values, 1 the mask alone
 uniform vec2 u_range;        // value mapped to the bottom and the top of the colormap
 uniform vec3 u_mask_a;       // hatch stripe colours
@@ -30,14 +37,20 @@ const vec3 MAGMA[10] = vec3[10](
   vec3(0.945, 0.376, 0.365), vec3(0.992, 0.588, 0.408), vec3(0.996, 0.792, 0.553),
   vec3(0.988, 0.992, 0.749));
 
-vec3 colormap(int which, float t) {
+vec3 colormap(float t) {
   t = clamp(t, 0.0, 1.0);
-  if (which == 2) return vec3(mix(0.06, 1.0, t));
+#if CMAP == 2
+  return vec3(mix(0.06, 1.0, t));
+#else
   float x = t * 9.0;
   int i = min(int(floor(x)), 8);
   float f = x - float(i);
-  if (which == 1) return mix(MAGMA[i], MAGMA[i + 1], f);
+#if CMAP == 1
+  return mix(MAGMA[i], MAGMA[i + 1], f);
+#else
   return mix(VIRIDIS[i], VIRIDIS[i + 1], f);
+#endif
+#endif
 }
 
 void main() {
@@ -66,13 +79,15 @@ void main() {
   float t;
   if (isnan(v) || isinf(v)) {
     t = 0.0;
-  } else if (u_scale == 1) {
+  } else {
+#if LOG_SCALE == 1
     float eps = 1e-4;
     float lo = log(max(u_range.x, eps));
     float hi = log(max(u_range.y, eps * 1.01));
     t = (log(max(v, eps)) - lo) / max(hi - lo, 1e-6);
-  } else {
+#else
     t = (v - u_range.x) / max(u_range.y - u_range.x, 1e-12);
+#endif
   }
-  frag = vec4(colormap(u_cmap, t), 1.0);
+  frag = vec4(colormap(t), 1.0);
 }

@@ -274,7 +274,10 @@ void draw_frame(GLFWwindow* win, App& app, FrameBench* bench, int& fw, int& fh, 
   ImGui::NewFrame();
   app.frame();
   ImGui::Render();
-  if (bench) bench->lap(&FrameTimes::build);
+  if (bench) {
+    bench->lap(&FrameTimes::build);
+    bench->view_took(app.view_ms);
+  }
   glViewport(0, 0, fw, fh);
   const ImVec4 bg = ImGui::GetStyleColorVec4(ImGuiCol_WindowBg);
   glClearColor(bg.x, bg.y, bg.z, 1.0f);

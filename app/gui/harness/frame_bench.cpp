@@ -80,10 +80,10 @@ void print_breakdown(const std::vector<FrameTimes>& frames) {
   for (size_t i = n; i-- > 0 && i + 3 >= n;) {
     const FrameTimes& f = frames[i];
     std::printf(
-        "bench:   a %.1f ms frame: events %.1f, build %.1f, render %.1f, swap %.1f, rest %.1f ms; "
+        "bench:   a %.1f ms frame: events %.1f, build %.1f (the view %.1f), render %.1f, swap %.1f, rest %.1f ms; "
         "window thread ran %.1f ms of it; %ld page faults read from disk\n",
-        f.total, f.events, f.build, f.render, f.swap, std::max(0.0, f.total - f.events - f.build - f.render - f.swap),
-        f.cpu, f.faults);
+        f.total, f.events, f.build, f.view, f.render, f.swap,
+        std::max(0.0, f.total - f.events - f.build - f.render - f.swap), f.cpu, f.faults);
   }
 }
 

@@ -10,10 +10,11 @@ class App;
 // Where the time of one frame went, in ms. A frame runs from the top of the main loop
 // to the next top: events (the worker's, folded into the trace), build (ImGui and the
 // views, heatmap uploads and passes), render (ImGui's draw lists), swap, and waiting
-// for the window system; cpu is what the window's thread ran; faults, the page faults
-// that read from disk meanwhile (in any thread).
+// for the window system; cpu is what the window's thread ran; view, the part of build
+// the shown view's panel took; faults, the page faults that read from disk meanwhile
+// (in any thread).
 struct FrameTimes {
-  double total = 0, events = 0, build = 0, render = 0, swap = 0, cpu = 0;
+  double total = 0, events = 0, build = 0, render = 0, swap = 0, cpu = 0, view = 0;
   long faults = 0;
 };
 
@@ -26,6 +27,8 @@ class FrameBench {
   bool scrubbing = false;
   // The ms since the last lap, into a part of the current frame.
   void lap(double FrameTimes::*part);
+  // The shown view's panel took ms of this frame's build.
+  void view_took(double ms) { cur_.view = ms; }
   // A frame's length in ms with the engine idle.
   void idle_frame(double ms) { idle_ms_.push_back(ms); }
   // When the steps started and ended.

@@ -16,6 +16,7 @@
 #include "shell/notices.h"
 #include "shell/recent.h"
 #include "shell/trace_io.h"
+#include "shell/window_io.h"
 #include "util/error.h"
 #include "widgets/file_browser.h"
 
@@ -1460,7 +1461,9 @@ void App::view_tabs() {
   ImGui::BeginChild("view", ImVec2(0, -status_h), false, ImGuiWindowFlags_HorizontalScrollbar | no_wheel);
   maps.view_rect =
       ImVec4(ImGui::GetWindowPos().x, ImGui::GetWindowPos().y, ImGui::GetWindowSize().x, ImGui::GetWindowSize().y);
+  const double t0 = now_s();
   views[size_t(v)].draw(*this);
+  view_ms = (now_s() - t0) * 1000.0;
   ImGui::EndChild();
 }
 

@@ -225,6 +225,7 @@ class App {
   Messages msgs;
   Maps maps;
 
+  double view_ms = 0;  // how long the shown view's panel took to build in the last frame (--bench)
   int selected_position() const;
   const Maps::GrowingMatrix& attention_view(const std::string& slot, int layer, int head, bool cross, bool scores);
 

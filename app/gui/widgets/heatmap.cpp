@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -132,54 +133,78 @@ std::string find_shader_dir(std::string* error) {
 }
 
 bool HeatmapRenderer::init(const std::string& dir, std::string& error) {
-  std::string vs, fs_src;
-  if (!read_file(fs::path(dir) / "heatmap.vert", vs) || !read_file(fs::path(dir) / "heatmap.frag", fs_src)) {
+  if (!read_file(fs::path(dir) / "heatmap.vert", vs_src_) || !read_file(fs::path(dir) / "heatmap.frag", fs_src_)) {
     error = "cannot read heatmap.vert / heatmap.frag in " + dir;
     return false;
   }
-  GLuint v = compile(GL_VERTEX_SHADER, vs, "heatmap.vert", error);
-  if (!v) return false;
-  GLuint f = compile(GL_FRAGMENT_SHADER, fs_src, "heatmap.frag", error);
-  if (!f) {
-    glDeleteShader(v);
-    return false;
-  }
-  prog_ = glCreateProgram();
-  glAttachShader(prog_, v);
-  glAttachShader(prog_, f);
-  glLinkProgram(prog_);
-  glDeleteShader(v);
-  glDeleteShader(f);
-  GLint ok = 0;
-  glGetProgramiv(prog_, GL_LINK_STATUS, &ok);
-  if (!ok) {
-    char log[2048];
-    glGetProgramInfoLog(prog_, sizeof log, nullptr, log);
-    error = std::string("heatmap shaders do not link: ") + log;
-    glDeleteProgram(prog_);
-    prog_ = 0;
-    return false;
-  }
-  u_values_ = glGetUniformLocation(prog_, "u_values");
-  u_mask_ = glGetUniformLocation(prog_, "u_mask");
-  u_cells_ = glGetUniformLocation(prog_, "u_cells");
-  u_rect_ = glGetUniformLocation(prog_, "u_rect");
-  u_cmap_ = glGetUniformLocation(prog_, "u_cmap");
-  u_scale_ = glGetUniformLocation(prog_, "u_scale");
-  u_mode_ = glGetUniformLocation(prog_, "u_mode");
-  u_range_ = glGetUniformLocation(prog_, "u_range");
-  u_mask_a_ = glGetUniformLocation(prog_, "u_mask_a");
-  u_mask_b_ = glGetUniformLocation(prog_, "u_mask_b");
-  u_allowed_ = glGetUniformLocation(prog_, "u_allowed");
-  u_gap_ = glGetUniformLocation(prog_, "u_gap");
-  u_gap_px_ = glGetUniformLocation(prog_, "u_gap_px");
-  u_origin_ = glGetUniformLocation(prog_, "u_origin");
+  if (!build(0, error)) return false;  // the default (viridis, linear) now: the shaders' errors show at start
   glGenVertexArrays(1, &vao_);
   return true;
 }
 
+// Variant v: colormap v / 2, log scale when v is odd. The fragment shader's CMAP and
+// LOG_SCALE are defined after its #version line.
+bool HeatmapRenderer::build(int v, std::string& error) {
+  const size_t eol = fs_src_.find('\n');
+  if (eol == std::string::npos) {
+    error = "heatmap.frag has no #version line";
+    return false;
+  }
+  const std::string fs_src = fs_src_.substr(0, eol + 1) + "#define CMAP " + std::to_string(v / 2) +
+                             "\n#define LOG_SCALE " + std::to_string(v % 2) + "\n" + fs_src_.substr(eol + 1);
+  GLuint vs = compile(GL_VERTEX_SHADER, vs_src_, "heatmap.vert", error);
+  if (!vs) return false;
+  GLuint f = compile(GL_FRAGMENT_SHADER, fs_src, "heatmap.frag", error);
+  if (!f) {
+    glDeleteShader(vs);
+    return false;
+  }
+  Program& p = progs_[v];
+  p.prog = glCreateProgram();
+  glAttachShader(p.prog, vs);
+  glAttachShader(p.prog, f);
+  glLinkProgram(p.prog);
+  glDeleteShader(vs);
+  glDeleteShader(f);
+  GLint ok = 0;
+  glGetProgramiv(p.prog, GL_LINK_STATUS, &ok);
+  if (!ok) {
+    char log[2048];
+    glGetProgramInfoLog(p.prog, sizeof log, nullptr, log);
+    error = std::string("heatmap shaders do not link: ") + log;
+    glDeleteProgram(p.prog);
+    p.prog = 0;
+    return false;
+  }
+  const GLuint g = p.prog;
+  p.u_values = glGetUniformLocation(g, "u_values");
+  p.u_mask = glGetUniformLocation(g, "u_mask");
+  p.u_cells = glGetUniformLocation(g, "u_cells");
+  p.u_rect = glGetUniformLocation(g, "u_rect");
+  p.u_mode = glGetUniformLocation(g, "u_mode");
+  p.u_range = glGetUniformLocation(g, "u_range");
+  p.u_mask_a = glGetUniformLocation(g, "u_mask_a");
+  p.u_mask_b = glGetUniformLocation(g, "u_mask_b");
+  p.u_allowed = glGetUniformLocation(g, "u_allowed");
+  p.u_gap = glGetUniformLocation(g, "u_gap");
+  p.u_gap_px = glGetUniformLocation(g, "u_gap_px");
+  p.u_origin = glGetUniformLocation(g, "u_origin");
+  return true;
+}
+
+const HeatmapRenderer::Program* HeatmapRenderer::program(int cmap, bool log) {
+  const int v = std::clamp(cmap, 0, 2) * 2 + (log ? 1 : 0);
+  if (!progs_[v].prog && !failed_[v]) {
+    std::string error;
+    failed_[v] = !build(v, error);
+    if (failed_[v]) std::fprintf(stderr, "decoderscope: %s\n", error.c_str());
+  }
+  return progs_[v].prog ? &progs_[v] : progs_[0].prog ? &progs_[0] : nullptr;
+}
+
 HeatmapRenderer::~HeatmapRenderer() {
-  if (prog_) glDeleteProgram(prog_);
+  for (const Program& p : progs_)
+    if (p.prog) glDeleteProgram(p.prog);
   if (vao_) glDeleteVertexArrays(1, &vao_);
 }
 
@@ -191,7 +216,7 @@ void HeatmapRenderer::clear(float r, float g, float b) {
 
 void HeatmapRenderer::draw(int rows, int cols, const float* values, const uint8_t* mask, const HeatStyle& st, int x,
                            int y, int w, int h, UploadStats& stats) {
-  if (!prog_ || rows <= 0 || cols <= 0 || w <= 0 || h <= 0) return;
+  if (!ready() || rows <= 0 || cols <= 0 || w <= 0 || h <= 0) return;
   scratch_.set(rows, cols, values, mask, stats);
   draw(scratch_, st, x, y, w, h);
 }
@@ -200,7 +225,8 @@ void HeatmapRenderer::draw(const HeatTexture& tex, const HeatStyle& st, int x, i
   const int r0 = std::clamp(st.row0, 0, tex.rows()), c0 = std::clamp(st.col0, 0, tex.cols());
   const int rows = st.rows > 0 ? std::min(st.rows, tex.rows() - r0) : tex.rows() - r0;
   const int cols = st.cols > 0 ? std::min(st.cols, tex.cols() - c0) : tex.cols() - c0;
-  if (!prog_ || rows <= 0 || cols <= 0 || w <= 0 || h <= 0) return;
+  const Program* p = rows > 0 && cols > 0 && w > 0 && h > 0 ? program(st.cmap, st.log) : nullptr;
+  if (!p) return;
   glActiveTexture(GL_TEXTURE0);
   glBindTexture(GL_TEXTURE_2D, tex.values_texture());
   glActiveTexture(GL_TEXTURE1);
@@ -210,21 +236,19 @@ void HeatmapRenderer::draw(const HeatTexture& tex, const HeatStyle& st, int x, i
   glDisable(GL_DEPTH_TEST);
   glDisable(GL_CULL_FACE);
   glViewport(x, y, w, h);
-  glUseProgram(prog_);
-  glUniform1i(u_values_, 0);
-  glUniform1i(u_mask_, 1);
-  glUniform2i(u_cells_, cols, rows);
-  glUniform2i(u_origin_, c0, r0);
-  glUniform4f(u_rect_, float(x), float(y), float(w), float(h));
-  glUniform1i(u_cmap_, st.cmap);
-  glUniform1i(u_scale_, st.log ? 1 : 0);
-  glUniform1i(u_mode_, st.mask_only ? 1 : 0);
-  glUniform2f(u_range_, st.vmin, st.vmax);
-  glUniform3f(u_mask_a_, kMaskA[0] / 255.0f, kMaskA[1] / 255.0f, kMaskA[2] / 255.0f);
-  glUniform3f(u_mask_b_, kMaskB[0] / 255.0f, kMaskB[1] / 255.0f, kMaskB[2] / 255.0f);
-  glUniform3f(u_allowed_, st.allowed[0], st.allowed[1], st.allowed[2]);
-  glUniform3f(u_gap_, st.gap[0], st.gap[1], st.gap[2]);
-  glUniform1f(u_gap_px_, st.gap_px);
+  glUseProgram(p->prog);
+  glUniform1i(p->u_values, 0);
+  glUniform1i(p->u_mask, 1);
+  glUniform2i(p->u_cells, cols, rows);
+  glUniform2i(p->u_origin, c0, r0);
+  glUniform4f(p->u_rect, float(x), float(y), float(w), float(h));
+  glUniform1i(p->u_mode, st.mask_only ? 1 : 0);
+  glUniform2f(p->u_range, st.vmin, st.vmax);
+  glUniform3f(p->u_mask_a, kMaskA[0] / 255.0f, kMaskA[1] / 255.0f, kMaskA[2] / 255.0f);
+  glUniform3f(p->u_mask_b, kMaskB[0] / 255.0f, kMaskB[1] / 255.0f, kMaskB[2] / 255.0f);
+  glUniform3f(p->u_allowed, st.allowed[0], st.allowed[1], st.allowed[2]);
+  glUniform3f(p->u_gap, st.gap[0], st.gap[1], st.gap[2]);
+  glUniform1f(p->u_gap_px, st.gap_px);
   glBindVertexArray(vao_);
   glDrawArrays(GL_TRIANGLES, 0, 3);
   glBindVertexArray(0);

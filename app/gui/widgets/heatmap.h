@@ -128,7 +128,7 @@ class HeatmapRenderer {
   // Loads heatmap.vert/.frag from shader_dir. On failure returns false and sets error.
   bool init(const std::string& shader_dir, std::string& error);
   ~HeatmapRenderer();
-  bool ready() const { return prog_ != 0; }
+  bool ready() const { return progs_[0].prog != 0; }
   // Draws rows x cols cells into the pixel rectangle (x, y from the bottom-left of the
   // bound target). mask: rows*cols bytes, 1 allowed, 0 masked; null = all allowed.
   // Sends the matrix to a scratch texture first (drawings that keep nothing).
@@ -139,10 +139,23 @@ class HeatmapRenderer {
   void clear(float r, float g, float b);
 
  private:
-  GLuint prog_ = 0, vao_ = 0;
+  // One program per colormap and scale, made when first used: Mesa's software renderer
+  // runs both sides of a branch, so a shader that chose them from uniforms paid for the
+  // log scale and all three colormaps at every pixel (about 12 ms an 800x800 map, against
+  // 8.5 for the linear viridis one alone).
+  struct Program {
+    GLuint prog = 0;
+    GLint u_values = -1, u_mask = -1, u_cells = -1, u_rect = -1, u_mode = -1, u_range = -1, u_mask_a = -1,
+          u_mask_b = -1, u_allowed = -1, u_gap = -1, u_gap_px = -1, u_origin = -1;
+  };
+  static constexpr int kVariants = 6;  // 3 colormaps x (linear, log)
+  const Program* program(int cmap, bool log);
+  bool build(int variant, std::string& error);
+  std::string vs_src_, fs_src_;
+  Program progs_[kVariants];
+  bool failed_[kVariants] = {};
+  GLuint vao_ = 0;
   HeatTexture scratch_;
-  GLint u_values_ = -1, u_mask_ = -1, u_cells_ = -1, u_rect_ = -1, u_cmap_ = -1, u_scale_ = -1, u_mode_ = -1,
-        u_range_ = -1, u_mask_a_ = -1, u_mask_b_ = -1, u_allowed_ = -1, u_gap_ = -1, u_gap_px_ = -1, u_origin_ = -1;
 };
 
 // The folder of the shaders: shaders/ of decoderscope's data (util/data_dir.h: installed,

@@ -18,6 +18,7 @@
 #include "shell/app.h"
 #include "shell/lesson_hooks.h"
 #include "shell/options.h"
+#include "shell/presenter.h"
 #include "views/views.h"
 
 namespace dsgui {
@@ -327,6 +328,17 @@ void draw_buttons(App& app, LessonState& s) {
   ImGui::SameLine();
   if (ImGui::Button("Close")) s.on = false;
   tooltip(app, "Close the lesson");
+  if (!app.look.presenter) {
+    // On a small projector the window's controls leave the view little room: the
+    // presenter mode keeps the view and this caption, larger.
+    const bool small = app.fb_h < 900;
+    if (small) ImGui::PushStyleColor(ImGuiCol_Button, ImVec4(0.85f, 0.5f, 0.1f, 1));
+    if (ImGui::Button("Present (F11)")) toggle_presenter(app);
+    if (small) ImGui::PopStyleColor();
+    tooltip(app,
+            "Only the view and this caption, larger, with the text being written under them: the best "
+            "choice on a 1024x768 projector. F11 again comes back.");
+  }
   if (ImGui::CollapsingHeader("Write a lesson")) {
     ImGui::SetNextItemWidth(-1);
     ImGui::InputText("##lessonwrite", &s.write_path);

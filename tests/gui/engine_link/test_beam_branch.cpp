@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "drain.h"
 #include "engine_link/choice.h"
 #include "engine_link/models.h"
 #include "engine_link/worker.h"
@@ -22,19 +23,7 @@ namespace cmd = dsgui::cmd;
 namespace ev = dsgui::ev;
 using dsgui::Event;
 
-std::vector<Event> drain(dsgui::Worker& w) {
-  std::vector<Event> all;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (;;) {
-    for (auto& e : w.poll()) all.push_back(std::move(e));
-    if (!w.busy()) {
-      for (auto& e : w.poll()) all.push_back(std::move(e));
-      return all;
-    }
-    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(120)) return all;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-}
+using dsgui_test::drain;
 
 template <class T>
 T* find(std::vector<Event>& evs) {

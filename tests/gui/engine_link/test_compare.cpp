@@ -7,6 +7,7 @@
 #include <cmath>
 #include <thread>
 
+#include "drain.h"
 #include "engine_link/compare.h"
 #include "engine_link/models.h"
 #include "engine_link/worker.h"
@@ -16,19 +17,7 @@ namespace {
 namespace cmd = dsgui::cmd;
 namespace ev = dsgui::ev;
 
-std::vector<dsgui::Event> drain(dsgui::Worker& w) {
-  std::vector<dsgui::Event> all;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (;;) {
-    for (auto& e : w.poll()) all.push_back(std::move(e));
-    if (!w.busy()) {
-      for (auto& e : w.poll()) all.push_back(std::move(e));
-      return all;
-    }
-    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(60)) return all;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-}
+using dsgui_test::drain;
 
 ds::SampleRecord record(std::vector<std::pair<int, float>> rows, int token = -1, int rank = 0) {
   ds::SampleRecord r;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <thread>
 
+#include "drain.h"
 #include "engine_link/worker.h"
 
 namespace {
@@ -14,19 +15,7 @@ namespace {
 namespace cmd = dsgui::cmd;
 namespace ev = dsgui::ev;
 
-std::vector<dsgui::Event> drain(dsgui::Worker& w) {
-  std::vector<dsgui::Event> all;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (;;) {
-    for (auto& e : w.poll()) all.push_back(std::move(e));
-    if (!w.busy()) {
-      for (auto& e : w.poll()) all.push_back(std::move(e));
-      return all;
-    }
-    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(60)) return all;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-}
+using dsgui_test::drain;
 
 std::shared_ptr<const dsgui::PatchAnswer> patch(dsgui::Worker& w, const cmd::Patch& c, std::string* error = nullptr) {
   w.post(c);

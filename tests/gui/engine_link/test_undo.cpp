@@ -6,6 +6,7 @@
 #include <chrono>
 #include <thread>
 
+#include "drain.h"
 #include "engine_link/undo.h"
 #include "engine_link/worker.h"
 #include "util/error.h"
@@ -95,19 +96,7 @@ TEST(Undo, TheTraceComesBackFromTheStepsKept) {
   }
 }
 
-std::vector<Event> drain(dsgui::Worker& w) {
-  std::vector<Event> all;
-  auto t0 = std::chrono::steady_clock::now();
-  for (;;) {
-    for (auto& e : w.poll()) all.push_back(std::move(e));
-    if (!w.busy()) {
-      for (auto& e : w.poll()) all.push_back(std::move(e));
-      return all;
-    }
-    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(60)) return all;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-}
+using dsgui_test::drain;
 
 ds::SamplerConfig sampling() {
   ds::SamplerConfig s;

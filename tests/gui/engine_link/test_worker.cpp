@@ -9,6 +9,7 @@
 #include <fstream>
 #include <thread>
 
+#include "drain.h"
 #include "engine_link/models.h"
 #include "engine_link/worker.h"
 #include "io/hf_writer.h"
@@ -33,20 +34,7 @@ std::string msg(const Event& e) {
   return err ? err->msg : "";
 }
 
-// Posts nothing; collects events until the worker is idle (or 60 s pass).
-std::vector<Event> drain(dsgui::Worker& w) {
-  std::vector<Event> all;
-  auto t0 = std::chrono::steady_clock::now();
-  for (;;) {
-    for (auto& e : w.poll()) all.push_back(std::move(e));
-    if (!w.busy()) {
-      for (auto& e : w.poll()) all.push_back(std::move(e));
-      return all;
-    }
-    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(60)) return all;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-}
+using dsgui_test::drain;
 
 std::vector<int> drawn(const std::vector<Event>& evs) {
   std::vector<int> out;

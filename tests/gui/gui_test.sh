@@ -141,15 +141,21 @@ MODELS="$(dirname "$0")/../../assets/models"
 # ---- views
 group_views() {
   # Every view of a decoder-only model.
+  # The cells are drawn in the colormap chosen (each colormap and scale has its own shader
+  # program), against the C++ colormap the legends use: 82-98% of the pixels (the rest are
+  # the lines between cells and the outlines), another colormap 0-16%.
   if run attention "${DEC[@]}" --view attention --layer 1 --head 2; then
     check blank "$OUT/attention.png"
     check heatmap "$OUT/attention.png" attention causal
+    check colours "$OUT/attention.png" attention 0.7
   fi
   if run attention_mean "${DEC[@]}" --view attention --head mean --log --colormap magma; then
     check heatmap "$OUT/attention_mean.png" attention causal
+    check colours "$OUT/attention_mean.png" attention 0.7
   fi
   if run attention_scores "${DEC[@]}" --view attention --scores --colormap greys --light; then
     check heatmap "$OUT/attention_scores.png" attention causal
+    check colours "$OUT/attention_scores.png" attention 0.7
   fi
   if run attention_mask "${DEC[@]}" --view attention --mask-only; then
     check heatmap "$OUT/attention_mask.png" attention causal

@@ -9,10 +9,15 @@
 //   ds_png_check whole   SHOT.png NAME            the heatmap is inside the view's area and shows every
 //                                                 cell (or, cells under a pixel, a square window on
 //                                                 the newest tokens)
+//   ds_png_check colours SHOT.png NAME FRACTION   at least FRACTION of the heatmap's pixels that are not
+//                                                 the mask's lie on the colormap's curve (the sidecar's
+//                                                 samples of the function the legends draw with)
 //   ds_png_check same    A.png B.png              the two files are byte-for-byte equal
 // The window writes SHOT.png.json beside each screenshot with where each heatmap's cells
 // are (pixels from the top-left) and the two mask hatch colours; the expected mask is
 // computed here from the rule, not read from the window.
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -189,6 +194,68 @@ int check_heatmap(const std::string& path, const std::string& name, const std::s
   return 0;
 }
 
+// Distance from colour p to the polyline through the curve's samples.
+double curve_dist(const unsigned char* p, const std::vector<std::array<double, 3>>& curve) {
+  double best = 1e9;
+  for (size_t i = 0; i + 1 < curve.size(); ++i) {
+    const auto &a = curve[i], &b = curve[i + 1];
+    double ab2 = 0, ap_ab = 0;
+    for (int k = 0; k < 3; ++k) {
+      ab2 += (b[k] - a[k]) * (b[k] - a[k]);
+      ap_ab += (p[k] - a[k]) * (b[k] - a[k]);
+    }
+    const double t = ab2 > 0 ? std::clamp(ap_ab / ab2, 0.0, 1.0) : 0.0;
+    double d2 = 0;
+    for (int k = 0; k < 3; ++k) {
+      const double q = a[k] + t * (b[k] - a[k]) - p[k];
+      d2 += q * q;
+    }
+    best = std::min(best, std::sqrt(d2));
+  }
+  return best;
+}
+
+// The heatmap NAME's cells show the colormap the sidecar names: at least `frac` of the
+// pixels inside its cells that are not the mask's hatch lie within 6 (of 255) of the
+// curve. A shader drawing another colormap, or none, puts almost none there.
+int check_colours(const std::string& path, const std::string& name, const std::string& frac_s) {
+  Image im;
+  nlohmann::json j;
+  if (!load(path, im) || !sidecar(path, j)) return 1;
+  const double frac = std::atof(frac_s.c_str());
+  std::vector<std::array<double, 3>> curve;
+  for (auto& c : j.at("colormap").at("curve"))
+    curve.push_back({c[0].get<double>(), c[1].get<double>(), c[2].get<double>()});
+  std::vector<std::vector<int>> mc;
+  for (auto& c : j.at("mask_colors")) mc.push_back(c.get<std::vector<int>>());
+  for (auto& h : j.at("heatmaps")) {
+    if (h.at("name") != name) continue;
+    const double x0 = h.at("x"), y0 = h.at("y"), cw = h.at("cell_w"), ch = h.at("cell_h");
+    const int rows = h.at("rows"), cols = h.at("cols");
+    long on = 0, n = 0;
+    for (int y = int(std::ceil(y0)); y < int(y0 + rows * ch) && y < im.h; ++y)
+      for (int x = int(std::ceil(x0)); x < int(x0 + cols * cw) && x < im.w; ++x) {
+        const unsigned char* p = im.at(x, y);
+        bool mask = false;
+        for (auto& c : mc) mask = mask || (std::abs(p[0] - c[0]) + std::abs(p[1] - c[1]) + std::abs(p[2] - c[2]) <= 12);
+        if (mask) continue;
+        ++n;
+        on += curve_dist(p, curve) <= 6.0;
+      }
+    const double got = n ? double(on) / double(n) : 0.0;
+    if (n < 100 || got < frac) {
+      std::fprintf(stderr, "FAIL %s: %s: %.1f%% of %ld pixels on the colormap %d's curve, want %.0f%%\n", path.c_str(),
+                   name.c_str(), 100 * got, n, j.at("colormap").at("index").get<int>(), 100 * frac);
+      return 1;
+    }
+    std::printf("ok %s: %s: %.1f%% of %ld pixels on the colormap %d's curve\n", path.c_str(), name.c_str(), 100 * got,
+                n, j.at("colormap").at("index").get<int>());
+    return 0;
+  }
+  std::fprintf(stderr, "FAIL %s: no heatmap named %s on screen\n", path.c_str(), name.c_str());
+  return 1;
+}
+
 // The heatmap NAME's visible cells lie inside the window and span at least `frac` of
 // its width or of its height (the map fills the room it has).
 int check_cover(const std::string& path, const std::string& name, const std::string& frac_text) {
@@ -317,8 +384,10 @@ int main(int argc, char** argv) {
   if (a.size() == 3 && a[0] == "same-view") return check_same_view(a[1], a[2]);
   if (a.size() == 4 && a[0] == "cover") return check_cover(a[1], a[2], a[3]);
   if (a.size() == 3 && a[0] == "whole") return check_whole(a[1], a[2]);
+  if (a.size() == 4 && a[0] == "colours") return check_colours(a[1], a[2], a[3]);
   std::fprintf(stderr,
                "usage: ds_png_check blank SHOT.png | heatmap SHOT.png NAME causal|window:N|nomask | same A.png B.png | "
-               "same-view A.png B.png | cover SHOT.png NAME FRACTION | whole SHOT.png NAME\n");
+               "same-view A.png B.png | cover SHOT.png NAME FRACTION | whole SHOT.png NAME | colours SHOT.png NAME "
+               "FRACTION\n");
   return 2;
 }

@@ -1,6 +1,7 @@
 #include "harness/script.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@
 #include "shell/window_io.h"
 #include "views/heads_ablation.h"
 #include "views/views.h"
+#include "widgets/heatmap.h"
 
 namespace dsgui {
 
@@ -225,6 +227,14 @@ void write_sidecar(const std::string& path, const App& app, const Options& o, in
     << "\", \"gl_errors\": " << gl_errors << ",\n";
   f << "  \"mask_colors\": [[" << int(kMaskA[0]) << ", " << int(kMaskA[1]) << ", " << int(kMaskA[2]) << "], ["
     << int(kMaskB[0]) << ", " << int(kMaskB[1]) << ", " << int(kMaskB[2]) << "]],\n";
+  // The colormap the heatmaps use, from the C++ function the legends draw with: the
+  // checker compares the shader's pixels against it.
+  f << "  \"colormap\": {\"index\": " << app.look.cmap << ", \"curve\": [";
+  for (int i = 0; i <= 64; ++i) {
+    const std::array<float, 3> c = colormap(app.look.cmap, float(i) / 64.0f);
+    f << (i ? ", [" : "[") << c[0] * 255.0f << ", " << c[1] * 255.0f << ", " << c[2] * 255.0f << "]";
+  }
+  f << "]},\n";
   f << "  \"uploads\": {\"whole\": " << app.maps.uploads.whole << ", \"appends\": " << app.maps.uploads.appends
     << ", \"bytes\": " << app.maps.uploads.bytes << "},\n";
   int rk = 0, rl = 0, rh = 0;

@@ -180,6 +180,7 @@ void probe_pattern(App& app, RolesState& st, const RolesAnswer& ra, ImVec2 size)
   a.causal = true;
   a.window = window;
   a.size = size;
+  a.toolbar = false;  // beside the head's line (panel_roles)
   // The whole probe at once, however small its cells: the stripes are the point (the
   // wheel zooms in). Its positions are not the trace's, so no "last N tokens" window.
   a.row_tokens = a.col_tokens = false;
@@ -260,8 +261,15 @@ void panel_roles(App& app) {
   ImGui::EndChild();
   ImGui::SameLine();
   ImGui::BeginChild("pattern", ImVec2(0, avail.y), false);
-  ImGui::TextWrapped("Layer %d head %d: %s %.2f on the probe (%d random tokens, then those %d again)", st.layer,
-                     st.head, kKinds[st.kind], score_of(r, st.kind, st.layer, st.head), ra.half, ra.half);
+  // The head's line and the map's Fit / zoom controls share a line when they fit: on a
+  // 1024x768 window each line taken from the map is a line of its cells.
+  ImGui::AlignTextToFramePadding();
+  ImGui::Text("Layer %d head %d: %s %.2f", st.layer, st.head, kKinds[st.kind], score_of(r, st.kind, st.layer, st.head));
+  tooltip(app, ("On the probe: " + std::to_string(ra.half) + " random tokens, then the same " +
+                std::to_string(ra.half) + " again.")
+                   .c_str());
+  flow(ImGui::GetFontSize() * 16);
+  heatmap_toolbar(app, "roles", false);
   const ImVec2 a2 = ImGui::GetContentRegionAvail();
   probe_pattern(app, st, ra, ImVec2(a2.x, a2.y));
   ImGui::EndChild();

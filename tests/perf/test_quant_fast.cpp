@@ -222,6 +222,82 @@ TEST(QuantFast, Avx2AndPortableKernelsAgreeBitForBit) {
     }
 }
 
+// The integer parts of value i of a block: w = scale * q - min, as integers, with the
+// block's float16 factors d (of scale * q) and dmin (of min) applied outside.
+struct IntParts {
+  int scale, q, min;
+};
+IntParts int_parts(Precision p, const uint8_t* b, int i) {
+  switch (p) {
+    case Precision::Q8_0:
+      return {1, int8_t(b[2 + i]), 0};
+    case Precision::Q4_0:
+      return {1, bits(b[2 + i % 16], i < 16 ? 0 : 4, 4) - 8, 0};
+    case Precision::Q4_K:
+    case Precision::Q5_K: {
+      const bool five = p == Precision::Q5_K;
+      const int j = i / 32, l = i % 32;
+      const uint8_t* s = b + 4;
+      const int sc = j < 4 ? bits(s[j], 0, 6) : bits(s[j + 4], 0, 4) + 16 * bits(s[j - 4], 6, 2);
+      const int m = j < 4 ? bits(s[j + 4], 0, 6) : bits(s[j + 4], 4, 4) + 16 * bits(s[j], 6, 2);
+      int q = bits((b + (five ? 48 : 16))[32 * (j / 2) + l], (j % 2) * 4, 4);
+      if (five) q += 16 * bits(b[16 + l], j, 1);
+      return {sc, q, m};
+    }
+    default: {  // Q6_K: q without its -32
+      const int n = i / 128, k = (i % 128) / 32, l = i % 32;
+      const int low = bits(b[64 * n + l + 32 * (k % 2)], k < 2 ? 0 : 4, 4);
+      return {int8_t(b[192 + i / 16]), low + 16 * bits(b[128 + 32 * n + l], 2 * k, 2), 0};
+    }
+  }
+}
+
+// The float order the header documents, which is that of ggml's AVX2 dot products:
+// eight lanes of exact integers per block (lane l: the values 4l .. 4l+3 of every 32;
+// Q6_K's -32 taken as 32 sc s over the 32 values 32l .. 32l+31; the mins of Q4_K and
+// Q5_K in four lanes of two sub-blocks each), fused into eight float accumulators with
+// the block's dw * dx, summed as (a0 + a4) + (a2 + a6) + ((a1 + a5) + (a3 + a7)). Each
+// row, written here from the block layouts, gives the kernels' bits.
+TEST(QuantFast, EachRowFollowsGgmlsFloatOrderBitForBit) {
+  std::mt19937 gen(17);
+  for (Precision p : kQuantized) {
+    const int64_t rows = 9, cols = test_cols(p);
+    const std::vector<uint8_t> m = random_matrix(p, rows, cols, gen);
+    const std::vector<float> x = random_vector(cols, gen);
+    Q8Vector q;
+    quantize_q8(x.data(), cols, q8_block_for(p), q);
+    const int E = block_elems(p);
+    const int dat = p == Precision::Q6_K ? 208 : 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      float acc[8] = {}, accm[4] = {};
+      for (int64_t k = 0; k < cols / E; ++k) {
+        const uint8_t* b = m.data() + r * row_bytes(p, cols) + k * block_bytes(p);
+        const int8_t* xq = q.q.data() + k * E;
+        int64_t lanes[8] = {}, mins[4] = {};
+        for (int i = 0; i < E; ++i) {
+          const IntParts v = int_parts(p, b, i);
+          lanes[(i % 32) / 4] += int64_t(v.scale) * v.q * xq[i];
+          if (p == Precision::Q6_K) lanes[i / 32] -= 32 * v.scale * xq[i];
+          mins[i / 64] += int64_t(v.min) * xq[i];
+        }
+        const float dx = q.d[size_t(k)];
+        for (int l = 0; l < 8; ++l) acc[l] = std::fma(float(half(b + dat)) * dx, float(lanes[l]), acc[l]);
+        if (p == Precision::Q4_K || p == Precision::Q5_K)
+          for (int i = 0; i < 4; ++i) accm[i] = std::fma(-dx * float(half(b + 2)), float(mins[i]), accm[i]);
+      }
+      float want = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+      if (p == Precision::Q4_K || p == Precision::Q5_K) want += (accm[0] + accm[2]) + (accm[1] + accm[3]);
+      for (bool simd : {false, true}) {
+        if (simd && !quant_simd_available()) continue;
+        float y = 0.0f;
+        gemv_quant_fast(m.data(), p, cols, q, &y, r, r + 1, simd);
+        EXPECT_EQ(std::bit_cast<uint32_t>(y), std::bit_cast<uint32_t>(want))
+            << precision_name(p) << " row " << r << (simd ? " avx2" : " portable") << ": " << y << " vs " << want;
+      }
+    }
+  }
+}
+
 TEST(QuantFast, MismatchedVectorIsRefused) {
   std::mt19937 gen(3);
   const std::vector<uint8_t> m = random_matrix(Precision::Q4_K, 2, 256, gen);

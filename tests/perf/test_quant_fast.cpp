@@ -5,6 +5,7 @@
 // portable kernels against each other bit for bit, and the thread team's splits (odd
 // row counts, several products at once, rows of a prefill) against one call.
 #include <gtest/gtest.h>
+#include <algorithm>
 
 #include <bit>
 #include <cmath>
@@ -24,16 +25,17 @@ const Precision kQuantized[] = {Precision::Q8_0, Precision::Q4_0, Precision::Q4_
 int bits(uint8_t b, int lo, int n) { return (b >> lo) & ((1 << n) - 1); }
 double half(const uint8_t* p) { return f16_to_f32(uint16_t(p[0] | (p[1] << 8))); }
 
-// Value i of a block as scale * q - min (min 0 but for Q4_K and Q5_K), in double.
-struct Parts {
-  double scaled, min;
+// The integer parts of value i of a block: w = scale * q - min, as integers, with the
+// block's float16 factors d (of scale * q) and dmin (of min) applied outside.
+struct IntParts {
+  int scale, q, min;
 };
-Parts block_value(Precision p, const uint8_t* b, int i) {
+IntParts int_parts(Precision p, const uint8_t* b, int i) {
   switch (p) {
     case Precision::Q8_0:
-      return {half(b) * int8_t(b[2 + i]), 0.0};
+      return {1, int8_t(b[2 + i]), 0};
     case Precision::Q4_0:
-      return {half(b) * (bits(b[2 + i % 16], i < 16 ? 0 : 4, 4) - 8), 0.0};
+      return {1, bits(b[2 + i % 16], i < 16 ? 0 : 4, 4) - 8, 0};
     case Precision::Q4_K:
     case Precision::Q5_K: {
       const bool five = p == Precision::Q5_K;
@@ -43,14 +45,33 @@ Parts block_value(Precision p, const uint8_t* b, int i) {
       const int m = j < 4 ? bits(s[j + 4], 0, 6) : bits(s[j + 4], 4, 4) + 16 * bits(s[j], 6, 2);
       int q = bits((b + (five ? 48 : 16))[32 * (j / 2) + l], (j % 2) * 4, 4);
       if (five) q += 16 * bits(b[16 + l], j, 1);
-      return {half(b) * sc * q, half(b + 2) * m};
+      return {sc, q, m};
     }
-    case Precision::Q6_K: {
+    default: {  // Q6_K: q without its -32
       const int n = i / 128, k = (i % 128) / 32, l = i % 32;
       const int low = bits(b[64 * n + l + 32 * (k % 2)], k < 2 ? 0 : 4, 4);
-      const int q = low + 16 * bits(b[128 + 32 * n + l], 2 * k, 2) - 32;
-      return {half(b + 208) * int8_t(b[192 + i / 16]) * q, 0.0};
+      return {int8_t(b[192 + i / 16]), low + 16 * bits(b[128 + 32 * n + l], 2 * k, 2), 0};
     }
+  }
+}
+
+// Value i of a block as scale * q - min (min 0 but for Q4_K and Q5_K), in double: its
+// integer parts times the block's float16 factors (Q6_K: d at byte 208, q less 32).
+struct Parts {
+  double scaled, min;
+};
+Parts block_value(Precision p, const uint8_t* b, int i) {
+  if (std::find(std::begin(kQuantized), std::end(kQuantized), p) == std::end(kQuantized)) return {NAN, NAN};
+  const IntParts v = int_parts(p, b, i);
+  switch (p) {
+    case Precision::Q8_0:
+    case Precision::Q4_0:
+      return {half(b) * v.q, 0.0};
+    case Precision::Q4_K:
+    case Precision::Q5_K:
+      return {half(b) * v.scale * v.q, half(b + 2) * v.min};
+    case Precision::Q6_K:
+      return {half(b + 208) * v.scale * (v.q - 32), 0.0};
     default:
       return {NAN, NAN};
   }
@@ -220,36 +241,6 @@ TEST(QuantFast, Avx2AndPortableKernelsAgreeBitForBit) {
               << precision_name(p) << " cols " << cols << " row " << r0 + int64_t(i);
       }
     }
-}
-
-// The integer parts of value i of a block: w = scale * q - min, as integers, with the
-// block's float16 factors d (of scale * q) and dmin (of min) applied outside.
-struct IntParts {
-  int scale, q, min;
-};
-IntParts int_parts(Precision p, const uint8_t* b, int i) {
-  switch (p) {
-    case Precision::Q8_0:
-      return {1, int8_t(b[2 + i]), 0};
-    case Precision::Q4_0:
-      return {1, bits(b[2 + i % 16], i < 16 ? 0 : 4, 4) - 8, 0};
-    case Precision::Q4_K:
-    case Precision::Q5_K: {
-      const bool five = p == Precision::Q5_K;
-      const int j = i / 32, l = i % 32;
-      const uint8_t* s = b + 4;
-      const int sc = j < 4 ? bits(s[j], 0, 6) : bits(s[j + 4], 0, 4) + 16 * bits(s[j - 4], 6, 2);
-      const int m = j < 4 ? bits(s[j + 4], 0, 6) : bits(s[j + 4], 4, 4) + 16 * bits(s[j], 6, 2);
-      int q = bits((b + (five ? 48 : 16))[32 * (j / 2) + l], (j % 2) * 4, 4);
-      if (five) q += 16 * bits(b[16 + l], j, 1);
-      return {sc, q, m};
-    }
-    default: {  // Q6_K: q without its -32
-      const int n = i / 128, k = (i % 128) / 32, l = i % 32;
-      const int low = bits(b[64 * n + l + 32 * (k % 2)], k < 2 ? 0 : 4, 4);
-      return {int8_t(b[192 + i / 16]), low + 16 * bits(b[128 + 32 * n + l], 2 * k, 2), 0};
-    }
-  }
 }
 
 // The float order the header documents, which is that of ggml's AVX2 dot products:

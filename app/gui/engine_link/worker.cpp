@@ -63,7 +63,10 @@ std::vector<Event> Worker::poll() {
 
 bool Worker::busy() const {
   std::lock_guard<std::mutex> lk(mu_);
-  return running_ || !queue_.empty();
+  // Busy until its events are collected too: a step's event posted after this frame's
+  // poll, with the worker already idle, left a scripted run (and a lesson) seeing an
+  // idle worker and a step short, and it asked for one more.
+  return running_ || !queue_.empty() || !events_.empty();
 }
 
 void Worker::cancel() {

@@ -36,7 +36,7 @@ class Worker {
   // request whose answer would be out of date by the time it ran).
   void post_latest(Command c);
   std::vector<Event> poll();
-  // True while a command is queued or running.
+  // True while a command is queued or running, or its events wait to be polled.
   bool busy() const;
   // Drops queued steps and stops a multi-step run after the step in progress.
   void cancel();

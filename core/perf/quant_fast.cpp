@@ -296,12 +296,11 @@ void lanes_q6k(const uint8_t* b, const int8_t* x, const int16_t* sums, KLanes& o
 // ---- The float part, shared by both implementations.
 
 // (a0 + a4) + (a2 + a6) + ((a1 + a5) + (a3 + a7)): the order of the AVX2 reduction.
-inline float hsum8(const float* a) {
-  const float s0 = a[0] + a[4], s1 = a[1] + a[5], s2 = a[2] + a[6], s3 = a[3] + a[7];
-  return (s0 + s2) + (s1 + s3);
-}
-
 inline float hsum4(const float* a) { return (a[0] + a[2]) + (a[1] + a[3]); }
+inline float hsum8(const float* a) {
+  const float s[4] = {a[0] + a[4], a[1] + a[5], a[2] + a[6], a[3] + a[7]};
+  return hsum4(s);
+}
 
 float row_q32_portable(Precision p, const uint8_t* row, int64_t nb, const Q8Vector& x) {
   const int B = block_bytes(p);
@@ -353,17 +352,14 @@ void gemv_portable(const uint8_t* W, Precision p, int64_t cols, const Q8Vector& 
 
 DS_AVX2_FN inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
-DS_AVX2_FN inline float hsum_ps(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));  // a_l + a_(l+4)
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));                                         // (s0 + s2), (s1 + s3)
+DS_AVX2_FN inline float hsum_ps4(__m128 s) {
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));  // (s0 + s2), (s1 + s3)
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
 }
 
-DS_AVX2_FN inline float hsum_ps4(__m128 s) {
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
+DS_AVX2_FN inline float hsum_ps(__m256 v) {
+  return hsum_ps4(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));  // a_l + a_(l+4)
 }
 
 DS_AVX2_FN inline float half_f16c(const uint8_t* p) {

@@ -3,6 +3,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 
+#include "perf/quant_tiles.h"
 #include "perf/vmath.h"
 
 namespace ds {
@@ -134,15 +135,17 @@ void MatvecTeam::run(std::span<const MatvecPart> parts, const float* x, const Ca
 void MatvecTeam::run_fast_rows(const MatView& W, int T, const float* X, float* Y, int64_t ldy) {
   if (rows_q_.size() < size_t(T)) rows_q_.resize(size_t(T));
   const int block = q8_block_for(W.type);
-  pool_.parallel_for(T, threads_ > 1 && T >= 4,
-                     [&](int t) { quantize_q8(X + int64_t(t) * W.cols, W.cols, block, rows_q_[size_t(t)]); });
+  pool_.parallel_for(T, threads_ > 1 && T >= 4, [&](int t) {
+    quantize_q8(X + int64_t(t) * W.cols, W.cols, block, rows_q_[size_t(t)]);
+    prepare_tiles(W.type, rows_q_[size_t(t)]);
+  });
   // Blocks of 16 rows: 16 rows of 4096 Q4_K values are 36 KiB, which stay in L2 while
-  // every row of X passes over them.
+  // every row of X passes over them (8 rows at a time, perf/quant_tiles.h).
   constexpr int64_t kRows = 16;
   const int nblocks = int((W.rows + kRows - 1) / kRows);
   pool_.parallel_for(nblocks, threads_ > 1, [&](int i) {
     const int64_t r0 = i * kRows, r1 = std::min(W.rows, r0 + kRows);
-    for (int t = 0; t < T; ++t) gemv_quant_fast(W.data, W.type, W.cols, rows_q_[size_t(t)], Y + t * ldy + r0, r0, r1);
+    gemm_quant_fast(W.data, W.type, W.cols, rows_q_.data(), T, Y + r0, ldy, r0, r1);
   });
 }
 

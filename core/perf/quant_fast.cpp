@@ -4,15 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "perf/quant_blocks.h"
 #include "util/error.h"
-
-// The AVX2 kernels are compiled for AVX2 whatever the build targets (a function
-// attribute) and only called when the processor has it.
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define DS_QF_X86 1
-#include <immintrin.h>
-#define DS_AVX2_FN __attribute__((target("avx2,fma,f16c")))
-#endif
 
 // What both implementations compute, so that they give the same bits:
 // - Rounding: the same float operations per value (a product, then rounding to the
@@ -24,6 +17,8 @@
 //   in a fixed order when the row ends (details with the kernels below).
 
 namespace ds {
+
+using namespace qb;
 
 const char* products_name(Products p) { return p == Products::Fast ? "fast" : "exact"; }
 
@@ -214,29 +209,6 @@ namespace {
 // accumulators, accm_i = fma(-dx * dmin, float(mins lane i), accm_i); the row is
 // hsum8(acc) (+ (accm_0 + accm_2) + (accm_1 + accm_3)).
 
-constexpr int kQ4KScales = 4, kQ4KQs = 16, kQ5KQh = 16, kQ5KQs = 48, kQ6KQh = 128, kQ6KScales = 192, kQ6KD = 208;
-
-inline float half_at(const uint8_t* p) { return f16_to_f32(uint16_t(p[0] | (p[1] << 8))); }
-
-// The 6-bit scales and mins of a Q4_K or Q5_K block's 8 sub-blocks, from its 12 bytes:
-// sub-blocks 0-3 keep theirs in the low 6 bits of bytes j (scale) and j+4 (min);
-// sub-blocks 4-7 the low 4 bits in byte j+4 (scale: low nibble, min: high nibble) and
-// the top 2 bits in the top bits of byte j-4 (scale) or j (min). Four at a time in
-// 32-bit words.
-inline void scales_mins_k4(const uint8_t* s, uint8_t sc[8], uint8_t m[8]) {
-  uint32_t a, b, c;
-  std::memcpy(&a, s, 4);
-  std::memcpy(&b, s + 4, 4);
-  std::memcpy(&c, s + 8, 4);
-  const uint32_t six = 0x3F3F3F3Fu, low4 = 0x0F0F0F0Fu, two = 0x03030303u;
-  const uint32_t s03 = a & six, m03 = b & six;
-  const uint32_t s47 = (c & low4) | (((a >> 6) & two) << 4), m47 = ((c >> 4) & low4) | (((b >> 6) & two) << 4);
-  std::memcpy(sc, &s03, 4);
-  std::memcpy(sc + 4, &s47, 4);
-  std::memcpy(m, &m03, 4);
-  std::memcpy(m + 4, &m47, 4);
-}
-
 // The 8 lanes of a Q8_0 or Q4_0 block.
 void lanes_q32(Precision p, const uint8_t* b, const int8_t* x, int32_t lanes[8]) {
   for (int l = 0; l < 8; ++l) {
@@ -349,24 +321,6 @@ void gemv_portable(const uint8_t* W, Precision p, int64_t cols, const Q8Vector& 
 // ---- AVX2: the same integers with maddubs (unsigned bytes times signed bytes, pairs
 // summed to 16 bits: never saturating here, |w| <= 128 or u <= 63 against |x| <= 127)
 // and madd (pairs of 16-bit values times 16-bit factors summed to 32 bits).
-
-DS_AVX2_FN inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-
-DS_AVX2_FN inline float hsum_ps4(__m128 s) {
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));  // (s0 + s2), (s1 + s3)
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-DS_AVX2_FN inline float hsum_ps(__m256 v) {
-  return hsum_ps4(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));  // a_l + a_(l+4)
-}
-
-DS_AVX2_FN inline float half_f16c(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
 
 // The lanes of 16-bit pair sums (madd with ones).
 DS_AVX2_FN inline __m256i widen16(__m256i p) { return _mm256_madd_epi16(p, _mm256_set1_epi16(1)); }

@@ -36,6 +36,12 @@ struct Q8Vector {
   std::vector<int8_t> q;        // n values
   std::vector<float> d;         // n / block scales
   std::vector<int16_t> sums16;  // block 256: the sum of each 16 q's (n / 16)
+  // What the tiles of perf/quant_tiles.h also read (prepare_tiles fills them for one
+  // weight type): block 32: for every 4 values the integer their lane of a block's
+  // product starts from (-128 or -8 times their sum: Q8_0 and Q4_0 weights are taken
+  // unsigned, w + 128 or the stored nibble); block 256: the sum of each 32 q's.
+  std::vector<int32_t> start4;  // n / 4
+  std::vector<int16_t> sums32;  // n / 32
 };
 
 // Whether the AVX2 kernels can run here (checked once, from cpuid).

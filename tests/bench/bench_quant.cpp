@@ -5,8 +5,11 @@
 // exact products (float32 activations) and the fast ones (activations rounded to 8 bits
 // per block, integer dot products) alternating in one run; against the machine's read
 // bandwidth measured in the same run (the floor: the matrices' bytes over it).
+// With --prefill T: a T-row prompt's products instead (the layers' matrices, not the
+// head), with the tiles that multiply each weight block with 8 activation rows at a time
+// (perf/quant_tiles.h) against one row product per activation row, alternating.
 //   decoderscope_bench quant [--threads 2] [--reps 7] [--layers 16] [--vocab 128256]
-//                            [--types Q4_K,Q5_K,Q6_K,Q8_0,Q4_0]
+//                            [--types Q4_K,Q5_K,Q6_K,Q8_0,Q4_0] [--prefill T]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +22,7 @@
 #include "perf/memory.h"
 #include "perf/parallel.h"
 #include "perf/quant_fast.h"
+#include "perf/quant_tiles.h"
 
 namespace {
 
@@ -128,10 +132,56 @@ bool parse_types(const std::string& list, std::vector<ds::Precision>& out) {
   return !out.empty();
 }
 
+// A T-row prompt's products with each type's matrices (the layers', not the head's):
+// the tiles (perf/quant_tiles.h) and one row product per activation row, alternating.
+void bench_prefill(ds::MatvecTeam& team, const Shape& s, const std::vector<ds::Precision>& types, int T, int reps) {
+  std::printf("a %d-row prompt's products, d_model %lld, %d layers, KV %lld, d_ff %lld; %d thread(s), median of %d\n",
+              T, (long long)s.d, s.layers, (long long)s.kv, (long long)s.ff, team.threads(), reps);
+  std::printf("tiles: %s\n", ds::quant_tiles_available() ? "avx512 vnni" : "none here (row products)");
+  std::printf("%-5s | %9s %9s | %9s %9s | %7s\n", "type", "rows ms", "tok/s", "tiles ms", "tok/s", "speedup");
+  std::vector<float> X(size_t(T * s.ff));
+  for (size_t i = 0; i < X.size(); ++i) X[i] = float(int(i * 7919 % 201) - 100) * 0.01f;
+  std::vector<float> Y(size_t(T * 2 * s.ff));
+  for (ds::Precision t : types) {
+    const Token tok = make_token(s, t);
+    const int block = ds::q8_block_for(t);
+    // The rows for each input width (d_model, d_ff), rounded and prepared for t.
+    std::vector<ds::Q8Vector> xd(static_cast<size_t>(T)), xf(static_cast<size_t>(T));
+    for (int r = 0; r < T; ++r) {
+      ds::quantize_q8(X.data() + r * s.d, s.d, block, xd[size_t(r)]);
+      ds::prepare_tiles(t, xd[size_t(r)]);
+      ds::quantize_q8(X.data() + r * s.ff, s.ff, block, xf[size_t(r)]);
+      ds::prepare_tiles(t, xf[size_t(r)]);
+    }
+    auto pass = [&](bool tiles) {
+      const auto t0 = Clock::now();
+      for (size_t g = 0; g + 1 < tok.groups.size(); ++g)
+        for (const ds::MatView& v : tok.groups[g]) {
+          const ds::Q8Vector* xs = v.cols == s.d ? xd.data() : xf.data();
+          team.parallel_for(int((v.rows + 15) / 16), team.threads() > 1, [&](int i) {
+            const int64_t r0 = i * 16, r1 = std::min(v.rows, r0 + 16);
+            ds::gemm_quant_fast(v.data, v.type, v.cols, xs, T, Y.data() + r0, 2 * s.ff, r0, r1, tiles);
+          });
+        }
+      return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    };
+    pass(true);
+    std::vector<double> rows, tiles;
+    for (int r = 0; r < reps; ++r) {
+      rows.push_back(pass(false));
+      tiles.push_back(pass(true));
+    }
+    const double mr = median(rows), mt = median(tiles);
+    std::printf("%-5s | %9.1f %9.1f | %9.1f %9.1f | %7.2f\n", ds::precision_name(t), mr, T * 1e3 / mr, mt, T * 1e3 / mt,
+                mr / mt);
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int bench_quant(int argc, char** argv) {
-  int threads = 2, reps = 7;
+  int threads = 2, reps = 7, prefill = 0;
   Shape s;
   std::vector<ds::Precision> types;
   std::string list = "Q4_K,Q5_K,Q6_K,Q8_0,Q4_0";
@@ -146,17 +196,24 @@ int bench_quant(int argc, char** argv) {
       s.vocab = std::atol(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--types"))
       list = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--prefill"))
+      prefill = std::atoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "unknown option %s\n", argv[i]);
       return 2;
     }
   }
-  if (threads < 1 || threads > 256 || reps < 1 || s.layers < 1 || s.vocab < 1 || !parse_types(list, types)) {
-    std::fprintf(stderr, "quant: --threads 1..256, --reps, --layers and --vocab at least 1\n");
+  if (threads < 1 || threads > 256 || reps < 1 || s.layers < 1 || s.vocab < 1 || prefill < 0 || prefill > 4096 ||
+      !parse_types(list, types)) {
+    std::fprintf(stderr, "quant: --threads 1..256, --prefill 0..4096, --reps, --layers and --vocab at least 1\n");
     return 2;
   }
   ds::MatvecTeam team;
   team.set_threads(threads);
+  if (prefill > 0) {
+    bench_prefill(team, s, types, prefill, reps);
+    return 0;
+  }
   ds::ReadProbe probe(threads);
   std::printf(
       "one token's products, d_model %lld, %d layers, KV %lld, d_ff %lld, head %lld rows; %d thread(s), "

@@ -2,8 +2,10 @@
 // rounding against the properties ggml's rounding has (scales, range, error at most
 // half a step, the 16-value sums), each row's product against a double-precision sum
 // written here from the block layouts over the same rounded activations, the AVX2 and
-// portable kernels against each other bit for bit, and the thread team's splits (odd
-// row counts, several products at once, rows of a prefill) against one call.
+// portable kernels against each other bit for bit, the tiles of many activation rows
+// (perf/quant_tiles.h) against one row product per activation row bit for bit, and
+// the thread team's splits (odd row counts, several products at once, rows of a
+// prefill) against one call.
 #include <gtest/gtest.h>
 #include <algorithm>
 
@@ -14,6 +16,7 @@
 
 #include "perf/parallel.h"
 #include "perf/quant_fast.h"
+#include "perf/quant_tiles.h"
 #include "util/error.h"
 
 using namespace ds;
@@ -289,6 +292,64 @@ TEST(QuantFast, EachRowFollowsGgmlsFloatOrderBitForBit) {
   }
 }
 
+// The tiles (AVX-512 VNNI, several activation rows per weight block) give each
+// activation row the bits of its own row product, for every count of rows (the 8, 4,
+// 2, 1 of the tiles and their tails), widths with tails and a wide one, parts of the
+// weight rows, and activation rows that are all zero or one spike.
+TEST(QuantFast, TilesGiveEachActivationRowItsRowProductsBits) {
+  if (!quant_tiles_available())
+    GTEST_SKIP() << "this processor has no AVX-512 VNNI: the tiles fall back to row products";
+  std::mt19937 gen(23);
+  for (Precision p : kQuantized)
+    for (int64_t cols : {test_cols(p), int64_t(2048)}) {
+      const int64_t rows = 21;
+      const std::vector<uint8_t> m = random_matrix(p, rows, cols, gen);
+      const int T = 19;
+      std::vector<Q8Vector> xs(T);
+      for (int t = 0; t < T; ++t) {
+        std::vector<float> x = random_vector(cols, gen);
+        if (t == 4) std::fill(x.begin(), x.end(), 0.0f);
+        if (t == 7) {
+          std::fill(x.begin(), x.end(), 0.0f);
+          x[size_t(cols / 2)] = -3.5e4f;
+        }
+        quantize_q8(x.data(), cols, q8_block_for(p), xs[size_t(t)]);
+        prepare_tiles(p, xs[size_t(t)]);
+      }
+      for (int count : {1, 2, 3, 5, 8, 9, 13, 19})
+        for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, rows}, {5, 6}, {3, 19}}) {
+          const int64_t ldy = r1 - r0 + 3;
+          std::vector<float> Y(size_t(count * ldy), -1.0f), one(size_t(r1 - r0));
+          gemm_quant_fast(m.data(), p, cols, xs.data(), count, Y.data(), ldy, r0, r1, true);
+          for (int t = 0; t < count; ++t) {
+            gemv_quant_fast(m.data(), p, cols, xs[size_t(t)], one.data(), r0, r1);
+            for (int64_t r = 0; r < r1 - r0; ++r)
+              ASSERT_EQ(std::bit_cast<uint32_t>(Y[size_t(t * ldy + r)]), std::bit_cast<uint32_t>(one[size_t(r)]))
+                  << precision_name(p) << " cols " << cols << " count " << count << " activation row " << t
+                  << " weight row " << r0 + r << ": " << Y[size_t(t * ldy + r)] << " vs " << one[size_t(r)];
+            for (int64_t r = r1 - r0; r < ldy; ++r) ASSERT_EQ(Y[size_t(t * ldy + r)], -1.0f) << "wrote past its rows";
+          }
+        }
+    }
+}
+
+TEST(QuantFast, TilesRefuseRowsNotPreparedForThem) {
+  std::mt19937 gen(29);
+  const std::vector<uint8_t> m = random_matrix(Precision::Q8_0, 2, 64, gen);
+  const std::vector<float> x = random_vector(64, gen);
+  std::vector<Q8Vector> xs(1);
+  quantize_q8(x.data(), 64, 32, xs[0]);
+  std::vector<float> y(2);
+  if (quant_tiles_available())
+    EXPECT_THROW(gemm_quant_fast(m.data(), Precision::Q8_0, 64, xs.data(), 1, y.data(), 2, 0, 2), Error);
+  EXPECT_THROW(prepare_tiles(Precision::Q4_K, xs[0]), Error);  // blocks of 32 for a K type
+  prepare_tiles(Precision::Q8_0, xs[0]);
+  gemm_quant_fast(m.data(), Precision::Q8_0, 64, xs.data(), 1, y.data(), 2, 0, 2);
+  std::vector<float> want(2);
+  gemv_quant_fast(m.data(), Precision::Q8_0, 64, xs[0], want.data(), 0, 2);
+  EXPECT_EQ(y, want);
+}
+
 TEST(QuantFast, MismatchedVectorIsRefused) {
   std::mt19937 gen(3);
   const std::vector<uint8_t> m = random_matrix(Precision::Q4_K, 2, 256, gen);
@@ -331,8 +392,8 @@ TEST(QuantFast, TeamSplitsEqualOneCall) {
         EXPECT_EQ(yb, wb) << precision_name(p) << " threads " << threads;
         EXPECT_EQ(yf, wf) << "float32 weights keep float32 activations";
       }
-      // Prefill rows: Y [T, ra].
-      const int T = 5;
+      // Prefill rows: Y [T, ra] (tiles of 8 rows and a tail of 3).
+      const int T = 11;
       const std::vector<float> X = random_vector(T * cols, gen);
       std::vector<float> Y(size_t(T * ra)), one(static_cast<size_t>(ra));
       team.run_fast_rows(MatView{ma.data(), p, ra, cols, 0}, T, X.data(), Y.data(), ra);

@@ -1,0 +1,284 @@
+#include "perf/quant_tiles.h"
+
+#include <array>
+#include <string>
+
+#include "perf/quant_blocks.h"
+#include "util/error.h"
+
+// How the tiles give gemv_quant_fast's bits (perf/quant_fast.cpp documents its lanes):
+// - A block's integer lanes are exact, so any instructions that sum the same products
+//   give the same integers. Here 64 values at a time in 16 lanes (lane L: values
+//   4L .. 4L+3), folded to 8 at the block's end: lane l + lane l + 8, which are lane
+//   l of two consecutive 32-value chunks, as the row kernels sum them.
+// - Q8_0 and Q4_0 weights are taken unsigned (w + 128, or the stored nibble), each
+//   lane starting from -128 or -8 times the sum of its four x's (prepare_tiles), so one
+//   dpbusd (unsigned bytes times signed bytes, four per lane) gives the lane.
+// - K types: maddubs (pairs of unsigned weights times signed x's, 16 bits, never
+//   saturating: at most 2 * 63 * 127) and dpwssd with the sub-blocks' scales (pairs of
+//   16-bit values times 16-bit scales, summed into the 32-bit lanes).
+// - The float part is the row kernels', term for term: per block acc = fma(dx * dw,
+//   float(lanes), acc), the mins' accm = fma(-dx * dmin, float(mins), accm), and the
+//   same horizontal sums when the row ends.
+
+namespace ds {
+
+using namespace qb;
+
+bool quant_tiles_available() {
+#ifdef DS_QF_X86
+  static const bool ok = [] {
+    __builtin_cpu_init();
+    return quant_simd_available() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+void prepare_tiles(Precision p, Q8Vector& x) {
+  const int block = q8_block_for(p);
+  if (x.block != block || x.n % block != 0 || x.q.size() != size_t(x.n))
+    throw Error(std::string("prepare_tiles: a vector in blocks of ") + std::to_string(x.block) + " for " +
+                precision_name(p) + " weights");
+  if (block == 32) {
+    const int f = p == Precision::Q8_0 ? -128 : -8;
+    x.start4.resize(size_t(x.n / 4));
+    x.sums32.clear();
+    for (size_t i = 0; i < x.start4.size(); ++i)
+      x.start4[i] = f * (int(x.q[4 * i]) + x.q[4 * i + 1] + x.q[4 * i + 2] + x.q[4 * i + 3]);
+    return;
+  }
+  x.start4.clear();
+  x.sums32.resize(size_t(x.n / 32));
+  for (size_t i = 0; i < x.sums32.size(); ++i) x.sums32[i] = int16_t(x.sums16[2 * i] + x.sums16[2 * i + 1]);
+}
+
+namespace {
+
+void check_inputs(Precision p, int64_t cols, const Q8Vector* xs, int T) {
+  const int block = q8_block_for(p);  // throws for a type that is not quantized
+  if (cols % block_elems(p) != 0) throw Error("gemm_quant_fast: " + std::to_string(cols) + " columns");
+  for (int t = 0; t < T; ++t) {
+    const Q8Vector& x = xs[t];
+    const bool prepared = block == 32 ? x.start4.size() == size_t(x.n / 4) : x.sums32.size() == size_t(x.n / 32);
+    if (x.n != cols || x.block != block || !prepared)
+      throw Error(std::string("gemm_quant_fast: a ") + precision_name(p) + " matrix of " + std::to_string(cols) +
+                  " columns and a vector of " + std::to_string(x.n) + " values in blocks of " +
+                  std::to_string(x.block) + (prepared ? "" : ", not prepared for tiles"));
+  }
+}
+
+#ifdef DS_QF_X86
+#define DS_TILE_FN __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+
+// The C activation rows of one tile.
+template <int C>
+struct Cols {
+  const int8_t* q[C];
+  const float* d[C];
+  const int32_t* start4[C];
+  const int16_t* sums16[C];
+  const int16_t* sums32[C];
+};
+
+template <int C>
+Cols<C> cols_at(const Q8Vector* xs, int t0) {
+  Cols<C> c;
+  for (int t = 0; t < C; ++t) {
+    const Q8Vector& x = xs[t0 + t];
+    c.q[t] = x.q.data();
+    c.d[t] = x.d.data();
+    c.start4[t] = x.start4.data();
+    c.sums16[t] = x.sums16.data();
+    c.sums32[t] = x.sums32.data();
+  }
+  return c;
+}
+
+// Indices of permutexvar_epi16 that spread 16-bit scales over the 32 pair sums of 64
+// values: Q4_K / Q5_K chunk c: pairs 0-15 take scale 2c, 16-31 scale 2c+1; Q6_K
+// values 64m .. 64m+63: pair p takes scale 4m + p / 8 (one scale per 16 values).
+struct Spread {
+  alignas(64) int16_t k45[4][32];
+  alignas(64) int16_t k6[4][32];
+};
+constexpr Spread make_spread() {
+  Spread s{};
+  for (int c = 0; c < 4; ++c)
+    for (int p = 0; p < 32; ++p) {
+      s.k45[c][p] = int16_t(2 * c + p / 16);
+      s.k6[c][p] = int16_t(4 * c + p / 8);
+    }
+  return s;
+}
+constexpr Spread kSpread = make_spread();
+
+DS_TILE_FN inline __m512i load64(const void* p) { return _mm512_loadu_si512(p); }
+
+DS_TILE_FN inline __m256i fold(__m512i a) {
+  return _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1));
+}
+
+// One row of Q8_0 or Q4_0 blocks times C activation rows: y[t * ldy].
+template <Precision P, int C>
+DS_TILE_FN void row_q32(const uint8_t* row, int64_t nb, const Cols<C>& x, float* y, int64_t ldy) {
+  constexpr int B = P == Precision::Q8_0 ? 34 : 18;
+  __m256 acc[C];
+  for (int t = 0; t < C; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < nb; ++k) {
+    const uint8_t* b = row + k * B;
+    __m256i u;
+    if constexpr (P == Precision::Q8_0) {
+      u = _mm256_xor_si256(load32(b + 2), _mm256_set1_epi8(char(0x80)));
+    } else {
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
+      u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+    }
+    const float dw = half_f16c(b);
+    for (int t = 0; t < C; ++t) {
+      const __m256i lanes = _mm256_dpbusd_epi32(load32(x.start4[t] + 8 * k), u, load32(x.q[t] + 32 * k));
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x.d[t][k]), _mm256_cvtepi32_ps(lanes), acc[t]);
+    }
+  }
+  for (int t = 0; t < C; ++t) y[t * ldy] = hsum_ps(acc[t]);
+}
+
+// One row of Q4_K (Five false) or Q5_K blocks times C activation rows.
+template <bool Five, int C>
+DS_TILE_FN void row_k45(const uint8_t* row, int64_t nb, const Cols<C>& x, float* y, int64_t ldy) {
+  constexpr int B = Five ? 176 : 144;
+  const __m512i low4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
+  const __m512i nibble = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);  // the low half's low nibbles, the high's high
+  __m256 acc[C];
+  __m128 accm[C];
+  for (int t = 0; t < C; ++t) {
+    acc[t] = _mm256_setzero_ps();
+    accm[t] = _mm_setzero_ps();
+  }
+  for (int64_t k = 0; k < nb; ++k) {
+    const uint8_t* b = row + k * B;
+    alignas(16) uint8_t sc[16] = {}, m[16] = {};
+    scales_mins_k4(b + kQ4KScales, sc, m);
+    const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<__m128i*>(sc))));
+    const __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<__m128i*>(m)));
+    const uint8_t* qs = b + (Five ? kQ5KQs : kQ4KQs);
+    const __m512i qh = Five ? _mm512_broadcast_i64x4(load32(b + kQ5KQh)) : _mm512_setzero_si512();
+    __m512i U[4], S[4];
+    for (int c = 0; c < 4; ++c) {  // values 64c .. 64c+63: sub-blocks 2c and 2c+1
+      U[c] = _mm512_and_si512(_mm512_srlv_epi64(_mm512_broadcast_i64x4(load32(qs + 32 * c)), nibble), low4);
+      if constexpr (Five) {  // bit 2c (low half) or 2c+1 (high half) of each qh byte to bit 4, within its byte
+        const __m512i rot = _mm512_setr_epi64((4 - 2 * c) & 63, (4 - 2 * c) & 63, (4 - 2 * c) & 63, (4 - 2 * c) & 63,
+                                              (3 - 2 * c) & 63, (3 - 2 * c) & 63, (3 - 2 * c) & 63, (3 - 2 * c) & 63);
+        U[c] = _mm512_or_si512(U[c], _mm512_and_si512(_mm512_rolv_epi64(qh, rot), bit4));
+      }
+      S[c] = _mm512_permutexvar_epi16(load64(kSpread.k45[c]), sc16);
+    }
+    const float dw = half_f16c(b), dmin = half_f16c(b + 2);
+    for (int t = 0; t < C; ++t) {
+      const int8_t* xq = x.q[t] + 256 * k;
+      __m512i a = _mm512_setzero_si512();
+      for (int c = 0; c < 4; ++c) a = _mm512_dpwssd_epi32(a, _mm512_maddubs_epi16(U[c], load64(xq + 64 * c)), S[c]);
+      const __m128i mins = _mm_madd_epi16(m16, _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.sums32[t] + 8 * k)));
+      const float dx = x.d[t][k];
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dw), _mm256_cvtepi32_ps(fold(a)), acc[t]);
+      accm[t] = _mm_fmadd_ps(_mm_set1_ps(-dx * dmin), _mm_cvtepi32_ps(mins), accm[t]);
+    }
+  }
+  for (int t = 0; t < C; ++t) y[t * ldy] = hsum_ps(acc[t]) + hsum_ps4(accm[t]);
+}
+
+// One row of Q6_K blocks times C activation rows.
+template <int C>
+DS_TILE_FN void row_q6k(const uint8_t* row, int64_t nb, const Cols<C>& x, float* y, int64_t ldy) {
+  constexpr int B = 210;
+  const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
+  // qh's 2-bit fields to bits 4-5, within each byte: chunks 0 and 1 of a half take
+  // bits 0-1 and 2-3, chunks 2 and 3 bits 4-5 and 6-7.
+  const __m512i rot01 = _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2),
+                rot23 = _mm512_setr_epi64(0, 0, 0, 0, 62, 62, 62, 62);
+  __m256 acc[C];
+  for (int t = 0; t < C; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < nb; ++k) {
+    const uint8_t* b = row + k * B;
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + kQ6KScales)));
+    __m512i U[4], S[4];
+    for (int n = 0; n < 2; ++n) {  // values 128n .. 128n+63, then 128n+64 .. 128n+127
+      const __m512i ql = load64(b + 64 * n), qh = _mm512_broadcast_i64x4(load32(b + kQ6KQh + 32 * n));
+      U[2 * n] = _mm512_or_si512(_mm512_and_si512(ql, low4), _mm512_and_si512(_mm512_rolv_epi64(qh, rot01), bits45));
+      U[2 * n + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
+                                     _mm512_and_si512(_mm512_rolv_epi64(qh, rot23), bits45));
+    }
+    for (int c = 0; c < 4; ++c) S[c] = _mm512_permutexvar_epi16(load64(kSpread.k6[c]), _mm512_castsi256_si512(sc16));
+    const float dw = half_f16c(b + kQ6KD);
+    for (int t = 0; t < C; ++t) {
+      const int8_t* xq = x.q[t] + 256 * k;
+      // Every value's -32: 32 times the scales against the sums of 16, taken first.
+      const __m256i shift = _mm256_madd_epi16(sc16, load32(x.sums16[t] + 16 * k));
+      __m512i a = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(shift, 5)));
+      for (int c = 0; c < 4; ++c) a = _mm512_dpwssd_epi32(a, _mm512_maddubs_epi16(U[c], load64(xq + 64 * c)), S[c]);
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(x.d[t][k] * dw), _mm256_cvtepi32_ps(fold(a)), acc[t]);
+    }
+  }
+  for (int t = 0; t < C; ++t) y[t * ldy] = hsum_ps(acc[t]);
+}
+
+// Rows [r0, r1) times activation rows [t0, t0 + C).
+template <Precision P, int C>
+DS_TILE_FN void tile_rows(const uint8_t* W, int64_t cols, const Q8Vector* xs, int t0, float* Y, int64_t ldy, int64_t r0,
+                          int64_t r1) {
+  const Cols<C> x = cols_at<C>(xs, t0);
+  const int64_t rb = row_bytes(P, cols), nb = cols / block_elems(P);
+  for (int64_t r = r0; r < r1; ++r) {
+    float* y = Y + t0 * ldy + (r - r0);
+    if constexpr (P == Precision::Q8_0 || P == Precision::Q4_0)
+      row_q32<P, C>(W + r * rb, nb, x, y, ldy);
+    else if constexpr (P == Precision::Q6_K)
+      row_q6k<C>(W + r * rb, nb, x, y, ldy);
+    else
+      row_k45<P == Precision::Q5_K, C>(W + r * rb, nb, x, y, ldy);
+  }
+}
+
+// Eight activation rows at a time (their x blocks stay in L1 while the rows pass),
+// then 4, 2 and 1 for the rest.
+template <Precision P>
+void gemm_tiles(const uint8_t* W, int64_t cols, const Q8Vector* xs, int T, float* Y, int64_t ldy, int64_t r0,
+                int64_t r1) {
+  int t = 0;
+  for (; t + 8 <= T; t += 8) tile_rows<P, 8>(W, cols, xs, t, Y, ldy, r0, r1);
+  if (t + 4 <= T) tile_rows<P, 4>(W, cols, xs, t, Y, ldy, r0, r1), t += 4;
+  if (t + 2 <= T) tile_rows<P, 2>(W, cols, xs, t, Y, ldy, r0, r1), t += 2;
+  if (t < T) tile_rows<P, 1>(W, cols, xs, t, Y, ldy, r0, r1);
+}
+#endif
+
+}  // namespace
+
+void gemm_quant_fast(const void* W, Precision p, int64_t cols, const Q8Vector* xs, int T, float* Y, int64_t ldy,
+                     int64_t r0, int64_t r1, bool simd) {
+  const auto* w = static_cast<const uint8_t*>(W);
+#ifdef DS_QF_X86
+  if (simd && quant_tiles_available()) {
+    check_inputs(p, cols, xs, T);
+    switch (p) {
+      case Precision::Q8_0:
+        return gemm_tiles<Precision::Q8_0>(w, cols, xs, T, Y, ldy, r0, r1);
+      case Precision::Q4_0:
+        return gemm_tiles<Precision::Q4_0>(w, cols, xs, T, Y, ldy, r0, r1);
+      case Precision::Q4_K:
+        return gemm_tiles<Precision::Q4_K>(w, cols, xs, T, Y, ldy, r0, r1);
+      case Precision::Q5_K:
+        return gemm_tiles<Precision::Q5_K>(w, cols, xs, T, Y, ldy, r0, r1);
+      default:
+        return gemm_tiles<Precision::Q6_K>(w, cols, xs, T, Y, ldy, r0, r1);
+    }
+  }
+#endif
+  (void)simd;
+  for (int t = 0; t < T; ++t) gemv_quant_fast(w, p, cols, xs[t], Y + t * ldy, r0, r1);
+}
+
+}  // namespace ds

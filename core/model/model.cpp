@@ -622,11 +622,34 @@ void Engine::head_mix(int h, int T, int pos0, const Keys& keys) {
   }
 }
 
+namespace {
+// Eigen's matrix products on one thread while it lives. Eigen splits a large product
+// over OpenMP threads of its own (Eigen::setNbThreads); inside the team's threads,
+// which already run one head each, that made two such splits at once on two cores,
+// each waiting for its other half by spinning: a 512-token prompt's attention took
+// 15 of its 23 seconds on a 1B model.
+class EigenOneThread {
+ public:
+  explicit EigenOneThread(bool on) : was_(on ? Eigen::nbThreads() : 0) {
+    if (on) Eigen::setNbThreads(1);
+  }
+  ~EigenOneThread() {
+    if (was_ > 0) Eigen::setNbThreads(was_);
+  }
+  EigenOneThread(const EigenOneThread&) = delete;
+  EigenOneThread& operator=(const EigenOneThread&) = delete;
+
+ private:
+  int was_;
+};
+}  // namespace
+
 // Several query rows (a prompt, the encoder): per head, scores, softmax and mix as
-// matrix products, the heads across the threads.
+// matrix products, the heads across the threads (each head's products on its thread).
 void Engine::attend_rows(Stack st, int layer, const AttnPoints& pts, int T, int pos0, const Keys& keys) {
   const int H = model_->cfg.n_heads, S = keys.S, nt = threads_;
   const bool par = nt > 1 && int64_t(T) * S * H >= 4096;
+  const EigenOneThread serial(par);
   const bool hs = hooks_.active(st, layer, pts.scores), hp = hooks_.active(st, layer, pts.pattern);
   if (!hs && !hp) {
     team_.parallel_for(H, par, [&](int h) {

@@ -139,9 +139,10 @@ void MatvecTeam::run_fast_rows(const MatView& W, int T, const float* X, float* Y
     quantize_q8(X + int64_t(t) * W.cols, W.cols, block, rows_q_[size_t(t)]);
     prepare_tiles(W.type, rows_q_[size_t(t)]);
   });
-  // Blocks of 16 rows: 16 rows of 4096 Q4_K values are 36 KiB, which stay in L2 while
-  // every row of X passes over them (8 rows at a time, perf/quant_tiles.h).
-  constexpr int64_t kRows = 16;
+  // Blocks of weight rows of about 192 KiB (at least 16 rows), which stay in L2 while
+  // every row of X passes over them, 8 rows at a time (perf/quant_tiles.h): the fewer
+  // the blocks, the fewer times X is read again.
+  const int64_t kRows = quant_tile_rows(W.type, W.cols, W.rows, threads_);
   const int nblocks = int((W.rows + kRows - 1) / kRows);
   pool_.parallel_for(nblocks, threads_ > 1, [&](int i) {
     const int64_t r0 = i * kRows, r1 = std::min(W.rows, r0 + kRows);

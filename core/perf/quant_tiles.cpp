@@ -1,7 +1,9 @@
 #include "perf/quant_tiles.h"
 
+#include <algorithm>
 #include <array>
 #include <string>
+#include <vector>
 
 #include "perf/quant_blocks.h"
 #include "util/error.h"
@@ -122,28 +124,68 @@ DS_TILE_FN inline __m256i fold(__m512i a) {
   return _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1));
 }
 
-// One row of Q8_0 or Q4_0 blocks times C activation rows: y[t * ldy].
-template <Precision P, int C>
-DS_TILE_FN void row_q32(const uint8_t* row, int64_t nb, const Cols<C>& x, float* y, int64_t ldy) {
+// A Q8_0 or Q4_0 block's 32 weights as unsigned bytes: w + 128, or the nibbles.
+template <Precision P>
+DS_TILE_FN inline __m256i unsigned32(const uint8_t* b) {
+  if constexpr (P == Precision::Q8_0) {
+    return _mm256_xor_si256(load32(b + 2), _mm256_set1_epi8(char(0x80)));
+  } else {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+  }
+}
+
+// Value t of v in all 8 lanes.
+DS_TILE_FN inline __m256 lane(__m256 v, int t) { return _mm256_permutexvar_ps(_mm256_set1_epi32(t), v); }
+
+// R consecutive rows (rb bytes apart) of Q8_0 or Q4_0 blocks times C activation rows:
+// y[t * ldy + i] for row i. Two blocks at a time in 512 bits (the lanes of block k,
+// then of block k + 1, fused into the accumulators in that order); dxT[8 k + t] is
+// activation row t's scale of block k, so that one product gives a row's dw * dx for
+// every activation row. Two weight rows share each load of the activations' blocks.
+template <Precision P, int R, int C>
+DS_TILE_FN void rows_q32(const uint8_t* row, int64_t rb, int64_t nb, const Cols<C>& x, const float* dxT, float* y,
+                         int64_t ldy) {
   constexpr int B = P == Precision::Q8_0 ? 34 : 18;
-  __m256 acc[C];
-  for (int t = 0; t < C; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < nb; ++k) {
-    const uint8_t* b = row + k * B;
-    __m256i u;
-    if constexpr (P == Precision::Q8_0) {
-      u = _mm256_xor_si256(load32(b + 2), _mm256_set1_epi8(char(0x80)));
-    } else {
-      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
-      u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+  __m256 acc[R][C];
+  for (int i = 0; i < R; ++i)
+    for (int t = 0; t < C; ++t) acc[i][t] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 2 <= nb; k += 2) {
+    __m512i u[R];
+    __m256 f0[R], f1[R];
+    for (int i = 0; i < R; ++i) {
+      const uint8_t* b = row + i * rb + k * B;
+      u[i] = _mm512_inserti64x4(_mm512_castsi256_si512(unsigned32<P>(b)), unsigned32<P>(b + B), 1);
+      f0[i] = _mm256_mul_ps(_mm256_set1_ps(half_f16c(b)), _mm256_loadu_ps(dxT + 8 * k));
+      f1[i] = _mm256_mul_ps(_mm256_set1_ps(half_f16c(b + B)), _mm256_loadu_ps(dxT + 8 * k + 8));
     }
-    const float dw = half_f16c(b);
     for (int t = 0; t < C; ++t) {
-      const __m256i lanes = _mm256_dpbusd_epi32(load32(x.start4[t] + 8 * k), u, load32(x.q[t] + 32 * k));
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x.d[t][k]), _mm256_cvtepi32_ps(lanes), acc[t]);
+      const __m512i start = load64(x.start4[t] + 8 * k), xq = load64(x.q[t] + 32 * k);
+      for (int i = 0; i < R; ++i) {
+        const __m512 v = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, u[i], xq));
+        const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+        acc[i][t] = _mm256_fmadd_ps(lane(f0[i], t), _mm512_castps512_ps256(v), acc[i][t]);
+        acc[i][t] = _mm256_fmadd_ps(lane(f1[i], t), hi, acc[i][t]);
+      }
     }
   }
-  for (int t = 0; t < C; ++t) y[t * ldy] = hsum_ps(acc[t]);
+  for (; k < nb; ++k) {
+    __m256i u[R];
+    __m256 f[R];
+    for (int i = 0; i < R; ++i) {
+      const uint8_t* b = row + i * rb + k * B;
+      u[i] = unsigned32<P>(b);
+      f[i] = _mm256_mul_ps(_mm256_set1_ps(half_f16c(b)), _mm256_loadu_ps(dxT + 8 * k));
+    }
+    for (int t = 0; t < C; ++t) {
+      const __m256i start = load32(x.start4[t] + 8 * k), xq = load32(x.q[t] + 32 * k);
+      for (int i = 0; i < R; ++i)
+        acc[i][t] = _mm256_fmadd_ps(lane(f[i], t), _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(start, u[i], xq)), acc[i][t]);
+    }
+  }
+  for (int i = 0; i < R; ++i)
+    for (int t = 0; t < C; ++t) y[t * ldy + i] = hsum_ps(acc[i][t]);
 }
 
 // One row of Q4_K (Five false) or Q5_K blocks times C activation rows.
@@ -231,11 +273,21 @@ DS_TILE_FN void tile_rows(const uint8_t* W, int64_t cols, const Q8Vector* xs, in
                           int64_t r1) {
   const Cols<C> x = cols_at<C>(xs, t0);
   const int64_t rb = row_bytes(P, cols), nb = cols / block_elems(P);
-  for (int64_t r = r0; r < r1; ++r) {
+  int64_t r = r0;
+  if constexpr (P == Precision::Q8_0 || P == Precision::Q4_0) {
+    // The activation rows' block scales, 8 per block (zero past C).
+    thread_local std::vector<float> dxT;
+    dxT.assign(size_t(8 * nb), 0.0f);
+    for (int64_t k = 0; k < nb; ++k)
+      for (int t = 0; t < C; ++t) dxT[size_t(8 * k + t)] = x.d[t][k];
+    constexpr int R = C <= 4 ? 4 : 2;
+    for (; r + R <= r1; r += R) rows_q32<P, R, C>(W + r * rb, rb, nb, x, dxT.data(), Y + t0 * ldy + (r - r0), ldy);
+    for (; r < r1; ++r) rows_q32<P, 1, C>(W + r * rb, rb, nb, x, dxT.data(), Y + t0 * ldy + (r - r0), ldy);
+    return;
+  }
+  for (; r < r1; ++r) {
     float* y = Y + t0 * ldy + (r - r0);
-    if constexpr (P == Precision::Q8_0 || P == Precision::Q4_0)
-      row_q32<P, C>(W + r * rb, nb, x, y, ldy);
-    else if constexpr (P == Precision::Q6_K)
+    if constexpr (P == Precision::Q6_K)
       row_q6k<C>(W + r * rb, nb, x, y, ldy);
     else
       row_k45<P == Precision::Q5_K, C>(W + r * rb, nb, x, y, ldy);
@@ -248,6 +300,8 @@ template <Precision P>
 void gemm_tiles(const uint8_t* W, int64_t cols, const Q8Vector* xs, int T, float* Y, int64_t ldy, int64_t r0,
                 int64_t r1) {
   int t = 0;
+  if constexpr (P == Precision::Q8_0 || P == Precision::Q4_0)
+    for (; t + 4 <= T; t += 4) tile_rows<P, 4>(W, cols, xs, t, Y, ldy, r0, r1);
   for (; t + 8 <= T; t += 8) tile_rows<P, 8>(W, cols, xs, t, Y, ldy, r0, r1);
   if (t + 4 <= T) tile_rows<P, 4>(W, cols, xs, t, Y, ldy, r0, r1), t += 4;
   if (t + 2 <= T) tile_rows<P, 2>(W, cols, xs, t, Y, ldy, r0, r1), t += 2;
@@ -256,6 +310,12 @@ void gemm_tiles(const uint8_t* W, int64_t cols, const Q8Vector* xs, int T, float
 #endif
 
 }  // namespace
+
+int64_t quant_tile_rows(Precision p, int64_t cols, int64_t rows, int threads) {
+  const int64_t by_bytes = (int64_t(192) << 10) / std::max<int64_t>(1, row_bytes(p, cols));
+  const int64_t by_share = rows / (4 * int64_t(std::max(1, threads)));
+  return std::max<int64_t>(16, std::min(by_bytes, by_share) / 2 * 2);
+}
 
 void gemm_quant_fast(const void* W, Precision p, int64_t cols, const Q8Vector* xs, int T, float* Y, int64_t ldy,
                      int64_t r0, int64_t r1, bool simd) {

@@ -28,4 +28,9 @@ void prepare_tiles(Precision p, Q8Vector& x);
 void gemm_quant_fast(const void* W, Precision p, int64_t cols, const Q8Vector* xs, int T, float* Y, int64_t ldy,
                      int64_t r0, int64_t r1, bool simd = quant_tiles_available());
 
+// How many weight rows a thread takes at a time for gemm_quant_fast: about 192 KiB of
+// blocks (which stay in L2 while all the activation rows pass), at least 16, and few
+// enough that each of `threads` threads gets at least 4 blocks.
+int64_t quant_tile_rows(Precision p, int64_t cols, int64_t rows, int threads);
+
 }  // namespace ds

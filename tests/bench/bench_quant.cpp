@@ -158,8 +158,9 @@ void bench_prefill(ds::MatvecTeam& team, const Shape& s, const std::vector<ds::P
       for (size_t g = 0; g + 1 < tok.groups.size(); ++g)
         for (const ds::MatView& v : tok.groups[g]) {
           const ds::Q8Vector* xs = v.cols == s.d ? xd.data() : xf.data();
-          team.parallel_for(int((v.rows + 15) / 16), team.threads() > 1, [&](int i) {
-            const int64_t r0 = i * 16, r1 = std::min(v.rows, r0 + 16);
+          const int64_t n = tiles ? ds::quant_tile_rows(v.type, v.cols, v.rows, team.threads()) : 16;
+          team.parallel_for(int((v.rows + n - 1) / n), team.threads() > 1, [&](int i) {
+            const int64_t r0 = i * n, r1 = std::min(v.rows, r0 + n);
             ds::gemm_quant_fast(v.data, v.type, v.cols, xs, T, Y.data() + r0, 2 * s.ff, r0, r1, tiles);
           });
         }

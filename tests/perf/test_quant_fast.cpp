@@ -340,8 +340,9 @@ TEST(QuantFast, TilesRefuseRowsNotPreparedForThem) {
   std::vector<Q8Vector> xs(1);
   quantize_q8(x.data(), 64, 32, xs[0]);
   std::vector<float> y(2);
-  if (quant_tiles_available())
+  if (quant_tiles_available()) {
     EXPECT_THROW(gemm_quant_fast(m.data(), Precision::Q8_0, 64, xs.data(), 1, y.data(), 2, 0, 2), Error);
+  }
   EXPECT_THROW(prepare_tiles(Precision::Q4_K, xs[0]), Error);  // blocks of 32 for a K type
   prepare_tiles(Precision::Q8_0, xs[0]);
   gemm_quant_fast(m.data(), Precision::Q8_0, 64, xs.data(), 1, y.data(), 2, 0, 2);

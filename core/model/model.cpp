@@ -270,32 +270,55 @@ void Engine::matvec(const MatView& W, const float* x, float* y) const {
   team_.run({&part, 1}, x);
 }
 
-// Y[T, out] = X[T, in] W^T by matrix-matrix products. Float32 weights (row-major or in
-// tiles) are packed by gemm_nt directly; 16-bit weights, and tiles without gemm_nt,
-// are converted a block of rows at a time into float32 rows in scratch.
+// Y[T, out] = X[T, in] W^T by matrix-matrix products: the quantized tiles with the
+// fast products, else gemm_nt (matmul_gemm) where it is compiled in, else Eigen on
+// float32 rows (16-bit and quantized weights, and tiles, converted a block of rows at
+// a time into scratch).
 void Engine::matmul(const MatView& W, int T, const float* x, float* y) const {
   const int64_t out = W.rows, in = W.cols;
   if (team_.products() == Products::Fast && is_quantized(W.type)) return team_.run_fast_rows(W, T, x, y, out);
+  if (gemm_nt_available()) return matmul_gemm(W, T, x, y);
   MMap Y(y, T, out);
   CMap X(x, T, in);
-  // Y[:, r0 .. r0 + n) from the float32 rows Wr[n, in], the first pr in tiles (only
-  // with gemm_nt).
-  auto product = [&](const float* Wr, int64_t r0, int64_t n, int64_t pr) {
-    if (gemm_nt_available())
-      gemm_nt(x, T, in, Wr, n, y + r0, out, threads_, pr);
-    else
-      Y.middleCols(r0, n).noalias() = X * CMap(Wr, n, in).transpose();
-  };
-  if (W.type == Precision::F32 && (W.tile_rows == 0 || gemm_nt_available()))
-    return product(static_cast<const float*>(W.data), 0, out, W.tile_rows);
-  // 16-bit, or tiles without gemm_nt: a block of rows at a time, as float32 rows.
+  if (W.type == Precision::F32 && W.tile_rows == 0) {
+    Y.noalias() = X * CMap(static_cast<const float*>(W.data), out, in).transpose();
+    return;
+  }
   const int64_t block = std::max<int64_t>(64, std::min<int64_t>(out, (int64_t(1) << 20) / std::max<int64_t>(in, 1)));
   grow(s_->wide, size_t(block * in));
   for (int64_t r0 = 0; r0 < out; r0 += block) {
     const int64_t n = std::min(block, out - r0);
     W.rows_f32(r0, r0 + n, s_->wide.data());
-    product(s_->wide.data(), r0, n, 0);
+    Y.middleCols(r0, n).noalias() = X * CMap(s_->wide.data(), n, in).transpose();
   }
+}
+
+// matmul with gemm_nt: each thread of the team takes a contiguous share of W's rows (a
+// multiple of 32) and multiplies it on its own, widening 16-bit and quantized rows a
+// block at a time into its own part of the scratch. No second set of threads (OpenMP)
+// runs beside the team's, and widened rows are multiplied by the thread that wrote
+// them, while they are in its cache.
+void Engine::matmul_gemm(const MatView& W, int T, const float* x, float* y) const {
+  const int64_t out = W.rows, in = W.cols;
+  const int nt = int(std::max<int64_t>(1, std::min<int64_t>(threads_, (out + 31) / 32)));
+  const bool f32 = W.type == Precision::F32;
+  const int64_t block = std::max<int64_t>(32, (int64_t(1) << 19) / std::max<int64_t>(in, 1) / 32 * 32);
+  if (!f32) grow(s_->wide, size_t(nt * block * in));
+  team_.parallel_for(nt, nt > 1, [&](int t) {
+    const int64_t a = t == 0 ? 0 : out * t / nt / 32 * 32, b = t + 1 == nt ? out : out * (t + 1) / nt / 32 * 32;
+    if (a >= b) return;
+    if (f32) {  // the first tile_rows rows in tiles of 8: a share starts at a tile
+      const auto* w = static_cast<const float*>(W.data);
+      gemm_nt(x, T, in, w + a * in, b - a, y + a, out, 1, std::max<int64_t>(0, W.tile_rows - a));
+      return;
+    }
+    float* buf = s_->wide.data() + size_t(t) * size_t(block * in);
+    for (int64_t r0 = a; r0 < b; r0 += block) {
+      const int64_t n = std::min(block, b - r0);
+      W.rows_f32(r0, r0 + n, buf);
+      gemm_nt(x, T, in, buf, n, y + r0, out, 1, 0);
+    }
+  });
 }
 
 // Whether a decode step's attention over S keys is split across the threads: once the

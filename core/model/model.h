@@ -145,6 +145,7 @@ class Engine {
   bool decode_split(int S) const;
   void matvec(const MatView& W, const float* x, float* y) const;
   void matmul(const MatView& W, int T, const float* x, float* y) const;
+  void matmul_gemm(const MatView& W, int T, const float* x, float* y) const;
 
   std::shared_ptr<const Model> model_;
   Hooks hooks_;

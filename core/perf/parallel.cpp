@@ -140,7 +140,7 @@ void MatvecTeam::run_fast_rows(const MatView& W, int T, const float* X, float* Y
     prepare_tiles(W.type, rows_q_[size_t(t)]);
   });
   // Blocks of weight rows of about 192 KiB (at least 16 rows), which stay in L2 while
-  // every row of X passes over them, 8 rows at a time (perf/quant_tiles.h): the fewer
+  // every row of X passes over them, 4 or 8 rows at a time (perf/quant_tiles.h): the fewer
   // the blocks, the fewer times X is read again.
   const int64_t kRows = quant_tile_rows(W.type, W.cols, W.rows, threads_);
   const int nblocks = int((W.rows + kRows - 1) / kRows);

@@ -1,7 +1,6 @@
 #include "perf/quant_tiles.h"
 
 #include <algorithm>
-#include <array>
 #include <string>
 #include <vector>
 
@@ -294,8 +293,9 @@ DS_TILE_FN void tile_rows(const uint8_t* W, int64_t cols, const Q8Vector* xs, in
   }
 }
 
-// Eight activation rows at a time (their x blocks stay in L1 while the rows pass),
-// then 4, 2 and 1 for the rest.
+// The K types take eight activation rows at a time (their x blocks stay in L1 while
+// the weight rows pass), Q8_0 and Q4_0 four (with four weight rows at a time: their
+// per-block float work is the larger share), then 4, 2 and 1 for the rest.
 template <Precision P>
 void gemm_tiles(const uint8_t* W, int64_t cols, const Q8Vector* xs, int T, float* Y, int64_t ldy, int64_t r0,
                 int64_t r1) {

@@ -58,6 +58,13 @@ DS_AVX2_FN inline float hsum_ps(__m256 v) {
   return hsum_ps4(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
 }
 
+// A Q4_0 block's 32 stored nibbles as bytes 0..15: values 0-15 are the low nibbles of
+// its 16 bytes (after the scale), values 16-31 the high ones.
+DS_AVX2_FN inline __m256i q4_0_nibbles(const uint8_t* b) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+}
+
 DS_AVX2_FN inline float half_f16c(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);

@@ -351,8 +351,7 @@ DS_AVX2_FN inline float row_q32_avx2(const uint8_t* row, int64_t nb, const Q8Vec
       const __m256i w = load32(b + 2);
       p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xv, w));
     } else {  // (u - 8) x as u x - 8 x
-      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
-      const __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+      const __m256i u = q4_0_nibbles(b);
       p = _mm256_sub_epi16(_mm256_maddubs_epi16(u, xv), _mm256_maddubs_epi16(_mm256_set1_epi8(8), xv));
     }
     const __m256 f = _mm256_set1_ps(half_f16c(b) * xd[k]);

@@ -129,8 +129,7 @@ DS_TILE_FN inline __m256i unsigned32(const uint8_t* b) {
   if constexpr (P == Precision::Q8_0) {
     return _mm256_xor_si256(load32(b + 2), _mm256_set1_epi8(char(0x80)));
   } else {
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+    return q4_0_nibbles(b);
   }
 }
 
@@ -141,7 +140,7 @@ DS_TILE_FN inline __m256 lane(__m256 v, int t) { return _mm256_permutexvar_ps(_m
 // y[t * ldy + i] for row i. Two blocks at a time in 512 bits (the lanes of block k,
 // then of block k + 1, fused into the accumulators in that order); dxT[8 k + t] is
 // activation row t's scale of block k, so that one product gives a row's dw * dx for
-// every activation row. Two weight rows share each load of the activations' blocks.
+// every activation row. The R weight rows share each load of the activations' blocks.
 template <Precision P, int R, int C>
 DS_TILE_FN void rows_q32(const uint8_t* row, int64_t rb, int64_t nb, const Cols<C>& x, const float* dxT, float* y,
                          int64_t ldy) {
@@ -279,7 +278,7 @@ DS_TILE_FN void tile_rows(const uint8_t* W, int64_t cols, const Q8Vector* xs, in
     dxT.assign(size_t(8 * nb), 0.0f);
     for (int64_t k = 0; k < nb; ++k)
       for (int t = 0; t < C; ++t) dxT[size_t(8 * k + t)] = x.d[t][k];
-    constexpr int R = C <= 4 ? 4 : 2;
+    constexpr int R = 4;
     for (; r + R <= r1; r += R) rows_q32<P, R, C>(W + r * rb, rb, nb, x, dxT.data(), Y + t0 * ldy + (r - r0), ldy);
     for (; r < r1; ++r) rows_q32<P, 1, C>(W + r * rb, rb, nb, x, dxT.data(), Y + t0 * ldy + (r - r0), ldy);
     return;
@@ -299,11 +298,11 @@ DS_TILE_FN void tile_rows(const uint8_t* W, int64_t cols, const Q8Vector* xs, in
 template <Precision P>
 void gemm_tiles(const uint8_t* W, int64_t cols, const Q8Vector* xs, int T, float* Y, int64_t ldy, int64_t r0,
                 int64_t r1) {
+  constexpr int wide = P == Precision::Q8_0 || P == Precision::Q4_0 ? 4 : 8;
   int t = 0;
-  if constexpr (P == Precision::Q8_0 || P == Precision::Q4_0)
-    for (; t + 4 <= T; t += 4) tile_rows<P, 4>(W, cols, xs, t, Y, ldy, r0, r1);
-  for (; t + 8 <= T; t += 8) tile_rows<P, 8>(W, cols, xs, t, Y, ldy, r0, r1);
-  if (t + 4 <= T) tile_rows<P, 4>(W, cols, xs, t, Y, ldy, r0, r1), t += 4;
+  for (; t + wide <= T; t += wide) tile_rows<P, wide>(W, cols, xs, t, Y, ldy, r0, r1);
+  if constexpr (wide == 8)
+    if (t + 4 <= T) tile_rows<P, 4>(W, cols, xs, t, Y, ldy, r0, r1), t += 4;
   if (t + 2 <= T) tile_rows<P, 2>(W, cols, xs, t, Y, ldy, r0, r1), t += 2;
   if (t < T) tile_rows<P, 1>(W, cols, xs, t, Y, ldy, r0, r1);
 }

@@ -32,6 +32,10 @@ double kv_bytes(const Config& c, double positions) { return 2.0 * c.n_layers * c
 struct DecodeRun {
   double ms = 0;               // mean ms per counted token
   std::vector<double> ratios;  // with a probe: each token's time over its floor
+  // With an engine for the products: after each token (and its probe pass) the step's
+  // products alone, their ms and ratio to the weights' floor, and the token's time over
+  // theirs.
+  std::vector<double> products_ms, products_ratios, step_over_products;
 };
 
 // With a probe, a pass over the probe's buffer follows every token (and precedes the
@@ -39,7 +43,8 @@ struct DecodeRun {
 // either side of it, for the bytes it read (weights plus the cache up to its
 // position): drift on the scale of seconds then cancels out of the ratio.
 DecodeRun time_decode(const std::shared_ptr<const Model>& m, int steps, int threads, Products products, bool observed,
-                      size_t* trace_bytes, ReadProbe* probe = nullptr, double weight_bytes = 0) {
+                      size_t* trace_bytes, ReadProbe* probe = nullptr, double weight_bytes = 0,
+                      const Engine* products_engine = nullptr) {
   SessionOptions o;
   o.sampler.temperature = 0;
   o.steps = steps;
@@ -56,6 +61,8 @@ DecodeRun time_decode(const std::shared_ptr<const Model>& m, int steps, int thre
   s.start({start_token(c)}, src);
   s.step();
   DecodeRun run;
+  std::vector<float> buf;
+  if (products_engine) products_engine->decode_products(buf);  // sizes the buffer
   double total = 0, rate = probe ? probe->pass() : 0;
   int n = 0;
   while (!s.done()) {
@@ -69,34 +76,21 @@ DecodeRun time_decode(const std::shared_ptr<const Model>& m, int steps, int thre
       const double bytes = weight_bytes + kv_bytes(c, n + 1);
       run.ratios.push_back(ms / (bytes / (0.5 * (rate + next) * 1e9) * 1e3));
       rate = next;
+      if (products_engine) {
+        const auto t1 = Clock::now();
+        products_engine->decode_products(buf);
+        const double pms = ms_since(t1);
+        const double after = probe->pass();
+        run.products_ms.push_back(pms);
+        run.products_ratios.push_back(pms / (weight_bytes / (0.5 * (rate + after) * 1e9) * 1e3));
+        run.step_over_products.push_back(ms / pms);
+        rate = after;
+      }
     }
   }
   run.ms = total / std::max(1, n);
   if (trace_bytes) *trace_bytes = s.trace().bytes();
   return run;
-}
-
-// The decode's products alone, `n` times, each between two probe passes: their ms
-// and each one's ratio to the weights' floor at the mean rate of those passes.
-std::pair<std::vector<double>, std::vector<double>> time_products(const std::shared_ptr<const Model>& m, int threads,
-                                                                  Products products, int n, ReadProbe& probe,
-                                                                  double weight_bytes) {
-  Engine e(m);
-  e.set_threads(threads);
-  e.set_products(products);
-  std::vector<float> buf;
-  e.decode_products(buf);  // warm-up
-  std::vector<double> ms, ratios;
-  double rate = probe.pass();
-  for (int i = 0; i < n; ++i) {
-    const auto t0 = Clock::now();
-    e.decode_products(buf);
-    ms.push_back(ms_since(t0));
-    const double next = probe.pass();
-    ratios.push_back(ms.back() / (weight_bytes / (0.5 * (rate + next) * 1e9) * 1e3));
-    rate = next;
-  }
-  return {ms, ratios};
 }
 
 }  // namespace
@@ -159,24 +153,29 @@ DecodeBenchResult run_decode_bench(std::shared_ptr<const Model> m, const DecodeB
     r.bandwidth.threads = b.threads;
   }
   time_decode(m, std::min(steps, 16), o.threads, o.products, false, nullptr);  // warm-up: caches, pages, thread pool
-  std::vector<double> plain, observed, plain_ratio, observed_ratio, pair_ratio;
+  // The products alone run on an engine of their own after every plain token, so that
+  // each token has its products measured in the same state of the machine.
+  Engine products(m);
+  products.set_threads(o.threads);
+  products.set_products(o.products);
+  std::vector<double> plain, observed, plain_ratio, observed_ratio, pair_ratio, prod_ms, prod_ratio, over_products;
   for (int i = 0; i < std::max(1, o.reps); ++i) {
     say("decode run " + std::to_string(i + 1) + " of " + std::to_string(std::max(1, o.reps)));
-    const DecodeRun p = time_decode(m, steps, o.threads, o.products, false, nullptr, &probe, r.weight_bytes);
+    const DecodeRun p = time_decode(m, steps, o.threads, o.products, false, nullptr, &probe, r.weight_bytes, &products);
     const DecodeRun q =
         time_decode(m, steps, o.threads, o.products, true, &r.observed_trace_bytes, &probe, r.weight_bytes);
     plain.push_back(p.ms);
     observed.push_back(q.ms);
     plain_ratio.insert(plain_ratio.end(), p.ratios.begin(), p.ratios.end());
+    prod_ms.insert(prod_ms.end(), p.products_ms.begin(), p.products_ms.end());
+    prod_ratio.insert(prod_ratio.end(), p.products_ratios.begin(), p.products_ratios.end());
+    over_products.insert(over_products.end(), p.step_over_products.begin(), p.step_over_products.end());
     observed_ratio.insert(observed_ratio.end(), q.ratios.begin(), q.ratios.end());
     pair_ratio.push_back(q.ms / p.ms);
   }
-  say("the products alone");
-  {
-    const auto [ms, ratios] = time_products(m, o.threads, o.products, std::max(8, steps / 2), probe, r.weight_bytes);
-    r.products_ms = median(ms);
-    r.products_over_floor = median(ratios);
-  }
+  r.products_ms = median(prod_ms);
+  r.products_over_floor = median(prod_ratio);
+  r.steps_over_products = median(over_products);
   const std::vector<double>& rates = probe.rates();
   r.bandwidth.median_gb_per_s = median(rates);
   r.bandwidth.gb_per_s = *std::max_element(rates.begin(), rates.end());
@@ -246,9 +245,12 @@ void print_decode_bench(std::FILE* f, const DecodeBenchResult& r, const DecodeBe
                r.observed_ms, r.observed_over_floor, r.observed_over_plain);
   std::fprintf(f, "products alone          %.2f ms/token               measured/floor %.3f (weights only)\n",
                r.products_ms, r.products_over_floor);
+  std::fprintf(f, "steps over products     %.3f  (no observer; decode - products: %+.3f of the floor)\n",
+               r.steps_over_products, r.plain_over_floor - r.products_over_floor);
   std::fprintf(f,
                "                        (ratios: medians over every token, each against probe passes either side;\n"
-               "                        a step beyond its products: norms, attention, sampling, candidate table)\n");
+               "                        the products alone run after each plain step; a step beyond its products:\n"
+               "                        norms, attention, sampling, candidate table)\n");
   std::fprintf(f, "trace of one run        %.2f MB for %d positions\n", r.observed_trace_bytes / 1e6, o.steps);
   if (r.prefill_ms > 0) {
     std::fprintf(f, "prefill %d tokens       %.1f ms (%.1f tokens/s, %.1f GFLOP/s)\n", o.prefill, r.prefill_ms,

@@ -36,11 +36,12 @@ struct DecodeBenchResult {
   // Medians of per-run ratios: each run's time over the floor at the mean rate of the
   // probes just before and after it, and each observed run over the plain run before it.
   double plain_over_floor = 0, observed_over_floor = 0, observed_over_plain = 0;
-  // The same step's matrix-vector products alone (Engine::decode_products), timed
-  // token by token between probe passes like the decode: median ms and ratio to the
-  // weights' floor. What a whole step costs beyond them is its other work: norms,
+  // The same step's matrix-vector products alone (Engine::decode_products), timed after
+  // every plain token between probe passes like the decode: median ms and ratio to the
+  // weights' floor, and the median over tokens of each token's time over the products
+  // timed right after it. What a whole step costs beyond them is its other work: norms,
   // attention, sampling and the candidate table.
-  double products_ms = 0, products_over_floor = 0;
+  double products_ms = 0, products_over_floor = 0, steps_over_products = 0;
   size_t observed_trace_bytes = 0;  // the trace of one observed run (steps positions)
   double prefill_ms = 0;            // one forward over the prompt (logits of the last position)
   double steps_ms = 0;              // the same prompt fed one token at a time

@@ -699,15 +699,19 @@ void Engine::attend_one_row(Stack st, int layer, const AttnPoints& pts, int pos0
   const int group = H / c.n_kv_heads, nt = threads_;
   const float scale = c.score_scale();
   const bool split = decode_split(S);
-  float* att = s_->att.data();  // [H, 1, S]
+  float* att = s_->att.data();                        // [H, 1, S]
+  const bool causal = keys.kind == AttnKind::Causal;  // reads the keys keys.first(pos0) .. pos0
   team_.over_key_shares(S, split, [&](int, int j0, int j1) {
-    for (int j = j0; j < j1; ++j) {
-      if (may_read(keys, pos0, j)) {
-        head_dots(s_->q.data(), keys.K + size_t(j) * kvd, H, group, dh, scale, att + j, S);
-      } else {
-        for (int h = 0; h < H; ++h) att[size_t(h) * S + j] = kNegInf;
-      }
-    }
+    const int lo = causal ? std::clamp(keys.first(pos0), j0, j1) : j0, hi = causal ? std::clamp(pos0 + 1, lo, j1) : j1;
+    auto mask = [&](int j) {
+      for (int h = 0; h < H; ++h) att[size_t(h) * S + j] = kNegInf;
+    };
+    for (int j = j0; j < lo; ++j) mask(j);
+    head_dots(s_->q.data(), keys.K, kvd, lo, hi, H, group, dh, scale, att, S);
+    for (int j = hi; j < j1; ++j) mask(j);
+    if (!causal)
+      for (int j = j0; j < j1; ++j)
+        if (!may_read(keys, pos0, j)) mask(j);
   });
   if (hooks_.active(st, layer, pts.scores)) hooks_.fire(st, layer, pts.scores, pos0, {att, 3, {H, 1, S}});
   for (int h = 0; h < H; ++h) head_softmax(h, 1, pos0, keys);
@@ -716,8 +720,7 @@ void Engine::attend_one_row(Stack st, int layer, const AttnPoints& pts, int pos0
     float* z = split ? s_->zpart.data() + size_t(t) * qd : s_->z.data();  // [q_dim]
     std::fill_n(z, qd, 0.0f);
     // Keys before a sliding window have weight 0: not read.
-    for (int j = std::max(j0, keys.first(pos0)); j < j1; ++j)
-      head_axpys(att + j, S, keys.V + size_t(j) * kvd, H, group, dh, z);
+    head_axpys(att, S, keys.V, kvd, std::max(j0, keys.first(pos0)), j1, H, group, dh, z);
   });
   if (!split) return;
   VMap z(s_->z.data(), qd);

@@ -1,11 +1,15 @@
 #include "perf/vmath.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
 #if defined(__AVX2__) && defined(__FMA__)
 #define DS_VMATH_AVX2 1
 #include <immintrin.h>
+#if defined(__AVX512F__) && defined(__AVX512VL__)
+#define DS_VMATH_AVX512 1
+#endif
 #endif
 
 namespace ds {
@@ -88,6 +92,27 @@ inline __m256d exp4d(__m256d a) {
   const __m256d scale = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_castpd_si256(t), 52));
   return _mm256_mul_pd(p, scale);
 }
+
+#ifdef DS_VMATH_AVX512
+// exp4d on eight lanes: the same operations, so each lane's bits are exp4d's.
+inline __m512d exp8d(__m512d a) {
+  const __m512d k = _mm512_roundscale_pd(_mm512_mul_pd(a, _mm512_set1_pd(1.4426950408889634)),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512d r = _mm512_fnmadd_pd(k, _mm512_set1_pd(6.93147180369123816490e-01), a);
+  r = _mm512_fnmadd_pd(k, _mm512_set1_pd(1.90821492927058770002e-10), r);
+  auto c = [](int i) { return _mm512_set1_pd(kInvFact[i]); };
+  const __m512d r2 = _mm512_mul_pd(r, r), r4 = _mm512_mul_pd(r2, r2), r8 = _mm512_mul_pd(r4, r4);
+  const __m512d q0 = _mm512_fmadd_pd(c(1), r, c(0)), q1 = _mm512_fmadd_pd(c(3), r, c(2)),
+                q2 = _mm512_fmadd_pd(c(5), r, c(4)), q3 = _mm512_fmadd_pd(c(7), r, c(6)),
+                q4 = _mm512_fmadd_pd(c(9), r, c(8)), q5 = _mm512_fmadd_pd(c(11), r, c(10)),
+                q6 = _mm512_fmadd_pd(c(13), r, c(12));
+  const __m512d s0 = _mm512_fmadd_pd(q1, r2, q0), s1 = _mm512_fmadd_pd(q3, r2, q2), s2 = _mm512_fmadd_pd(q5, r2, q4);
+  const __m512d p = _mm512_fmadd_pd(_mm512_fmadd_pd(q6, r4, s2), r8, _mm512_fmadd_pd(s1, r4, s0));
+  const __m512d t = _mm512_add_pd(k, _mm512_set1_pd(6755399441055744.0 + 1023.0));
+  const __m512d scale = _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_castpd_si512(t), 52));
+  return _mm512_mul_pd(p, scale);
+}
+#endif
 #endif
 
 }  // namespace
@@ -98,6 +123,17 @@ float max_and_nan(const float* x, int64_t n, bool* nan) {
   int64_t i = 0;
 #ifdef DS_VMATH_AVX2
   __m256 vm = _mm256_set1_ps(m), un = _mm256_setzero_ps();
+#ifdef DS_VMATH_AVX512
+  __m512 vm16 = _mm512_set1_ps(m);
+  __mmask16 un16 = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    un16 |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    vm16 = _mm512_max_ps(vm16, v);
+  }
+  vm = _mm256_max_ps(_mm512_castps512_ps256(vm16), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(vm16), 1)));
+  bad = un16 != 0;
+#endif
   for (; i + 8 <= n; i += 8) {
     const __m256 v = _mm256_loadu_ps(x + i);
     un = _mm256_or_ps(un, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
@@ -106,7 +142,7 @@ float max_and_nan(const float* x, int64_t n, bool* nan) {
   alignas(32) float l[8];
   _mm256_store_ps(l, vm);
   for (float v : l) m = v > m ? v : m;
-  bad = _mm256_movemask_ps(un) != 0;
+  bad |= _mm256_movemask_ps(un) != 0;
 #endif
   for (; i < n; ++i) {
     bad |= std::isnan(x[i]);
@@ -134,6 +170,10 @@ void scale_to_float(const double* w, int64_t n, double s, float* p) {
   int64_t i = 0;
 #ifdef DS_VMATH_AVX2
   const __m256d vs = _mm256_set1_pd(s);
+#ifdef DS_VMATH_AVX512
+  const __m512d vs8 = _mm512_set1_pd(s);
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(p + i, _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_loadu_pd(w + i), vs8)));
+#endif
   for (; i + 4 <= n; i += 4) _mm_storeu_ps(p + i, _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_loadu_pd(w + i), vs)));
 #endif
   for (; i < n; ++i) p[i] = static_cast<float>(w[i] * s);
@@ -180,8 +220,10 @@ void layer_norm_row(const float* x, int64_t d, const float* g, const float* b, f
   }
 }
 
-void head_dots(const float* q, const float* k, int n_heads, int group, int dh, float scale, float* out,
-               int64_t stride) {
+namespace {
+
+// One key row's scores for every head.
+void row_dots(const float* q, const float* k, int n_heads, int group, int dh, float scale, float* out, int64_t stride) {
   for (int h = 0; h < n_heads; ++h) {
     const float* qh = q + int64_t(h) * dh;
     const float* kh = k + int64_t(h / group) * dh;
@@ -205,7 +247,8 @@ void head_dots(const float* q, const float* k, int n_heads, int group, int dh, f
   }
 }
 
-void head_axpys(const float* p, int64_t stride, const float* v, int n_heads, int group, int dh, float* z) {
+// One value row added to every head's mix with its weight.
+void row_axpys(const float* p, int64_t stride, const float* v, int n_heads, int group, int dh, float* z) {
   for (int h = 0; h < n_heads; ++h) {
     const float w = p[h * stride];
     if (w == 0.0f) continue;
@@ -221,6 +264,104 @@ void head_axpys(const float* p, int64_t stride, const float* v, int n_heads, int
   }
 }
 
+#ifdef DS_VMATH_AVX512
+// head_dots for dh a multiple of 16: sixteen lanes, one sum at the end of each dot.
+void dots16(const float* q, const float* K, int64_t ld, int j0, int j1, int n_heads, int group, int dh, float scale,
+            float* att, int64_t S) {
+  for (int j = j0; j < j1; ++j) {
+    const float* k = K + int64_t(j) * ld;
+    for (int h = 0; h < n_heads; ++h) {
+      const float* qh = q + int64_t(h) * dh;
+      const float* kh = k + int64_t(h / group) * dh;
+      __m512 a0 = _mm512_mul_ps(_mm512_loadu_ps(qh), _mm512_loadu_ps(kh)), a1 = _mm512_setzero_ps();
+      int i = 16;
+      for (; i + 32 <= dh; i += 32) {
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(qh + i), _mm512_loadu_ps(kh + i), a1);
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(qh + i + 16), _mm512_loadu_ps(kh + i + 16), a0);
+      }
+      if (i < dh) a1 = _mm512_fmadd_ps(_mm512_loadu_ps(qh + i), _mm512_loadu_ps(kh + i), a1);
+      att[h * S + j] = scale * _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    }
+  }
+}
+
+// Columns [c0, c0 + 16 NC) of the mixes of the NH heads h0 .. of kv head g, summed over
+// the rows j0 .. j1 in registers (in row order, as row_axpys adds them) and then
+// added to z.
+template <int NH, int NC>
+void mix_block(const float* att, int64_t S, const float* V, int64_t ld, int j0, int j1, int h0, int g, int dh, int c0,
+               float* z) {
+  __m512 acc[NH][NC];
+  for (auto& row : acc)
+    for (__m512& a : row) a = _mm512_setzero_ps();
+  const float* vg = V + int64_t(g) * dh + c0;
+  for (int j = j0; j < j1; ++j) {
+    const float* v = vg + int64_t(j) * ld;
+    __m512 vv[NC];
+    for (int c = 0; c < NC; ++c) vv[c] = _mm512_loadu_ps(v + 16 * c);
+    for (int h = 0; h < NH; ++h) {
+      const __m512 w = _mm512_set1_ps(att[int64_t(h0 + h) * S + j]);
+      for (int c = 0; c < NC; ++c) acc[h][c] = _mm512_fmadd_ps(w, vv[c], acc[h][c]);
+    }
+  }
+  for (int h = 0; h < NH; ++h) {
+    float* zh = z + int64_t(h0 + h) * dh + c0;
+    for (int c = 0; c < NC; ++c) _mm512_storeu_ps(zh + 16 * c, _mm512_add_ps(_mm512_loadu_ps(zh + 16 * c), acc[h][c]));
+  }
+}
+
+// mix_block over NC-wide column blocks: 64 columns at a time, then 16.
+template <int NH>
+void mix_heads(const float* att, int64_t S, const float* V, int64_t ld, int j0, int j1, int h0, int g, int dh,
+               float* z) {
+  int c0 = 0;
+  for (; c0 + 64 <= dh; c0 += 64) mix_block<NH, 4>(att, S, V, ld, j0, j1, h0, g, dh, c0, z);
+  for (; c0 < dh; c0 += 16) mix_block<NH, 1>(att, S, V, ld, j0, j1, h0, g, dh, c0, z);
+}
+
+// head_axpys for dh a multiple of 16: each kv head's rows are read once for up to four
+// of its query heads.
+void mix16(const float* att, int64_t S, const float* V, int64_t ld, int j0, int j1, int n_heads, int group, int dh,
+           float* z) {
+  for (int h0 = 0; h0 < n_heads;) {
+    const int g = h0 / group, nh = std::min({4, (g + 1) * group - h0, n_heads - h0});
+    switch (nh) {
+      case 1:
+        mix_heads<1>(att, S, V, ld, j0, j1, h0, g, dh, z);
+        break;
+      case 2:
+        mix_heads<2>(att, S, V, ld, j0, j1, h0, g, dh, z);
+        break;
+      case 3:
+        mix_heads<3>(att, S, V, ld, j0, j1, h0, g, dh, z);
+        break;
+      default:
+        mix_heads<4>(att, S, V, ld, j0, j1, h0, g, dh, z);
+        break;
+    }
+    h0 += nh;
+  }
+}
+#endif
+
+}  // namespace
+
+void head_dots(const float* q, const float* K, int64_t ld, int j0, int j1, int n_heads, int group, int dh, float scale,
+               float* att, int64_t S) {
+#ifdef DS_VMATH_AVX512
+  if (dh % 16 == 0) return dots16(q, K, ld, j0, j1, n_heads, group, dh, scale, att, S);
+#endif
+  for (int j = j0; j < j1; ++j) row_dots(q, K + int64_t(j) * ld, n_heads, group, dh, scale, att + j, S);
+}
+
+void head_axpys(const float* att, int64_t S, const float* V, int64_t ld, int j0, int j1, int n_heads, int group, int dh,
+                float* z) {
+#ifdef DS_VMATH_AVX512
+  if (dh % 16 == 0) return mix16(att, S, V, ld, j0, j1, n_heads, group, dh, z);
+#endif
+  for (int j = j0; j < j1; ++j) row_axpys(att + j, S, V + int64_t(j) * ld, n_heads, group, dh, z);
+}
+
 double exp_weights(const float* x, int64_t n, float xmax, double inv_t, double* w) {
   const double m = xmax;
   double sum = 0.0;
@@ -231,22 +372,43 @@ double exp_weights(const float* x, int64_t n, float xmax, double inv_t, double* 
                   lo = _mm256_set1_pd(-708.0);
     const __m128 fm = _mm_set1_ps(xmax);
     __m256d acc = _mm256_setzero_pd();
-    for (; i + 4 <= n; i += 4) {
-      const __m128 xf = _mm_loadu_ps(x + i);
+    // Lanes i .. i+3: into w and acc, or (a lane below -708) one by one into sum.
+    auto four = [&](int64_t i4) {
+      const __m128 xf = _mm_loadu_ps(x + i4);
       const __m256d a = _mm256_mul_pd(_mm256_sub_pd(_mm256_cvtps_pd(xf), vm), vt);
       if (_mm256_movemask_pd(_mm256_cmp_pd(a, lo, _CMP_NGE_UQ))) {  // a < -708 (or -inf) in some lane
-        for (int64_t j = i; j < i + 4; ++j) {
+        for (int64_t j = i4; j < i4 + 4; ++j) {
           w[j] = x[j] == xmax ? 1.0 : std::exp((static_cast<double>(x[j]) - m) * inv_t);
           sum += w[j];
         }
-        continue;
+        return;
       }
       const __m128 eq = _mm_cmpeq_ps(xf, fm);
       const __m256d eqd = _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm_castps_si128(eq)));
       const __m256d e = _mm256_blendv_pd(exp4d(a), one, eqd);
-      _mm256_storeu_pd(w + i, e);
+      _mm256_storeu_pd(w + i4, e);
       acc = _mm256_add_pd(acc, e);
+    };
+#ifdef DS_VMATH_AVX512
+    // Eight lanes at a time, added to acc as two fours in order: the bits of four().
+    const __m512d vm8 = _mm512_set1_pd(m), vt8 = _mm512_set1_pd(inv_t), one8 = _mm512_set1_pd(1.0),
+                  lo8 = _mm512_set1_pd(-708.0);
+    const __m256 fm8 = _mm256_set1_ps(xmax);
+    for (; i + 8 <= n; i += 8) {
+      const __m256 xf = _mm256_loadu_ps(x + i);
+      const __m512d a = _mm512_mul_pd(_mm512_sub_pd(_mm512_cvtps_pd(xf), vm8), vt8);
+      if (_mm512_cmp_pd_mask(a, lo8, _CMP_NGE_UQ)) {
+        four(i);
+        four(i + 4);
+        continue;
+      }
+      const __m512d e = _mm512_mask_blend_pd(_mm256_cmp_ps_mask(xf, fm8, _CMP_EQ_OQ), exp8d(a), one8);
+      _mm512_storeu_pd(w + i, e);
+      acc = _mm256_add_pd(acc, _mm512_castpd512_pd256(e));
+      acc = _mm256_add_pd(acc, _mm512_extractf64x4_pd(e, 1));
     }
+#endif
+    for (; i + 4 <= n; i += 4) four(i);
     alignas(32) double lanes[4];
     _mm256_store_pd(lanes, acc);
     sum += (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);

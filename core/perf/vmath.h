@@ -18,12 +18,17 @@ float exp_shift_sum(float* x, int64_t n, float shift);
 // mean and variance accumulated in double.
 void layer_norm_row(const float* x, int64_t d, const float* g, const float* b, float eps, float* y);
 
-// Attention over one cached key or value row, for every head at once (decoding).
-// The row holds n_kv heads of width dh; query head h reads kv head h / group.
-//   scores: out[h * stride] = scale * (q_h . k_{h/group}), h < n_heads
-//   mix:    z_h += p[h * stride] * v_{h/group}, skipping heads whose p is 0
-void head_dots(const float* q, const float* k, int n_heads, int group, int dh, float scale, float* out, int64_t stride);
-void head_axpys(const float* p, int64_t stride, const float* v, int n_heads, int group, int dh, float* z);
+// Attention of one query row over the cached key or value rows j0 <= j < j1 (decoding).
+// Row j is K + j * ld (V + j * ld): n_kv heads of width dh; query head h reads kv head
+// h / group. att holds each head's weights at stride S (att[h * S + j]).
+//   scores: att[h * S + j] = scale * (q_h . K_j[h / group])
+//   mix:    z_h += sum_j att[h * S + j] V_j[h / group], the rows added in order
+// With AVX-512 and dh a multiple of 16, each kv head's value rows are read once for up
+// to four of its query heads, the sums kept in registers.
+void head_dots(const float* q, const float* K, int64_t ld, int j0, int j1, int n_heads, int group, int dh, float scale,
+               float* att, int64_t S);
+void head_axpys(const float* att, int64_t S, const float* V, int64_t ld, int j0, int j1, int n_heads, int group, int dh,
+                float* z);
 
 // The maximum of x[0..n) (-inf for n == 0, NaNs ignored), and whether any is NaN.
 float max_and_nan(const float* x, int64_t n, bool* nan);

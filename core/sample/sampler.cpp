@@ -176,31 +176,48 @@ void Sampler::reseed(uint64_t seed) {
   rng_ = Rng(seed);
 }
 
-// Sizes out's tables and the scratch once per vocabulary, so later calls do not allocate.
-void Sampler::prepare(int vocab, SampleResult& out) {
+// Sizes out's tables and the scratch once per vocabulary, so later calls do not
+// allocate. Returns the one-hot id a greedy step left in out (SampleResult::one_hot,
+// with nothing marked removed), or -1 after marking every id kept; out.one_hot is -1
+// until a greedy step sets it again.
+int Sampler::prepare(int vocab, SampleResult& out) {
+  const size_t V = static_cast<size_t>(vocab);
+  const bool sized = out.p_temp.size() == V && out.p_topk.size() == V && out.p_final.size() == V &&
+                     out.removed.size() == V && out.one_hot < vocab;
+  const int hot = sized ? out.one_hot : -1;
+  out.one_hot = -1;
   size_to(out.p_raw, vocab);
   size_to(out.p_temp, vocab);
   size_to(out.p_topk, vocab);
   size_to(out.p_final, vocab);
   size_to(out.removed, vocab);
-  const size_t V = static_cast<size_t>(vocab);
   if (out.order.capacity() < V) out.order.reserve(V);
   size_to(w_, vocab);
   size_to(idx_, vocab);
   size_to(sel_, vocab);
   if (keys_.capacity() < V) keys_.reserve(V);
   if (keys2_.capacity() < V) keys2_.reserve(V);
-  std::fill(out.removed.begin(), out.removed.end(), kKept);
+  if (hot < 0) std::fill(out.removed.begin(), out.removed.end(), kKept);
+  return hot;
 }
 
 // Temperature 0: the first maximum, one-hot everywhere downstream, no draw. Only the
 // argmax is kept (n_kept = 1); the other ids keep removed = kKept with p_final 0.
-int Sampler::greedy(const float* logits, int vocab, float xmax, SampleResult& out) {
+// hot >= 0: out already holds the one-hot rows of a greedy step at hot.
+int Sampler::greedy(const float* logits, int vocab, float xmax, int hot, SampleResult& out) {
   const int tok = static_cast<int>(first_equal(logits, vocab, xmax));  // argmax: the first maximum
-  std::fill(out.p_temp.begin(), out.p_temp.end(), 0.0f);
-  out.p_temp[static_cast<size_t>(tok)] = 1.0f;
-  out.p_topk = out.p_temp;
-  out.p_final = out.p_temp;
+  const size_t t = static_cast<size_t>(tok);
+  if (hot >= 0) {
+    const size_t h = static_cast<size_t>(hot);
+    out.p_temp[h] = out.p_topk[h] = out.p_final[h] = 0.0f;
+    out.p_temp[t] = out.p_topk[t] = out.p_final[t] = 1.0f;
+  } else {
+    std::fill(out.p_temp.begin(), out.p_temp.end(), 0.0f);
+    out.p_temp[t] = 1.0f;
+    out.p_topk = out.p_temp;
+    out.p_final = out.p_temp;
+  }
+  out.one_hot = tok;
   out.order.assign(1, tok);
   out.n_kept = 1;
   out.greedy = true;
@@ -342,7 +359,7 @@ int Sampler::filter(const float* logits, int vocab, SampleResult& out, std::span
   bool nan = false;
   float xmax = max_and_nan(logits, vocab, &nan);  // maximum and NaN check in one pass
   if (nan) throw Error("logits contain NaN");
-  prepare(vocab, out);
+  const int hot = prepare(vocab, out);
   double* w = w_.data();
   normalise(w, vocab, weights(logits, vocab, xmax, 1.0, w), out.p_raw.data());  // p_raw
   if (cfg_.repetition_penalty != 1.0f) {
@@ -352,7 +369,7 @@ int Sampler::filter(const float* logits, int vocab, SampleResult& out, std::span
     out.p_rep.clear();
   }
   const bool contrastive = cfg_.contrastive;
-  if (!contrastive && cfg_.temperature == 0.0f) return greedy(logits, vocab, xmax, out);
+  if (!contrastive && cfg_.temperature == 0.0f) return greedy(logits, vocab, xmax, hot, out);
 
   // p_temp (w keeps the temperature weights from here on). Contrastive search uses no
   // temperature.

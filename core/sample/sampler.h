@@ -60,6 +60,10 @@ struct SampleResult {
   bool greedy = false;  // T == 0: argmax, no random draw
   double u = -1;        // the uniform number drawn, in [0,1); -1 when greedy
   int n_kept = 0;       // == order.size()
+  // The sampler's bookkeeping: the id of the one-hot p_temp, p_topk and p_final that a
+  // greedy step left (zero elsewhere, nothing removed), so that the next greedy step
+  // moves three entries instead of rewriting three rows of vocab floats; -1 otherwise.
+  int one_hot = -1;
 };
 
 // Values of SampleResult::removed.
@@ -110,10 +114,10 @@ class Sampler {
   const Rng& rng() const { return rng_; }
 
  private:
-  void prepare(int vocab, SampleResult& out);
+  int prepare(int vocab, SampleResult& out);
   const float* penalise(const float* logits, int vocab, std::span<const int> seen, SampleResult& out);
   int filter(const float* logits, int vocab, SampleResult& out, std::span<const int> seen, bool draw_token);
-  int greedy(const float* logits, int vocab, float xmax, SampleResult& out);
+  int greedy(const float* logits, int vocab, float xmax, int hot, SampleResult& out);
   void top_k(int vocab, int k, SampleResult& out);
   int top_p_prefix(const int* cand, int n_cand, SampleResult& out);
   void top_p(const int* cand, int n_cand, int vocab, SampleResult& out);

@@ -244,7 +244,10 @@ SampleRecord Session::record(const SampleResult& r, const SamplerConfig& c, int 
     heap.resize(size_t(n));
     rows.resize(size_t(n));
     best_ids(key.data(), nullptr, V, n, rows.data(), heap.data());
-    if (token >= 0) rec.rank = rank_of(key.data(), V, token);
+    if (token >= 0) {  // rows[i] has rank i in the same order
+      const auto at = std::find(rows.begin(), rows.end(), token);
+      rec.rank = at != rows.end() ? int(at - rows.begin()) : rank_of(key.data(), V, token);
+    }
   }
   auto add = [&](int id) {
     if (id >= 0 && std::find(rows.begin(), rows.end(), id) == rows.end()) rows.push_back(id);

@@ -182,33 +182,51 @@ TEST(Kernels, VectorisedActivationsMatchTheCLibrary) {
 
 // The decode attention kernels against plain double loops: head widths with and
 // without a vector remainder, grouped and plain heads, skipped zero weights.
+// One query row's scores and mix over a range of cached rows, against double loops:
+// head widths with and without a 16-lane body (and 64-lane blocks with tails), groups
+// that split into blocks of four heads with a remainder, a row stride wider than the
+// kv heads, ranges that start past 0, and weights of 0 (masked keys).
 TEST(Kernels, HeadDotsAndAxpysMatchNaiveLoops) {
   std::mt19937 gen(7);
   std::normal_distribution<float> nd;
-  for (int dh : {8, 20, 64, 70}) {
-    for (int group : {1, 2, 3}) {
-      const int H = 6, kv = H / group;
-      std::vector<float> q(size_t(H * dh)), k(size_t(kv * dh)), z(size_t(H * dh)), p(size_t(H * 3), 0.0f);
+  for (int dh : {8, 16, 20, 48, 64, 70, 80, 128}) {
+    for (int group : {1, 2, 3, 7}) {
+      const int kv = 2, H = kv * group, ld = kv * dh + 5, S = 9, j0 = 2, j1 = 8;
+      std::vector<float> q(size_t(H * dh)), K(size_t(S * ld)), V(K), z(size_t(H * dh));
       for (float& v : q) v = nd(gen);
-      for (float& v : k) v = nd(gen);
+      for (float& v : K) v = nd(gen);
+      for (float& v : V) v = nd(gen);
       for (float& v : z) v = nd(gen);
-      for (int h = 0; h < H; ++h) p[size_t(h * 3)] = h == 2 ? 0.0f : nd(gen);
-      std::vector<float> out(size_t(H * 5), -7.0f);
-      head_dots(q.data(), k.data(), H, group, dh, 0.125f, out.data(), 5);
+      std::vector<float> att(size_t(H * S), -7.0f);
+      head_dots(q.data(), K.data(), ld, j0, j1, H, group, dh, 0.125f, att.data(), S);
+      std::vector<float> p(size_t(H * S));
+      for (float& v : p) v = nd(gen);
+      for (int h = 0; h < H; ++h) p[size_t(h * S + 4)] = 0.0f;
       std::vector<float> z2 = z;
-      head_axpys(p.data(), 3, k.data(), H, group, dh, z2.data());
+      head_axpys(p.data(), S, V.data(), ld, j0, j1, H, group, dh, z2.data());
       for (int h = 0; h < H; ++h) {
-        double dot = 0, mag = 0;
-        for (int i = 0; i < dh; ++i) {
-          dot += double(q[size_t(h * dh + i)]) * k[size_t((h / group) * dh + i)];
-          mag += std::abs(double(q[size_t(h * dh + i)]) * k[size_t((h / group) * dh + i)]);
+        const size_t kvo = size_t((h / group) * dh);
+        for (int j = 0; j < S; ++j) {
+          if (j < j0 || j >= j1) {
+            EXPECT_EQ(att[size_t(h * S + j)], -7.0f) << "a row outside the range was written";
+            continue;
+          }
+          double dot = 0, mag = 0;
+          for (int i = 0; i < dh; ++i) {
+            const double t = double(q[size_t(h * dh + i)]) * K[size_t(j * ld) + kvo + size_t(i)];
+            dot += t, mag += std::abs(t);
+          }
+          EXPECT_NEAR(att[size_t(h * S + j)], 0.125 * dot, 1e-6 * mag)
+              << "dh " << dh << " group " << group << " head " << h << " row " << j;
         }
-        EXPECT_NEAR(out[size_t(h * 5)], 0.125 * dot, 1e-6 * mag) << "dh " << dh << " group " << group << " head " << h;
-        for (int s = 1; s < 5; ++s) EXPECT_EQ(out[size_t(h * 5 + s)], -7.0f);  // only the strided cells
         for (int i = 0; i < dh; ++i) {
-          const double want =
-              double(z[size_t(h * dh + i)]) + double(p[size_t(h * 3)]) * k[size_t((h / group) * dh + i)];
-          EXPECT_NEAR(z2[size_t(h * dh + i)], want, 1e-6 * (1 + std::abs(want)));
+          double want = z[size_t(h * dh + i)], mag = std::abs(want);
+          for (int j = j0; j < j1; ++j) {
+            const double t = double(p[size_t(h * S + j)]) * V[size_t(j * ld) + kvo + size_t(i)];
+            want += t, mag += std::abs(t);
+          }
+          EXPECT_NEAR(z2[size_t(h * dh + i)], want, 1e-6 * (1 + mag))
+              << "dh " << dh << " group " << group << " head " << h << " column " << i;
         }
       }
     }

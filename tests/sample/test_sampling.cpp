@@ -571,6 +571,50 @@ TEST(Sampler, ReusesBuffers) {
   }
 }
 
+// A result reused across steps (greedy steps move their one-hot rows in place) holds
+// exactly what a fresh result would: greedy after greedy with another argmax, greedy
+// after sampled steps that cut tokens, sampled after greedy, with and without the
+// repetition penalty, and a vocabulary that changes size.
+TEST(Sampler, ReusedResultEqualsAFreshOne) {
+  struct Step {
+    int n;
+    uint64_t seed;
+    SamplerConfig c;
+  };
+  const SamplerConfig greedy{0.0f, 0, 1.0f, 1};
+  SamplerConfig penalised = greedy;
+  penalised.repetition_penalty = 1.5f;
+  const std::vector<Step> steps = {{300, 1, greedy},  {300, 2, greedy},
+                                   {300, 2, greedy},  {300, 3, {0.8f, 5, 0.9f, 7}},
+                                   {300, 4, greedy},  {300, 5, {1.0f, 0, 0.3f, 8}},
+                                   {300, 6, greedy},  {300, 7, penalised},
+                                   {300, 8, greedy},  {120, 9, greedy},
+                                   {120, 10, greedy}, {300, 11, greedy}};
+  const std::vector<int> seen = {3, 17, 42};
+  Sampler reused_sampler;
+  SampleResult reused;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const Step& st = steps[k];
+    const std::vector<float> x = make_logits(st.n, st.seed);
+    reused_sampler.set_config(st.c);
+    Sampler fresh_sampler(st.c);
+    fresh_sampler.rng() = reused_sampler.rng();
+    SampleResult fresh;
+    const int a = reused_sampler.sample(x.data(), st.n, reused, seen);
+    const int b = fresh_sampler.sample(x.data(), st.n, fresh, seen);
+    ASSERT_EQ(a, b) << "step " << k;
+    EXPECT_EQ(reused.p_raw, fresh.p_raw) << "step " << k;
+    EXPECT_EQ(reused.p_rep, fresh.p_rep) << "step " << k;
+    EXPECT_EQ(reused.p_temp, fresh.p_temp) << "step " << k;
+    EXPECT_EQ(reused.p_topk, fresh.p_topk) << "step " << k;
+    EXPECT_EQ(reused.p_final, fresh.p_final) << "step " << k;
+    EXPECT_EQ(reused.removed, fresh.removed) << "step " << k;
+    EXPECT_EQ(reused.order, fresh.order) << "step " << k;
+    EXPECT_EQ(reused.n_kept, fresh.n_kept) << "step " << k;
+    EXPECT_EQ(reused.greedy, fresh.greedy) << "step " << k;
+  }
+}
+
 // ---------------------------------------------------------------- errors
 
 template <typename F>

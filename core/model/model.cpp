@@ -243,6 +243,23 @@ void Engine::swap_cache(KvCache& c) {
   std::swap(k_cache_, c.k);
   std::swap(v_cache_, c.v);
   std::swap(pos_, c.pos);
+  kv_ready_ = 0;  // the other cache's pages: mapped again as the positions come (cheap where they are)
+}
+
+// Maps the cache's pages for the positions up to `upto` and some way beyond, kKvAhead
+// positions at a time, so that the steps writing them take no page faults
+// (perf/memory.h, populate_for_write).
+void Engine::populate_kv(int upto) {
+  constexpr int kKvAhead = 256;
+  if (upto <= kv_ready_) return;
+  const Config& c = model_->cfg;
+  const int to = std::min(c.max_seq, (upto + kKvAhead) / kKvAhead * kKvAhead);
+  const size_t row = size_t(c.kv_dim()) * sizeof(float), at = size_t(kv_ready_) * row, n = size_t(to - kv_ready_) * row;
+  for (int l = 0; l < c.n_layers; ++l) {
+    populate_for_write(reinterpret_cast<char*>(k_cache_[size_t(l)]) + at, n);
+    populate_for_write(reinterpret_cast<char*>(v_cache_[size_t(l)]) + at, n);
+  }
+  kv_ready_ = to;
 }
 
 void Engine::copy_cache(const KvCache& from, KvCache& to) const {
@@ -824,6 +841,7 @@ Eigen::Map<const MatRM> Engine::forward(std::span<const int> tokens, bool all_lo
   if (c.encoder_decoder && src_len_ == 0) throw Error("encoder-decoder model: encode a source first");
   const int pos0 = pos_;
   ensure_scratch(T, std::max(pos0 + T, src_len_));
+  populate_kv(pos0 + T);
   Scratch& s = *s_;
   const int d = c.d_model;
   float* x = s.x.data();

@@ -156,6 +156,8 @@ class Engine {
   // KV cache: per decoder layer [max_seq, kv_dim] for keys and values.
   std::shared_ptr<void> kv_block_;
   std::vector<float*> k_cache_, v_cache_;
+  int kv_ready_ = 0;  // positions of the cache whose pages are mapped (populate_kv)
+  void populate_kv(int upto);
   // Cross-attention keys/values per decoder layer [src_len, kv_dim].
   std::vector<MatRM> ck_, cv_;
   std::unique_ptr<Scratch> s_;

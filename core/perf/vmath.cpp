@@ -52,6 +52,36 @@ inline __m256 exp8(__m256 x) {
   return y;
 }
 
+#ifdef DS_VMATH_AVX512
+// exp8 on sixteen lanes: the same operations, so each lane's bits are exp8's.
+inline __m512 exp16(__m512 x) {
+  const __m512 hi = _mm512_set1_ps(88.72283f), lo = _mm512_set1_ps(-87.33654f);
+  const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+  const __mmask16 over = _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ);
+  x = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+  const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 5040);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  const __m512i ki = _mm512_cvtps_epi32(k);
+  const __m512i half = _mm512_srai_epi32(ki, 1);
+  const __m512 s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(half, _mm512_set1_epi32(127)), 23));
+  const __m512 s2 =
+      _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_sub_epi32(ki, half), _mm512_set1_epi32(127)), 23));
+  __m512 y = _mm512_mul_ps(_mm512_mul_ps(p, s1), s2);
+  y = _mm512_maskz_mov_ps(__mmask16(~under), y);
+  return _mm512_mask_blend_ps(over, y, _mm512_set1_ps(std::numeric_limits<float>::infinity()));
+}
+#endif
+
 // 1/i! for i = 0..13: e^r to degree 13.
 constexpr double kInvFact[] = {1.0,
                                1.0,
@@ -179,6 +209,27 @@ void scale_to_float(const double* w, int64_t n, double s, float* p) {
   for (; i < n; ++i) p[i] = static_cast<float>(w[i] * s);
 }
 
+void rms_norm_row(const float* x, int64_t d, const float* g, float eps, float* y) {
+  float ss = 0.0f;
+  int64_t j = 0;
+#ifdef DS_VMATH_AVX512
+  if (d >= 16) {
+    __m512 a = _mm512_mul_ps(_mm512_loadu_ps(x), _mm512_loadu_ps(x));
+    for (j = 16; j + 16 <= d; j += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(x + j), _mm512_loadu_ps(x + j), a);
+    ss = _mm512_reduce_add_ps(a);
+  }
+#endif
+  for (; j < d; ++j) ss += x[j] * x[j];
+  const float inv = 1.0f / std::sqrt(ss / float(d) + eps);
+  j = 0;
+#ifdef DS_VMATH_AVX512
+  const __m512 vi = _mm512_set1_ps(inv);
+  for (; j + 16 <= d; j += 16)
+    _mm512_storeu_ps(y + j, _mm512_mul_ps(_mm512_loadu_ps(g + j), _mm512_mul_ps(vi, _mm512_loadu_ps(x + j))));
+#endif
+  for (; j < d; ++j) y[j] = g[j] * (inv * x[j]);
+}
+
 void layer_norm_row(const float* x, int64_t d, const float* g, const float* b, float eps, float* y) {
   double mean = 0, var = 0;
   int64_t j = 0;
@@ -265,23 +316,49 @@ void row_axpys(const float* p, int64_t stride, const float* v, int n_heads, int 
 }
 
 #ifdef DS_VMATH_AVX512
-// head_dots for dh a multiple of 16: sixteen lanes, one sum at the end of each dot.
+// q_h . k over dh (a multiple of 16) in sixteen lanes, not yet summed across them.
+inline __m512 dot_lanes(const float* qh, const float* kh, int dh) {
+  __m512 a0 = _mm512_mul_ps(_mm512_loadu_ps(qh), _mm512_loadu_ps(kh)), a1 = _mm512_setzero_ps();
+  int i = 16;
+  for (; i + 32 <= dh; i += 32) {
+    a1 = _mm512_fmadd_ps(_mm512_loadu_ps(qh + i), _mm512_loadu_ps(kh + i), a1);
+    a0 = _mm512_fmadd_ps(_mm512_loadu_ps(qh + i + 16), _mm512_loadu_ps(kh + i + 16), a0);
+  }
+  if (i < dh) a1 = _mm512_fmadd_ps(_mm512_loadu_ps(qh + i), _mm512_loadu_ps(kh + i), a1);
+  return _mm512_add_ps(a0, a1);
+}
+
+// The sums across the lanes of a0 .. a3, in that order: halves of the four vectors
+// added pairwise, then quarters, then within each 128-bit quarter.
+inline __m128 sum_lanes4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+  const __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_f32x4(a0, a1, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_f32x4(a2, a3, _MM_SHUFFLE(3, 2, 3, 2)));
+  // Quarter i: four partial sums of a_i.
+  __m512 s = _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(2, 0, 2, 0)),
+                           _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(3, 1, 3, 1)));
+  s = _mm512_add_ps(s, _mm512_permute_ps(s, _MM_SHUFFLE(2, 3, 0, 1)));
+  s = _mm512_add_ps(s, _mm512_permute_ps(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  return _mm512_castps512_ps128(
+      _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), s));
+}
+
+// head_dots for dh a multiple of 16: sixteen lanes per dot, and the sums across the
+// lanes four heads at a time.
 void dots16(const float* q, const float* K, int64_t ld, int j0, int j1, int n_heads, int group, int dh, float scale,
             float* att, int64_t S) {
+  const __m128 vs = _mm_set1_ps(scale);
   for (int j = j0; j < j1; ++j) {
     const float* k = K + int64_t(j) * ld;
-    for (int h = 0; h < n_heads; ++h) {
-      const float* qh = q + int64_t(h) * dh;
-      const float* kh = k + int64_t(h / group) * dh;
-      __m512 a0 = _mm512_mul_ps(_mm512_loadu_ps(qh), _mm512_loadu_ps(kh)), a1 = _mm512_setzero_ps();
-      int i = 16;
-      for (; i + 32 <= dh; i += 32) {
-        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(qh + i), _mm512_loadu_ps(kh + i), a1);
-        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(qh + i + 16), _mm512_loadu_ps(kh + i + 16), a0);
-      }
-      if (i < dh) a1 = _mm512_fmadd_ps(_mm512_loadu_ps(qh + i), _mm512_loadu_ps(kh + i), a1);
-      att[h * S + j] = scale * _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    auto lanes = [&](int h) { return dot_lanes(q + int64_t(h) * dh, k + int64_t(h / group) * dh, dh); };
+    int h = 0;
+    for (; h + 4 <= n_heads; h += 4) {
+      alignas(16) float d4[4];
+      _mm_store_ps(d4, _mm_mul_ps(vs, sum_lanes4(lanes(h), lanes(h + 1), lanes(h + 2), lanes(h + 3))));
+      for (int i = 0; i < 4; ++i) att[(h + i) * S + j] = d4[i];
     }
+    for (; h < n_heads; ++h) att[h * S + j] = scale * _mm512_reduce_add_ps(lanes(h));
   }
 }
 
@@ -425,6 +502,16 @@ void gelu_tanh_inplace(float* x, int64_t n) {
   int64_t i = 0;
 #ifdef DS_VMATH_AVX2
   const __m256 c = _mm256_set1_ps(-2.0f * kGeluC), c3 = _mm256_set1_ps(0.044715f), one = _mm256_set1_ps(1.0f);
+#ifdef DS_VMATH_AVX512
+  const __m512 c16 = _mm512_set1_ps(-2.0f * kGeluC), c316 = _mm512_set1_ps(0.044715f), one16 = _mm512_set1_ps(1.0f);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    const __m512 v3 = _mm512_mul_ps(_mm512_mul_ps(v, v), v);
+    const __m512 u = _mm512_fmadd_ps(c316, v3, v);
+    const __m512 e = exp16(_mm512_mul_ps(c16, u));
+    _mm512_storeu_ps(x + i, _mm512_div_ps(v, _mm512_add_ps(one16, e)));
+  }
+#endif
   for (; i + 8 <= n; i += 8) {
     const __m256 v = _mm256_loadu_ps(x + i);
     const __m256 v3 = _mm256_mul_ps(_mm256_mul_ps(v, v), v);
@@ -443,6 +530,14 @@ void silu_mul_inplace(float* a, const float* u, int64_t n) {
   int64_t i = 0;
 #ifdef DS_VMATH_AVX2
   const __m256 one = _mm256_set1_ps(1.0f), neg = _mm256_set1_ps(-0.0f);
+#ifdef DS_VMATH_AVX512
+  const __m512 one16 = _mm512_set1_ps(1.0f), neg16 = _mm512_set1_ps(-0.0f);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(a + i);
+    const __m512 e = exp16(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), _mm512_castps_si512(neg16))));
+    _mm512_storeu_ps(a + i, _mm512_mul_ps(_mm512_div_ps(v, _mm512_add_ps(one16, e)), _mm512_loadu_ps(u + i)));
+  }
+#endif
   for (; i + 8 <= n; i += 8) {
     const __m256 v = _mm256_loadu_ps(a + i);
     const __m256 e = exp8(_mm256_xor_ps(v, neg));
@@ -461,6 +556,16 @@ float exp_shift_sum(float* x, int64_t n, float shift) {
 #ifdef DS_VMATH_AVX2
   const __m256 s = _mm256_set1_ps(shift);
   __m256 acc = _mm256_setzero_ps();
+#ifdef DS_VMATH_AVX512
+  // Sixteen lanes at a time, added to acc as two eights in order: exp8's sum.
+  const __m512 s16 = _mm512_set1_ps(shift);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), s16));
+    _mm512_storeu_ps(x + i, e);
+    acc = _mm256_add_ps(acc, _mm512_castps512_ps256(e));
+    acc = _mm256_add_ps(acc, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
+  }
+#endif
   for (; i + 8 <= n; i += 8) {
     const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), s));
     _mm256_storeu_ps(x + i, e);

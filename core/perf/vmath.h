@@ -14,6 +14,9 @@ void silu_mul_inplace(float* a, const float* u, int64_t n);
 // x[i] = exp(x[i] - shift); returns the sum of the results (a softmax row). -inf gives 0.
 float exp_shift_sum(float* x, int64_t n, float shift);
 
+// RMSNorm of one row: y = x / sqrt(mean(x^2) + eps) * g, the sum of squares in float
+// (AVX-512: over sixteen lanes, then across them).
+void rms_norm_row(const float* x, int64_t d, const float* g, float eps, float* y);
 // LayerNorm of one row: y = (x - mean) / sqrt(var + eps) * g + b (b may be null),
 // mean and variance accumulated in double.
 void layer_norm_row(const float* x, int64_t d, const float* g, const float* b, float eps, float* y);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "perf/memory.h"
 #include "probe/lens.h"
 #include "util/error.h"
 
@@ -34,7 +35,17 @@ void Session::on_hidden(const HookEvent& ev) {
     ahead_.assign(ev.t.data + size_t(T - 1) * d, ev.t.data + size_t(T) * d);
     return;
   }
-  hidden_.resize(size_t(ev.pos0 + T) * d);
+  const size_t need = size_t(ev.pos0 + T) * d;
+  if (need > hidden_.capacity()) {
+    // Room for at least 256 more positions, its pages mapped in one call rather than
+    // faulting in as the copy and the steps write them (perf/memory.h).
+    std::vector<float> more;
+    more.reserve(std::max(need + size_t(256) * d, 2 * hidden_.capacity()));
+    populate_for_write(more.data(), more.capacity() * sizeof(float));
+    more.assign(hidden_.begin(), hidden_.end());
+    hidden_.swap(more);
+  }
+  hidden_.resize(need);
   std::copy_n(ev.t.data, size_t(T) * d, hidden_.data() + size_t(ev.pos0) * d);
 }
 

@@ -139,6 +139,8 @@ TEST(Kernels, VectorisedActivationsMatchTheCLibrary) {
   std::vector<float> xs;
   for (float v = -30.0f; v <= 30.0f; v += 0.0137f) xs.push_back(v);
   for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 87.0f, -87.0f, -100.0f}) xs.push_back(v);
+  // The same special values at the front too, in the 16-lane body rather than a tail.
+  xs.insert(xs.begin(), {0.0f, -0.0f, 1e-30f, -1e-30f, 87.0f, -87.0f, -100.0f, 89.0f, -88.0f, 0.5f});
   // GELU (tanh form) in double precision, as x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)),
   // which equals 0.5 x (1 + tanh(...)) without its cancellation for negative x.
   std::vector<float> g = xs;
@@ -230,6 +232,25 @@ TEST(Kernels, HeadDotsAndAxpysMatchNaiveLoops) {
         }
       }
     }
+  }
+}
+
+TEST(Kernels, RmsNormRowMatchesDoubleLoops) {
+  std::mt19937 gen(5);
+  std::normal_distribution<float> nd;
+  for (int d : {7, 16, 40, 2048}) {
+    std::vector<float> x(static_cast<size_t>(d)), g(x), y(x.size(), -9.0f);
+    for (int i = 0; i < d; ++i) x[size_t(i)] = 3.0f * nd(gen), g[size_t(i)] = 1 + 0.1f * nd(gen);
+    double ss = 0;
+    for (float v : x) ss += double(v) * v;
+    const double inv = 1 / std::sqrt(ss / d + 1e-5);
+    y.push_back(-9.0f);
+    rms_norm_row(x.data(), d, g.data(), 1e-5f, y.data());
+    for (int i = 0; i < d; ++i) {
+      const double want = x[size_t(i)] * inv * g[size_t(i)];
+      EXPECT_NEAR(y[size_t(i)], want, 2e-6 * (1 + std::abs(want))) << "d " << d << " i " << i;
+    }
+    EXPECT_EQ(y.back(), -9.0f) << "written past the row";
   }
 }
 

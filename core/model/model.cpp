@@ -243,7 +243,7 @@ void Engine::swap_cache(KvCache& c) {
   std::swap(k_cache_, c.k);
   std::swap(v_cache_, c.v);
   std::swap(pos_, c.pos);
-  kv_ready_ = 0;  // the other cache's pages: mapped again as the positions come (cheap where they are)
+  std::swap(kv_ready_, c.ready);
 }
 
 // Maps the cache's pages for the positions up to `upto` and some way beyond, kKvAhead

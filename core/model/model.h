@@ -26,6 +26,7 @@ struct KvCache {
   std::shared_ptr<void> block;
   std::vector<float*> k, v;  // per decoder layer [max_seq, kv_dim]
   int pos = 0;
+  int ready = 0;  // positions whose pages are mapped (Engine::populate_kv)
 };
 
 struct Model {

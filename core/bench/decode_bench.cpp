@@ -93,6 +93,35 @@ DecodeRun time_decode(const std::shared_ptr<const Model>& m, int steps, int thre
   return run;
 }
 
+// A prompt of o.prefill tokens in one forward (median of 3) against the same tokens
+// fed one at a time.
+void time_prefill(const std::shared_ptr<const Model>& m, const DecodeBenchOptions& o, DecodeBenchResult& r,
+                  const std::function<void(const std::string&)>& say) {
+  const Config& c = m->cfg;
+  const int T = std::min(o.prefill, c.max_seq);
+  std::vector<int> prompt(static_cast<size_t>(T));
+  for (int i = 0; i < T; ++i) prompt[size_t(i)] = (start_token(c) + 7 * i) % c.vocab_size;
+  Engine e(m);
+  e.set_threads(o.threads);
+  e.set_products(o.products);
+  say("prefill of " + std::to_string(T) + " tokens");
+  e.forward(prompt);  // warm-up (scratch buffers)
+  std::vector<double> pre;
+  for (int i = 0; i < 3; ++i) {
+    e.reset();
+    auto t0 = Clock::now();
+    e.forward(prompt);
+    pre.push_back(ms_since(t0));
+  }
+  r.prefill_ms = median(pre);
+  say("the same prompt one token at a time");
+  e.reset();
+  auto t0 = Clock::now();
+  for (int i = 0; i < T; ++i) e.forward(std::span<const int>(&prompt[size_t(i)], 1));
+  r.steps_ms = ms_since(t0);
+  r.prefill_gflop = prefill_flops(c, T) / 1e9;
+}
+
 }  // namespace
 
 double decode_weight_bytes(const Model& m) {
@@ -186,30 +215,7 @@ DecodeBenchResult run_decode_bench(std::shared_ptr<const Model> m, const DecodeB
   r.observed_over_floor = median(observed_ratio);
   r.observed_over_plain = median(pair_ratio);
 
-  if (o.prefill > 0 && !c.encoder_decoder) {
-    const int T = std::min(o.prefill, c.max_seq);
-    std::vector<int> prompt(static_cast<size_t>(T));
-    for (int i = 0; i < T; ++i) prompt[size_t(i)] = (start_token(c) + 7 * i) % c.vocab_size;
-    Engine e(m);
-    e.set_threads(o.threads);
-    e.set_products(o.products);
-    say("prefill of " + std::to_string(T) + " tokens");
-    e.forward(prompt);  // warm-up (scratch buffers)
-    std::vector<double> pre;
-    for (int i = 0; i < 3; ++i) {
-      e.reset();
-      auto t0 = Clock::now();
-      e.forward(prompt);
-      pre.push_back(ms_since(t0));
-    }
-    r.prefill_ms = median(pre);
-    say("the same prompt one token at a time");
-    e.reset();
-    auto t0 = Clock::now();
-    for (int i = 0; i < T; ++i) e.forward(std::span<const int>(&prompt[size_t(i)], 1));
-    r.steps_ms = ms_since(t0);
-    r.prefill_gflop = prefill_flops(c, T) / 1e9;
-  }
+  if (o.prefill > 0 && !c.encoder_decoder) time_prefill(m, o, r, say);
 
   if (o.trace_tokens > 0) {
     const int n = std::min(o.trace_tokens, c.max_seq);

@@ -1,6 +1,7 @@
 #pragma once
 // Element-wise activations over long arrays (the MLP of a 512-token prefill applies
-// GELU to 19 million values), vectorised with AVX2 when the build targets it. The
+// GELU to 19 million values), vectorised with AVX2 when the build targets it, and on
+// 512-bit lanes with AVX-512 (the same operations per lane, so the same results). The
 // exponential is evaluated by range reduction to [-ln2/2, ln2/2] and a degree-7
 // Taylor polynomial: within 2 ulp of expf over its normal range.
 #include <cstdint>
@@ -42,9 +43,9 @@ void scale_to_float(const double* w, int64_t n, double s, float* p);
 
 // Softmax weights in double precision: w[i] = exp((x[i] - xmax) * inv_t), exactly 1
 // where x[i] == xmax, 0 for -inf; returns their sum. xmax must be the maximum of x
-// and inv_t > 0. The exponential is within 2 ulp of std::exp (AVX2: four lanes, a
-// degree-13 polynomial after range reduction; lanes below -708 and an infinite
-// maximum use std::exp).
+// and inv_t > 0. The exponential is within 2 ulp of std::exp (AVX2: four lanes,
+// AVX-512: eight, summed as two fours; a degree-13 polynomial after range reduction;
+// lanes below -708 and an infinite maximum use std::exp).
 double exp_weights(const float* x, int64_t n, float xmax, double inv_t, double* w);
 
 }  // namespace ds

@@ -53,6 +53,9 @@ inline __m256 exp8(__m256 x) {
 }
 
 #ifdef DS_VMATH_AVX512
+// Lanes 8 .. 15 of v.
+inline __m256 upper8(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
+
 // exp8 on sixteen lanes: the same operations, so each lane's bits are exp8's.
 inline __m512 exp16(__m512 x) {
   const __m512 hi = _mm512_set1_ps(88.72283f), lo = _mm512_set1_ps(-87.33654f);
@@ -161,7 +164,7 @@ float max_and_nan(const float* x, int64_t n, bool* nan) {
     un16 |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
     vm16 = _mm512_max_ps(vm16, v);
   }
-  vm = _mm256_max_ps(_mm512_castps512_ps256(vm16), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(vm16), 1)));
+  vm = _mm256_max_ps(_mm512_castps512_ps256(vm16), upper8(vm16));
   bad = un16 != 0;
 #endif
   for (; i + 8 <= n; i += 8) {
@@ -563,7 +566,7 @@ float exp_shift_sum(float* x, int64_t n, float shift) {
     const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), s16));
     _mm512_storeu_ps(x + i, e);
     acc = _mm256_add_ps(acc, _mm512_castps512_ps256(e));
-    acc = _mm256_add_ps(acc, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
+    acc = _mm256_add_ps(acc, upper8(e));
   }
 #endif
   for (; i + 8 <= n; i += 8) {

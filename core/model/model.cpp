@@ -380,12 +380,7 @@ void Engine::norm(const Norm& n, int T, const float* x, float* y) const {
     const float* xr = x + size_t(t) * d;
     float* yr = y + size_t(t) * d;
     if (c.norm == NormKind::RMSNorm) {
-      float ss = 0.0f;
-      for (int j = 0; j < d; ++j) ss += xr[j] * xr[j];
-      ss /= float(d);
-      ss += c.norm_eps;
-      ss = 1.0f / std::sqrt(ss);
-      for (int j = 0; j < d; ++j) yr[j] = n.g[j] * (ss * xr[j]);
+      rms_norm_row(xr, d, n.g.data(), c.norm_eps, yr);
     } else {
       layer_norm_row(xr, d, n.g.data(), n.b.size() ? n.b.data() : nullptr, c.norm_eps, yr);
     }
@@ -543,12 +538,12 @@ void Engine::rotate(int layer, int T, int pos0, float* q, float* k) const {
           }
         return;
       }
-      for (int i = 0; i < width; i += 2) {
-        const int j = (i % dh) / 2;
-        const float v0 = v[i], v1 = v[i + 1];
-        v[i] = v0 * cs[j] - v1 * sn[j];
-        v[i + 1] = v0 * sn[j] + v1 * cs[j];
-      }
+      for (int h0 = 0; h0 < width; h0 += dh)  // features 2j and 2j + 1 of each head
+        for (int j = 0; j < half; ++j) {
+          const float v0 = v[h0 + 2 * j], v1 = v[h0 + 2 * j + 1];
+          v[h0 + 2 * j] = v0 * cs[j] - v1 * sn[j];
+          v[h0 + 2 * j + 1] = v0 * sn[j] + v1 * cs[j];
+        }
     };
     rot(q + size_t(t) * qd, qd);
     rot(k + size_t(t) * kvd, kvd);

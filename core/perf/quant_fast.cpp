@@ -33,20 +33,8 @@ bool parse_products(const std::string& s, Products& out) {
 }
 
 int q8_block_for(Precision p) {
-  switch (p) {
-    case Precision::Q8_0:
-    case Precision::Q4_0:
-      return 32;
-    case Precision::Q4_K:
-    case Precision::Q5_K:
-    case Precision::Q6_K:
-      return 256;
-    case Precision::F32:
-    case Precision::BF16:
-    case Precision::F16:
-      break;
-  }
-  throw Error(std::string("not a quantized type: ") + precision_name(p));
+  if (!is_quantized(p)) throw Error(std::string("not a quantized type: ") + precision_name(p));
+  return block_elems(p);  // an activation block per weight block: 32 (Q8_0, Q4_0) or 256 (the K types)
 }
 
 bool quant_simd_available() {

@@ -156,6 +156,7 @@ struct Engine::Scratch {
   std::vector<float> zpart;                           // [threads, q_dim] partial mixes of one decode step
   std::vector<float> enc_out;                         // [src_len, d_model]
   std::vector<float> wide;                            // [block, cols] 16-bit weights widened for a matrix product
+  std::vector<float> xpack;                           // a matrix product's input packed once (perf/gemm.h)
   std::vector<float> rope_cos, rope_sin;              // [max(max_seq, max_src), d_head/2]
   std::vector<float> rope_cos_local, rope_sin_local;  // the same for sliding-window layers
   std::vector<float> sinus;                           // [max(max_seq, max_src), d_model]
@@ -310,30 +311,34 @@ void Engine::matmul(const MatView& W, int T, const float* x, float* y) const {
   }
 }
 
-// matmul with gemm_nt: each thread of the team takes a contiguous share of W's rows (a
-// multiple of 32) and multiplies it on its own, widening 16-bit and quantized rows a
-// block at a time into its own part of the scratch. No second set of threads (OpenMP)
-// runs beside the team's, and widened rows are multiplied by the thread that wrote
-// them, while they are in its cache.
+// matmul with gemm_nt: X is packed once (its depth blocks across the team), then each
+// thread of the team takes a contiguous share of W's rows (a multiple of 32) and
+// multiplies it on its own, widening 16-bit and quantized rows a block at a time into
+// its own part of the scratch. No second set of threads (OpenMP) runs beside the
+// team's, and widened rows are multiplied by the thread that wrote them, while they
+// are in its cache.
 void Engine::matmul_gemm(const MatView& W, int T, const float* x, float* y) const {
   const int64_t out = W.rows, in = W.cols;
   const int nt = int(std::max<int64_t>(1, std::min<int64_t>(threads_, (out + 31) / 32)));
   const bool f32 = W.type == Precision::F32;
   const int64_t block = std::max<int64_t>(32, (int64_t(1) << 19) / std::max<int64_t>(in, 1) / 32 * 32);
   if (!f32) grow(s_->wide, size_t(nt * block * in));
+  grow(s_->xpack, size_t(gemm_packed_floats(T, in)));
+  float* xp = s_->xpack.data();
+  team_.parallel_for(gemm_depth_blocks(in), threads_ > 1, [&](int b) { gemm_pack_block(x, T, in, b, xp); });
   team_.parallel_for(nt, nt > 1, [&](int t) {
     const int64_t a = t == 0 ? 0 : out * t / nt / 32 * 32, b = t + 1 == nt ? out : out * (t + 1) / nt / 32 * 32;
     if (a >= b) return;
     if (f32) {  // the first tile_rows rows in tiles of 8: a share starts at a tile
       const auto* w = static_cast<const float*>(W.data);
-      gemm_nt(x, T, in, w + a * in, b - a, y + a, out, 1, std::max<int64_t>(0, W.tile_rows - a));
+      gemm_nt_packed(xp, T, in, w + a * in, b - a, y + a, out, std::max<int64_t>(0, W.tile_rows - a));
       return;
     }
     float* buf = s_->wide.data() + size_t(t) * size_t(block * in);
     for (int64_t r0 = a; r0 < b; r0 += block) {
       const int64_t n = std::min(block, b - r0);
       W.rows_f32(r0, r0 + n, buf);
-      gemm_nt(x, T, in, buf, n, y + r0, out, 1, 0);
+      gemm_nt_packed(xp, T, in, buf, n, y + r0, out, 0);
     }
   });
 }

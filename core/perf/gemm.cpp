@@ -102,11 +102,16 @@ float* aligned64(std::vector<float>& v, size_t n) {
   return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(v.data()) + 63) & ~uintptr_t(63));
 }
 
-// The columns [n_begin, n_end) of Y.
-void gemm_columns(const float* X, int64_t T, int64_t K, const float* W, int64_t pr, int64_t n_begin, int64_t n_end,
-                  float* Y, int64_t ldy) {
+// Rows padded to whole MR-row tiles: a packed depth block [pc, pc + kc) of X holds
+// padded_rows(T) * kc floats, the tile of rows r .. r + MR - 1 at r * kc.
+int64_t padded_rows(int64_t T) { return (T + MR - 1) / MR * MR; }
+
+// The columns [n_begin, n_end) of Y. Xp: X packed whole (gemm_pack_block), or null to
+// pack each block of X's rows as it is used.
+void gemm_columns(const float* X, const float* Xp, int64_t T, int64_t K, const float* W, int64_t pr, int64_t n_begin,
+                  int64_t n_end, float* Y, int64_t ldy) {
   thread_local std::vector<float> a_buf, b_buf;  // kept between calls: no allocation once warm
-  float* Ap = aligned64(a_buf, size_t(MC + MR) * KC);
+  float* Abuf = Xp ? nullptr : aligned64(a_buf, size_t(MC + MR) * KC);
   float* Bp = aligned64(b_buf, size_t(NC + NR) * KC);
   for (int64_t jc = n_begin; jc < n_end; jc += NC) {
     const int nc = int(std::min<int64_t>(NC, n_end - jc));
@@ -115,7 +120,8 @@ void gemm_columns(const float* X, int64_t T, int64_t K, const float* W, int64_t 
       pack_w(W, K, pr, jc, nc, pc, kc, Bp);
       for (int64_t ic = 0; ic < T; ic += MC) {
         const int mc = int(std::min<int64_t>(MC, T - ic));
-        pack_x(X, K, ic, mc, pc, kc, Ap);
+        const float* Ap = Xp ? Xp + pc * padded_rows(T) + ic * kc : Abuf;
+        if (!Xp) pack_x(X, K, ic, mc, pc, kc, Abuf);
         for (int jr = 0; jr < nc; jr += NR)
           for (int ir = 0; ir < mc; ir += MR)
             tile(Ap + int64_t(ir) * kc, Bp + int64_t(jr) * kc, kc, Y + (ic + ir) * ldy + jc + jr, ldy,
@@ -137,18 +143,43 @@ void gemm_nt(const float* X, int64_t T, int64_t K, const float* W, int64_t N, fl
     return;
   }
   const int nt = int(std::max<int64_t>(1, std::min<int64_t>(threads, (N + NR - 1) / NR)));
-  if (nt == 1) return gemm_columns(X, T, K, W, pr, 0, N, Y, ldy);
+  if (nt == 1) return gemm_columns(X, nullptr, T, K, W, pr, 0, N, Y, ldy);
 #pragma omp parallel for num_threads(nt) schedule(static)
   for (int t = 0; t < nt; ++t) {
     const int64_t a = t == 0 ? 0 : N * t / nt / NR * NR, b = t + 1 == nt ? N : N * (t + 1) / nt / NR * NR;
-    if (a < b) gemm_columns(X, T, K, W, pr, a, b, Y, ldy);
+    if (a < b) gemm_columns(X, nullptr, T, K, W, pr, a, b, Y, ldy);
   }
+}
+
+int64_t gemm_packed_floats(int64_t T, int64_t K) { return padded_rows(T) * K; }
+
+int gemm_depth_blocks(int64_t K) { return int((K + KC - 1) / KC); }
+
+void gemm_pack_block(const float* X, int64_t T, int64_t K, int block, float* Xp) {
+  const int64_t pc = int64_t(block) * KC;
+  const int kc = int(std::min<int64_t>(KC, K - pc));
+  for (int64_t ic = 0; ic < T; ic += MC)  // pack_x's tiles of MC rows, one after another
+    pack_x(X, K, ic, int(std::min<int64_t>(MC, T - ic)), pc, kc, Xp + pc * padded_rows(T) + ic * kc);
+}
+
+void gemm_nt_packed(const float* Xp, int64_t T, int64_t K, const float* W, int64_t N, float* Y, int64_t ldy,
+                    int64_t pr) {
+  if (T <= 0 || N <= 0) return;
+  if (K <= 0) {
+    for (int64_t t = 0; t < T; ++t) std::fill_n(Y + t * ldy, N, 0.0f);
+    return;
+  }
+  gemm_columns(nullptr, Xp, T, K, W, pr, 0, N, Y, ldy);
 }
 
 #else
 
 bool gemm_nt_available() { return false; }
 void gemm_nt(const float*, int64_t, int64_t, const float*, int64_t, float*, int64_t, int, int64_t) {}
+int64_t gemm_packed_floats(int64_t, int64_t) { return 0; }
+int gemm_depth_blocks(int64_t) { return 0; }
+void gemm_pack_block(const float*, int64_t, int64_t, int, float*) {}
+void gemm_nt_packed(const float*, int64_t, int64_t, const float*, int64_t, float*, int64_t, int64_t) {}
 
 #endif
 

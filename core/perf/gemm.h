@@ -19,4 +19,17 @@ bool gemm_nt_available();
 void gemm_nt(const float* X, int64_t T, int64_t K, const float* W, int64_t N, float* Y, int64_t ldy, int threads,
              int64_t pr = 0);
 
+// X packed once into the layout gemm_nt's kernel reads, for products whose W comes in
+// pieces (16-bit or quantized rows widened a block at a time, a thread's share of the
+// rows): gemm_nt packs X again for every block of W's rows, which for a 512-token
+// prompt is about a sixth of the work. The packed copy holds gemm_packed_floats(T, K)
+// floats in gemm_depth_blocks(K) blocks that can be packed independently (by several
+// threads); then gemm_nt_packed multiplies it on the calling thread, with the bits of
+// gemm_nt. Only when gemm_nt_available().
+int64_t gemm_packed_floats(int64_t T, int64_t K);
+int gemm_depth_blocks(int64_t K);
+void gemm_pack_block(const float* X, int64_t T, int64_t K, int block, float* Xp);
+void gemm_nt_packed(const float* Xp, int64_t T, int64_t K, const float* W, int64_t N, float* Y, int64_t ldy,
+                    int64_t pr = 0);
+
 }  // namespace ds

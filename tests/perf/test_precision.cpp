@@ -135,6 +135,48 @@ TEST(Kernels, PrefillProductsMatchDoubleLoops) {
   }
 }
 
+// X packed once and W multiplied in pieces (as the engine widens 16-bit rows a block at
+// a time): against double loops, and bit for bit what gemm_nt gives on the whole W.
+// The depth blocks are packed last to first (threads pack them in any order), into a
+// buffer filled with NaN so that a value the packing missed would show.
+TEST(Kernels, PrefillProductsOnXPackedOnceMatchDoubleLoops) {
+  if (!gemm_nt_available()) GTEST_SKIP() << "this build has no AVX-512: prefill uses Eigen's products";
+  std::mt19937 gen(9);
+  std::normal_distribution<float> nd;
+  struct Shape {
+    int64_t T, K, N, piece;
+  };
+  for (const Shape sh : {Shape{1, 8, 1, 1}, Shape{13, 300, 70, 32}, Shape{100, 520, 800, 256}, Shape{97, 1030, 96, 40},
+                         Shape{5, 3, 9, 4}}) {
+    SCOPED_TRACE("T " + std::to_string(sh.T) + " K " + std::to_string(sh.K) + " N " + std::to_string(sh.N));
+    const int64_t ldy = sh.N + 3;
+    std::vector<float> X(size_t(sh.T * sh.K)), W(size_t(sh.N * sh.K));
+    for (float& v : X) v = nd(gen);
+    for (float& v : W) v = nd(gen);
+    std::vector<float> Xp(size_t(gemm_packed_floats(sh.T, sh.K)), std::numeric_limits<float>::quiet_NaN());
+    for (int b = gemm_depth_blocks(sh.K) - 1; b >= 0; --b) gemm_pack_block(X.data(), sh.T, sh.K, b, Xp.data());
+    std::vector<float> Y(size_t(sh.T * ldy), 42.0f), whole(Y);
+    for (int64_t r0 = 0; r0 < sh.N; r0 += sh.piece) {
+      const int64_t n = std::min(sh.piece, sh.N - r0);
+      gemm_nt_packed(Xp.data(), sh.T, sh.K, W.data() + r0 * sh.K, n, Y.data() + r0, ldy);
+    }
+    gemm_nt(X.data(), sh.T, sh.K, W.data(), sh.N, whole.data(), ldy, 1);
+    for (int64_t t = 0; t < sh.T; ++t) {
+      for (int64_t n = 0; n < sh.N; ++n) {
+        double want = 0, mag = 0;
+        for (int64_t k = 0; k < sh.K; ++k) {
+          want += double(X[size_t(t * sh.K + k)]) * W[size_t(n * sh.K + k)];
+          mag += std::abs(double(X[size_t(t * sh.K + k)]) * W[size_t(n * sh.K + k)]);
+        }
+        const float got = Y[size_t(t * ldy + n)];
+        ASSERT_NEAR(got, want, 1e-6 * mag + 1e-30) << "at " << t << "," << n;
+        ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(whole[size_t(t * ldy + n)])) << t << "," << n;
+      }
+      for (int64_t n = sh.N; n < ldy; ++n) ASSERT_EQ(Y[size_t(t * ldy + n)], 42.0f);  // outside the product
+    }
+  }
+}
+
 TEST(Kernels, VectorisedActivationsMatchTheCLibrary) {
   std::vector<float> xs;
   for (float v = -30.0f; v <= 30.0f; v += 0.0137f) xs.push_back(v);

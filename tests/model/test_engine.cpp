@@ -709,5 +709,12 @@ TEST(Engine, DecodeStepsTakeNoPageFaultsInTheCache) {
   const long before = faults();
   for (int i = 12; i < 72; ++i) e.forward(std::span<const int>(&toks[size_t(i)], 1));
   const long n = faults() - before;
-  EXPECT_LT(n, 20) << "page faults in 60 decode steps whose cache rows are 4 KB each";
+  // AddressSanitizer maps its own shadow pages as the steps touch memory (about 30 faults
+  // here); without the mapping ahead the steps take 240.
+#if defined(__SANITIZE_ADDRESS__)
+  const long limit = 120;
+#else
+  const long limit = 20;
+#endif
+  EXPECT_LT(n, limit) << "page faults in 60 decode steps whose cache rows are 4 KB each";
 }

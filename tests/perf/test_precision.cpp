@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "io/loader.h"
@@ -100,6 +101,23 @@ TEST(Kernels, NarrowMatchesTheScalarConversionsOnEveryKindOfValue) {
   }
 }
 
+namespace {
+
+// Row t of X[., K] dotted with row n of W[., K] in double, and the sum of the terms'
+// magnitudes (the scale of a float32 sum's rounding).
+std::pair<double, double> row_dot(const std::vector<float>& X, const std::vector<float>& W, int64_t K, int64_t t,
+                                  int64_t n) {
+  double want = 0, mag = 0;
+  for (int64_t k = 0; k < K; ++k) {
+    const double term = double(X[size_t(t * K + k)]) * W[size_t(n * K + k)];
+    want += term;
+    mag += std::abs(term);
+  }
+  return {want, mag};
+}
+
+}  // namespace
+
 // The prefill's products against double loops: shapes with edges in every direction
 // (rows not a multiple of 12, columns not a multiple of 32, depths not a multiple of
 // 8 or of the depth block), a wider output stride, one and two threads.
@@ -121,11 +139,7 @@ TEST(Kernels, PrefillProductsMatchDoubleLoops) {
       gemm_nt(X.data(), sh.T, sh.K, W.data(), sh.N, Y.data(), ldy, threads);
       for (int64_t t = 0; t < sh.T; ++t) {
         for (int64_t n = 0; n < sh.N; ++n) {
-          double want = 0, mag = 0;
-          for (int64_t k = 0; k < sh.K; ++k) {
-            want += double(X[size_t(t * sh.K + k)]) * W[size_t(n * sh.K + k)];
-            mag += std::abs(double(X[size_t(t * sh.K + k)]) * W[size_t(n * sh.K + k)]);
-          }
+          const auto [want, mag] = row_dot(X, W, sh.K, t, n);
           ASSERT_NEAR(Y[size_t(t * ldy + n)], want, 1e-6 * mag + 1e-30)
               << "T " << sh.T << " K " << sh.K << " N " << sh.N << " at " << t << "," << n << ", " << threads;
         }
@@ -163,11 +177,7 @@ TEST(Kernels, PrefillProductsOnXPackedOnceMatchDoubleLoops) {
     gemm_nt(X.data(), sh.T, sh.K, W.data(), sh.N, whole.data(), ldy, 1);
     for (int64_t t = 0; t < sh.T; ++t) {
       for (int64_t n = 0; n < sh.N; ++n) {
-        double want = 0, mag = 0;
-        for (int64_t k = 0; k < sh.K; ++k) {
-          want += double(X[size_t(t * sh.K + k)]) * W[size_t(n * sh.K + k)];
-          mag += std::abs(double(X[size_t(t * sh.K + k)]) * W[size_t(n * sh.K + k)]);
-        }
+        const auto [want, mag] = row_dot(X, W, sh.K, t, n);
         const float got = Y[size_t(t * ldy + n)];
         ASSERT_NEAR(got, want, 1e-6 * mag + 1e-30) << "at " << t << "," << n;
         ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(whole[size_t(t * ldy + n)])) << t << "," << n;

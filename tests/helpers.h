@@ -19,6 +19,16 @@
 #include "model/weights.h"
 #include "util/error.h"
 
+// DS_TEST_ASAN: the tests are built with AddressSanitizer (its own allocator and shadow
+// pages change what allocation and page-fault counts see).
+#if defined(__SANITIZE_ADDRESS__)
+#define DS_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DS_TEST_ASAN 1
+#endif
+#endif
+
 namespace ds::test {
 
 namespace fs = std::filesystem;

@@ -711,7 +711,7 @@ TEST(Engine, DecodeStepsTakeNoPageFaultsInTheCache) {
   const long n = faults() - before;
   // AddressSanitizer maps its own shadow pages as the steps touch memory (about 30 faults
   // here); without the mapping ahead the steps take 240.
-#if defined(__SANITIZE_ADDRESS__)
+#ifdef DS_TEST_ASAN
   const long limit = 120;
 #else
   const long limit = 20;

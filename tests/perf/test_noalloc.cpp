@@ -21,17 +21,10 @@
 #include <new>
 #include <vector>
 
+#include "helpers.h"  // DS_TEST_ASAN
 #include "model/config.h"
 #include "model/model.h"
 #include "model/weights.h"
-
-#if defined(__SANITIZE_ADDRESS__)
-#define DS_TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define DS_TEST_ASAN 1
-#endif
-#endif
 
 #ifndef DS_TEST_ASAN
 

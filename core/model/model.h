@@ -52,6 +52,9 @@ class Engine {
   // Threads used by the matrix products of this engine (1 = no threading).
   void set_threads(int n);
   int threads() const { return threads_; }
+  // The threads of the products, idle between forward calls: the caller's own thread
+  // may run other work on them (one caller at a time, as with the engine itself).
+  ThreadTeam& thread_team() { return team_.pool(); }
   // The products with quantized weights (perf/quant_fast.h): Exact (the default, a
   // float32 engine on the decoded weights) or Fast (activations rounded to 8 bits per
   // block, integer dot products: what llama.cpp computes on the quantized file).

@@ -66,6 +66,9 @@ class MatvecTeam {
   // in cache.
   void run_fast_rows(const MatView& W, int T, const float* X, float* Y, int64_t ldy);
 
+  // The team's threads, for other work between the products (the sampler's passes).
+  ThreadTeam& pool() { return pool_; }
+
   // f(i) for i = 0 .. n-1, across the threads when par.
   template <class F>
   void parallel_for(int n, bool par, F&& f) {

@@ -13,6 +13,7 @@
 #include <immintrin.h>
 #endif
 
+#include "perf/team.h"
 #include "perf/vmath.h"
 #include "util/error.h"
 
@@ -27,18 +28,14 @@ std::string str(T v) {
   return os.str();
 }
 
-// Fills w[i] = exp((x_i - xmax) / T) and returns their sum. Tokens equal to the maximum
-// get exactly 1 (so +inf logits share the mass, and an all -inf row is uniform); tokens
-// infinitely below the maximum get exp(-inf) = 0. T may be +inf: 1/T is then replaced by
-// the smallest normal double, which keeps -inf * (1/T) = -inf (not NaN) and gives
-// exp(~0) = 1 for every finite logit.
-double weights(const float* x, int n, float xmax, double T, double* w) {
-  const double inv_t = std::isinf(T) ? std::numeric_limits<double>::min() : 1.0 / T;
-  return exp_weights(x, n, xmax, inv_t, w);
-}
+// The passes over the vocabulary (exponentials, normalising) work on kChunks pieces
+// whose bounds are multiples of 16, the same on any team, and the pieces' sums are
+// added in order: the results have the same bits on one thread or several.
+constexpr int kChunks = 8;
+int64_t chunk_bound(int64_t n, int c) { return c >= kChunks ? n : (n * c / kChunks) & ~int64_t(15); }
 
-// p[i] = w[i] / sum as float.
-void normalise(const double* w, int n, double sum, float* p) { scale_to_float(w, n, 1.0 / sum, p); }
+// p[i] = w[i] * s as float, for i in [b, e).
+void scale_piece(const double* w, int64_t b, int64_t e, double s, float* p) { scale_to_float(w + b, e - b, s, p + b); }
 
 // Strict total order: higher probability first, then lower id.
 struct ByProbDesc {
@@ -174,6 +171,40 @@ void Sampler::set_config(SamplerConfig c) {
 void Sampler::reseed(uint64_t seed) {
   cfg_.seed = seed;
   rng_ = Rng(seed);
+}
+
+// body(c) for every chunk c, across the team when there is one and the row is long
+// enough to be worth a fork and join.
+template <class F>
+void Sampler::over_chunks(int n, F&& body) const {
+  if (team_ != nullptr && team_->size() > 1 && n >= kParallelMin) {
+    team_->parallel_for(kChunks, true, body);
+  } else {
+    for (int c = 0; c < kChunks; ++c) body(c);
+  }
+}
+
+// Fills w[i] = exp((x_i - xmax) / T) and returns their sum. Tokens equal to the maximum
+// get exactly 1 (so +inf logits share the mass, and an all -inf row is uniform); tokens
+// infinitely below the maximum get exp(-inf) = 0. T may be +inf: 1/T is then replaced by
+// the smallest normal double, which keeps -inf * (1/T) = -inf (not NaN) and gives
+// exp(~0) = 1 for every finite logit.
+double Sampler::weights(const float* x, int n, float xmax, double T, double* w) const {
+  const double inv_t = std::isinf(T) ? std::numeric_limits<double>::min() : 1.0 / T;
+  std::array<double, kChunks> part{};
+  over_chunks(n, [&](int c) {
+    const int64_t b = chunk_bound(n, c), e = chunk_bound(n, c + 1);
+    part[size_t(c)] = exp_weights(x + b, e - b, xmax, inv_t, w + b);
+  });
+  double sum = 0.0;
+  for (const double v : part) sum += v;
+  return sum;
+}
+
+// p[i] = w[i] / sum as float.
+void Sampler::normalise(const double* w, int n, double sum, float* p) const {
+  const double s = 1.0 / sum;
+  over_chunks(n, [&](int c) { scale_piece(w, chunk_bound(n, c), chunk_bound(n, c + 1), s, p); });
 }
 
 // Sizes out's tables and the scratch once per vocabulary, so later calls do not

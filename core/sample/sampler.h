@@ -32,6 +32,8 @@
 
 namespace ds {
 
+class ThreadTeam;
+
 struct SamplerConfig {
   float temperature = 1.0f;  // >= 0; 0 = greedy (argmax)
   int top_k = 0;             // >= 0; 0 (or >= vocab) = off
@@ -113,7 +115,20 @@ class Sampler {
   Rng& rng() { return rng_; }
   const Rng& rng() const { return rng_; }
 
+  // Threads for the passes over the vocabulary (the exponentials and the normalising of
+  // every softmax): a team that sits idle while the sampler runs, such as the engine's
+  // (not owned; nullptr, the default: the calling thread only). The vocabulary is cut
+  // into the same pieces either way, so every result has the same bits with or
+  // without a team.
+  void set_team(ThreadTeam* team) { team_ = team; }
+
  private:
+  // Vocabularies from this size on use the team.
+  static constexpr int kParallelMin = 16384;
+  template <class F>
+  void over_chunks(int n, F&& body) const;
+  double weights(const float* x, int n, float xmax, double T, double* w) const;
+  void normalise(const double* w, int n, double sum, float* p) const;
   int prepare(int vocab, SampleResult& out);
   const float* penalise(const float* logits, int vocab, std::span<const int> seen, SampleResult& out);
   int filter(const float* logits, int vocab, SampleResult& out, std::span<const int> seen, bool draw_token);
@@ -137,6 +152,7 @@ class Sampler {
   std::vector<std::array<int, 1 << kRadixBits>> hist_;  // its counts, a digit each
   std::vector<float> pen_;                              // logits after the repetition penalty
   std::vector<uint8_t> seen_;                           // scratch: ids already penalised
+  ThreadTeam* team_ = nullptr;
 };
 
 // First index of the maximum of x[0..n) (llama2.c's run.c rule: strictly greater

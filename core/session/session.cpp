@@ -14,6 +14,7 @@ Session::Session(std::shared_ptr<const Model> model, std::shared_ptr<const Token
   const Config& c = engine_.config();
   engine_.set_threads(opt_.threads);
   engine_.set_products(opt_.products);
+  sampler_.set_team(&engine_.thread_team());  // the sampler runs between forward calls
   steps_ = (opt_.steps <= 0 || opt_.steps > c.max_seq) ? c.max_seq : opt_.steps;
   trace_.config = c;
   TraceOptions to = opt_.trace_options;
@@ -136,7 +137,7 @@ int Session::step(int forced) {
   seq_ = prompt_;
   seq_.insert(seq_.end(), generated_.begin(), generated_.end());
   rng_before_.push_back(sampler_.rng());
-  int token = sampler_.sample(logits_.data(), V, last_, seq_);
+  int token = sampler_.sample(step_logits_, V, last_, seq_);
   scores_.clear();
   if (sampler_.config().contrastive) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -148,7 +149,7 @@ int Session::step(int forced) {
   generated_.push_back(token);
   trace_.steps.back().sample = record(last_, sampler_.config(), token, seq_, scores_, best_heap_);
   if (forced >= 0) trace_.steps.back().sample->chosen = TokenChoice{};  // given, not drawn
-  keep_logits(logits_.data());
+  keep_logits(step_logits_);
 
   if (std::find(opt_.stop_ids.begin(), opt_.stop_ids.end(), token) != opt_.stop_ids.end()) stopped_ = true;
   return token;
@@ -176,7 +177,11 @@ double Session::run_forward(const std::vector<int>& feed, int pos0) {
   const auto t0 = std::chrono::steady_clock::now();
   if (opt_.kv_cache) {
     auto logits = engine_.forward(feed);
-    logits_.assign(logits.data(), logits.data() + V);  // look-ahead forwards reuse the engine's buffer
+    step_logits_ = logits.data();
+    if (sampler_.config().contrastive) {  // look-ahead forwards reuse the engine's buffer
+      logits_.assign(logits.data(), logits.data() + V);
+      step_logits_ = logits_.data();
+    }
   } else {
     // Every position so far from 0; the trace keeps the rows from pos0 on.
     const std::vector<int> all = sequence_at(int(trace_.steps.size()) - 1);
@@ -184,6 +189,7 @@ double Session::run_forward(const std::vector<int>& feed, int pos0) {
     const MatRM logits = engine_.forward_full(all, false);  // [1, vocab]
     if (recorder_) recorder_->set_first_row(0);
     logits_.assign(logits.data(), logits.data() + V);
+    step_logits_ = logits_.data();
   }
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }

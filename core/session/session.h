@@ -96,7 +96,7 @@ class Session {
  private:
   std::string text_of(int id) const;
   void on_hidden(const HookEvent& ev);
-  // The step's forward pass (with the KV cache or a full recompute) into logits_;
+  // The step's forward pass (with the KV cache or a full recompute) into step_logits_;
   // returns its wall time in milliseconds.
   double run_forward(const std::vector<int>& feed, int pos0);
   // Contrastive search: looks each candidate one token ahead and returns the token.
@@ -113,8 +113,13 @@ class Session {
   Trace trace_;
   std::unique_ptr<TraceRecorder> recorder_;
   SampleResult last_;
-  std::vector<uint64_t> best_heap_;              // scratch: the candidate table's selection
-  std::vector<float> logits_;                    // the current step's logits [vocab]
+  std::vector<uint64_t> best_heap_;  // scratch: the candidate table's selection
+  // The current step's logits [vocab]: the engine's own row when nothing runs the
+  // engine again before the step is done with them, else the copy in logits_
+  // (contrastive search's look-aheads and the recomputes without the cache use the
+  // engine's buffer).
+  const float* step_logits_ = nullptr;
+  std::vector<float> logits_;
   std::vector<std::vector<float>> kept_logits_;  // by step; empty rows were let go
   size_t first_kept_ = 0;                        // rows before it are empty
   std::vector<float> hidden_;                    // [positions, d_model]

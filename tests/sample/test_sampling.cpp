@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "perf/team.h"
 #include "sample/rng.h"
 #include "sample/sampler.h"
 #include "util/error.h"
@@ -612,6 +613,41 @@ TEST(Sampler, ReusedResultEqualsAFreshOne) {
     EXPECT_EQ(reused.order, fresh.order) << "step " << k;
     EXPECT_EQ(reused.n_kept, fresh.n_kept) << "step " << k;
     EXPECT_EQ(reused.greedy, fresh.greedy) << "step " << k;
+  }
+}
+
+// The passes over a large vocabulary run on a team when the sampler has one: every
+// field of the result has the bits of the sampler without one, for greedy, sampling,
+// top-k, top-p and the repetition penalty, and p_raw is the softmax.
+TEST(Sampler, TeamGivesTheBitsOfOneThread) {
+  const int n = 50021;  // large enough for the team, not a multiple of 16
+  SamplerConfig greedy{0.0f, 0, 1.0f, 1};
+  SamplerConfig penalised{0.7f, 40, 0.9f, 2};
+  penalised.repetition_penalty = 1.3f;
+  const std::vector<SamplerConfig> configs = {greedy, {1.0f, 0, 0.95f, 3}, {0.6f, 50, 1.0f, 4}, penalised};
+  const std::vector<int> seen = {3, 17, 42, 49999};
+  ds::ThreadTeam team(2);
+  for (size_t k = 0; k < configs.size(); ++k) {
+    const std::vector<float> x = make_logits(n, 100 + k, 9.0f);
+    Sampler alone(configs[k]), with_team(configs[k]);
+    with_team.set_team(&team);
+    SampleResult a, b;
+    for (int rep = 0; rep < 2; ++rep) {  // the second reuses the buffers (and a greedy one-hot row)
+      ASSERT_EQ(alone.sample(x.data(), n, a, seen), with_team.sample(x.data(), n, b, seen)) << "config " << k;
+      EXPECT_EQ(a.p_raw, b.p_raw) << "config " << k;
+      EXPECT_EQ(a.p_rep, b.p_rep) << "config " << k;
+      EXPECT_EQ(a.p_temp, b.p_temp) << "config " << k;
+      EXPECT_EQ(a.p_topk, b.p_topk) << "config " << k;
+      EXPECT_EQ(a.p_final, b.p_final) << "config " << k;
+      EXPECT_EQ(a.removed, b.removed) << "config " << k;
+      EXPECT_EQ(a.order, b.order) << "config " << k;
+      EXPECT_EQ(a.u, b.u) << "config " << k;
+    }
+    const std::vector<double> want = softmax_ref(x, 1.0);
+    double worst = 0;
+    for (int i = 0; i < n; ++i)
+      worst = std::max(worst, std::abs(double(b.p_raw[size_t(i)]) - want[size_t(i)]) / want[size_t(i)]);
+    EXPECT_LE(worst, 1.5e-7) << "config " << k;  // float rounding of each probability
   }
 }
 

@@ -347,6 +347,42 @@ inline __m128 sum_lanes4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
       _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), s));
 }
 
+// dot_lanes for dh == 64 with the query row in registers: the same operations.
+inline __m512 dot_lanes64(const __m512 (&q)[4], const float* k) {
+  __m512 a0 = _mm512_mul_ps(q[0], _mm512_loadu_ps(k));
+  __m512 a1 = _mm512_fmadd_ps(q[1], _mm512_loadu_ps(k + 16), _mm512_setzero_ps());
+  a0 = _mm512_fmadd_ps(q[2], _mm512_loadu_ps(k + 32), a0);
+  a1 = _mm512_fmadd_ps(q[3], _mm512_loadu_ps(k + 48), a1);
+  return _mm512_add_ps(a0, a1);
+}
+
+// head_dots for dh == 64 (the bits of dots16): four heads' query rows stay in registers
+// while the keys stream past, so a key costs the loads of its row alone.
+void dots64(const float* q, const float* K, int64_t ld, int j0, int j1, int n_heads, int group, float scale, float* att,
+            int64_t S) {
+  const __m128 vs = _mm_set1_ps(scale);
+  int h = 0;
+  for (; h + 4 <= n_heads; h += 4) {
+    __m512 qr[4][4];
+    const float* kh[4];
+    for (int i = 0; i < 4; ++i) {
+      for (int c = 0; c < 4; ++c) qr[i][c] = _mm512_loadu_ps(q + int64_t(h + i) * 64 + 16 * c);
+      kh[i] = K + int64_t((h + i) / group) * 64;
+    }
+    for (int j = j0; j < j1; ++j) {
+      const int64_t at = int64_t(j) * ld;
+      alignas(16) float d4[4];
+      _mm_store_ps(d4, _mm_mul_ps(vs, sum_lanes4(dot_lanes64(qr[0], kh[0] + at), dot_lanes64(qr[1], kh[1] + at),
+                                                 dot_lanes64(qr[2], kh[2] + at), dot_lanes64(qr[3], kh[3] + at))));
+      for (int i = 0; i < 4; ++i) att[(h + i) * S + j] = d4[i];
+    }
+  }
+  for (; h < n_heads; ++h)
+    for (int j = j0; j < j1; ++j)
+      att[h * S + j] = scale * _mm512_reduce_add_ps(
+                                   dot_lanes(q + int64_t(h) * 64, K + int64_t(j) * ld + int64_t(h / group) * 64, 64));
+}
+
 // head_dots for dh a multiple of 16: sixteen lanes per dot, and the sums across the
 // lanes four heads at a time.
 void dots16(const float* q, const float* K, int64_t ld, int j0, int j1, int n_heads, int group, int dh, float scale,
@@ -429,6 +465,7 @@ void mix16(const float* att, int64_t S, const float* V, int64_t ld, int j0, int 
 void head_dots(const float* q, const float* K, int64_t ld, int j0, int j1, int n_heads, int group, int dh, float scale,
                float* att, int64_t S) {
 #ifdef DS_VMATH_AVX512
+  if (dh == 64) return dots64(q, K, ld, j0, j1, n_heads, group, scale, att, S);
   if (dh % 16 == 0) return dots16(q, K, ld, j0, j1, n_heads, group, dh, scale, att, S);
 #endif
   for (int j = j0; j < j1; ++j) row_dots(q, K + int64_t(j) * ld, n_heads, group, dh, scale, att + j, S);

@@ -576,6 +576,20 @@ TEST(Sampler, ReusesBuffers) {
 // exactly what a fresh result would: greedy after greedy with another argmax, greedy
 // after sampled steps that cut tokens, sampled after greedy, with and without the
 // repetition penalty, and a vocabulary that changes size.
+// Every table of two results equal, bit for bit.
+void expect_same(const SampleResult& a, const SampleResult& b) {
+  EXPECT_EQ(a.p_raw, b.p_raw);
+  EXPECT_EQ(a.p_rep, b.p_rep);
+  EXPECT_EQ(a.p_temp, b.p_temp);
+  EXPECT_EQ(a.p_topk, b.p_topk);
+  EXPECT_EQ(a.p_final, b.p_final);
+  EXPECT_EQ(a.removed, b.removed);
+  EXPECT_EQ(a.order, b.order);
+  EXPECT_EQ(a.n_kept, b.n_kept);
+  EXPECT_EQ(a.greedy, b.greedy);
+  EXPECT_EQ(a.u, b.u);
+}
+
 TEST(Sampler, ReusedResultEqualsAFreshOne) {
   struct Step {
     int n;
@@ -604,15 +618,8 @@ TEST(Sampler, ReusedResultEqualsAFreshOne) {
     const int a = reused_sampler.sample(x.data(), st.n, reused, seen);
     const int b = fresh_sampler.sample(x.data(), st.n, fresh, seen);
     ASSERT_EQ(a, b) << "step " << k;
-    EXPECT_EQ(reused.p_raw, fresh.p_raw) << "step " << k;
-    EXPECT_EQ(reused.p_rep, fresh.p_rep) << "step " << k;
-    EXPECT_EQ(reused.p_temp, fresh.p_temp) << "step " << k;
-    EXPECT_EQ(reused.p_topk, fresh.p_topk) << "step " << k;
-    EXPECT_EQ(reused.p_final, fresh.p_final) << "step " << k;
-    EXPECT_EQ(reused.removed, fresh.removed) << "step " << k;
-    EXPECT_EQ(reused.order, fresh.order) << "step " << k;
-    EXPECT_EQ(reused.n_kept, fresh.n_kept) << "step " << k;
-    EXPECT_EQ(reused.greedy, fresh.greedy) << "step " << k;
+    SCOPED_TRACE("step " + std::to_string(k));
+    expect_same(reused, fresh);
   }
 }
 
@@ -634,14 +641,8 @@ TEST(Sampler, TeamGivesTheBitsOfOneThread) {
     SampleResult a, b;
     for (int rep = 0; rep < 2; ++rep) {  // the second reuses the buffers (and a greedy one-hot row)
       ASSERT_EQ(alone.sample(x.data(), n, a, seen), with_team.sample(x.data(), n, b, seen)) << "config " << k;
-      EXPECT_EQ(a.p_raw, b.p_raw) << "config " << k;
-      EXPECT_EQ(a.p_rep, b.p_rep) << "config " << k;
-      EXPECT_EQ(a.p_temp, b.p_temp) << "config " << k;
-      EXPECT_EQ(a.p_topk, b.p_topk) << "config " << k;
-      EXPECT_EQ(a.p_final, b.p_final) << "config " << k;
-      EXPECT_EQ(a.removed, b.removed) << "config " << k;
-      EXPECT_EQ(a.order, b.order) << "config " << k;
-      EXPECT_EQ(a.u, b.u) << "config " << k;
+      SCOPED_TRACE("config " + std::to_string(k));
+      expect_same(a, b);
     }
     const std::vector<double> want = softmax_ref(x, 1.0);
     double worst = 0;

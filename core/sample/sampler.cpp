@@ -34,9 +34,6 @@ std::string str(T v) {
 constexpr int kChunks = 8;
 int64_t chunk_bound(int64_t n, int c) { return c >= kChunks ? n : (n * c / kChunks) & ~int64_t(15); }
 
-// p[i] = w[i] * s as float, for i in [b, e).
-void scale_piece(const double* w, int64_t b, int64_t e, double s, float* p) { scale_to_float(w + b, e - b, s, p + b); }
-
 // Strict total order: higher probability first, then lower id.
 struct ByProbDesc {
   const float* p;
@@ -204,7 +201,10 @@ double Sampler::weights(const float* x, int n, float xmax, double T, double* w) 
 // p[i] = w[i] / sum as float.
 void Sampler::normalise(const double* w, int n, double sum, float* p) const {
   const double s = 1.0 / sum;
-  over_chunks(n, [&](int c) { scale_piece(w, chunk_bound(n, c), chunk_bound(n, c + 1), s, p); });
+  over_chunks(n, [&](int c) {
+    const int64_t b = chunk_bound(n, c), e = chunk_bound(n, c + 1);
+    scale_to_float(w + b, e - b, s, p + b);
+  });
 }
 
 // Sizes out's tables and the scratch once per vocabulary, so later calls do not

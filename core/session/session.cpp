@@ -130,14 +130,14 @@ int Session::step(int forced) {
 
   const int V = engine_.config().vocab_size;
   ts.kv_cache = opt_.kv_cache;
-  ts.forward_ms = run_forward(feed, ts.pos0);
+  const float* logits = run_forward(feed, ts.pos0, ts.forward_ms);
   if (opt_.trace_options.lens_top_k > 0)
     for (int id : lens_token_ids(ts))
       if (std::string text = text_of(id); !text.empty()) ts.token_text[id] = std::move(text);
   seq_ = prompt_;
   seq_.insert(seq_.end(), generated_.begin(), generated_.end());
   rng_before_.push_back(sampler_.rng());
-  int token = sampler_.sample(step_logits_, V, last_, seq_);
+  int token = sampler_.sample(logits, V, last_, seq_);
   scores_.clear();
   if (sampler_.config().contrastive) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -149,7 +149,7 @@ int Session::step(int forced) {
   generated_.push_back(token);
   trace_.steps.back().sample = record(last_, sampler_.config(), token, seq_, scores_, best_heap_);
   if (forced >= 0) trace_.steps.back().sample->chosen = TokenChoice{};  // given, not drawn
-  keep_logits(step_logits_);
+  keep_logits(logits);
 
   if (std::find(opt_.stop_ids.begin(), opt_.stop_ids.end(), token) != opt_.stop_ids.end()) stopped_ = true;
   return token;
@@ -172,15 +172,16 @@ TraceStep Session::hand_over_last_step() {
   return out;
 }
 
-double Session::run_forward(const std::vector<int>& feed, int pos0) {
+const float* Session::run_forward(const std::vector<int>& feed, int pos0, double& ms) {
   const int V = engine_.config().vocab_size;
   const auto t0 = std::chrono::steady_clock::now();
+  const float* row = logits_.data();
   if (opt_.kv_cache) {
     auto logits = engine_.forward(feed);
-    step_logits_ = logits.data();
+    row = logits.data();
     if (sampler_.config().contrastive) {  // look-ahead forwards reuse the engine's buffer
       logits_.assign(logits.data(), logits.data() + V);
-      step_logits_ = logits_.data();
+      row = logits_.data();
     }
   } else {
     // Every position so far from 0; the trace keeps the rows from pos0 on.
@@ -189,9 +190,10 @@ double Session::run_forward(const std::vector<int>& feed, int pos0) {
     const MatRM logits = engine_.forward_full(all, false);  // [1, vocab]
     if (recorder_) recorder_->set_first_row(0);
     logits_.assign(logits.data(), logits.data() + V);
-    step_logits_ = logits_.data();
+    row = logits_.data();
   }
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return row;
 }
 
 int Session::contrastive(std::vector<ContrastiveScore>& scores) {

@@ -96,9 +96,11 @@ class Session {
  private:
   std::string text_of(int id) const;
   void on_hidden(const HookEvent& ev);
-  // The step's forward pass (with the KV cache or a full recompute) into step_logits_;
-  // returns its wall time in milliseconds.
-  double run_forward(const std::vector<int>& feed, int pos0);
+  // The step's forward pass (with the KV cache or a full recompute), its wall time in
+  // milliseconds into ms. Returns its logits [vocab]: the engine's own row while nothing
+  // runs the engine again, else the copy in logits_ (contrastive search's look-aheads
+  // and the recomputes without the cache use the engine's buffer).
+  const float* run_forward(const std::vector<int>& feed, int pos0, double& ms);
   // Contrastive search: looks each candidate one token ahead and returns the token.
   int contrastive(std::vector<ContrastiveScore>& scores);
   SampleRecord record(const SampleResult& r, const SamplerConfig& c, int token, std::span<const int> seq,
@@ -113,13 +115,8 @@ class Session {
   Trace trace_;
   std::unique_ptr<TraceRecorder> recorder_;
   SampleResult last_;
-  std::vector<uint64_t> best_heap_;  // scratch: the candidate table's selection
-  // The current step's logits [vocab]: the engine's own row when nothing runs the
-  // engine again before the step is done with them, else the copy in logits_
-  // (contrastive search's look-aheads and the recomputes without the cache use the
-  // engine's buffer).
-  const float* step_logits_ = nullptr;
-  std::vector<float> logits_;
+  std::vector<uint64_t> best_heap_;              // scratch: the candidate table's selection
+  std::vector<float> logits_;                    // a copy of the step's logits [vocab] (run_forward)
   std::vector<std::vector<float>> kept_logits_;  // by step; empty rows were let go
   size_t first_kept_ = 0;                        // rows before it are empty
   std::vector<float> hidden_;                    // [positions, d_model]

@@ -141,6 +141,7 @@ DS_TILE_FN inline __m256 lane(__m256 v, int t) { return _mm256_permutexvar_ps(_m
 // then of block k + 1, fused into the accumulators in that order); dxT[8 k + t] is
 // activation row t's scale of block k, so that one product gives a row's dw * dx for
 // every activation row. The R weight rows share each load of the activations' blocks.
+// For a single activation row (C = 1); rows_q32_pairs below takes them in pairs.
 template <Precision P, int R, int C>
 DS_TILE_FN void rows_q32(const uint8_t* row, int64_t rb, int64_t nb, const Cols<C>& x, const float* dxT, float* y,
                          int64_t ldy) {
@@ -184,6 +185,46 @@ DS_TILE_FN void rows_q32(const uint8_t* row, int64_t rb, int64_t nb, const Cols<
   }
   for (int i = 0; i < R; ++i)
     for (int t = 0; t < C; ++t) y[t * ldy + i] = hsum_ps(acc[i][t]);
+}
+
+// rows_q32 for an even C with two activation rows in each 512-bit register: block k's
+// lanes against row 2p in the low half and against row 2p + 1 in the high half, the
+// weights' 32 bytes in both. Each half takes the row kernel's operations in its order
+// (one block at a time: fma(dw * dx, float(lanes), acc)), so the bits are rows_q32's,
+// with one product, conversion and fused multiply-add for two activation rows.
+template <Precision P, int R, int C>
+DS_TILE_FN void rows_q32_pairs(const uint8_t* row, int64_t rb, int64_t nb, const Cols<C>& x, const float* dxT, float* y,
+                               int64_t ldy) {
+  static_assert(C % 2 == 0);
+  constexpr int B = P == Precision::Q8_0 ? 34 : 18, NP = C / 2;
+  __m512 acc[R][NP];
+  for (int i = 0; i < R; ++i)
+    for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_setzero_ps();
+  __m512i pick[NP];  // lane 2p in the low half, 2p + 1 in the high half
+  for (int p = 0; p < NP; ++p) pick[p] = _mm512_inserti64x4(_mm512_set1_epi32(2 * p), _mm256_set1_epi32(2 * p + 1), 1);
+  for (int64_t k = 0; k < nb; ++k) {
+    __m512i u[R];
+    __m512 f[R];
+    for (int i = 0; i < R; ++i) {
+      const uint8_t* b = row + i * rb + k * B;
+      u[i] = _mm512_broadcast_i64x4(unsigned32<P>(b));
+      f[i] = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(half_f16c(b)), _mm256_loadu_ps(dxT + 8 * k)));
+    }
+    for (int p = 0; p < NP; ++p) {
+      const __m512i start = _mm512_inserti64x4(_mm512_castsi256_si512(load32(x.start4[2 * p] + 8 * k)),
+                                               load32(x.start4[2 * p + 1] + 8 * k), 1);
+      const __m512i xq =
+          _mm512_inserti64x4(_mm512_castsi256_si512(load32(x.q[2 * p] + 32 * k)), load32(x.q[2 * p + 1] + 32 * k), 1);
+      for (int i = 0; i < R; ++i)
+        acc[i][p] = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick[p], f[i]),
+                                    _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, u[i], xq)), acc[i][p]);
+    }
+  }
+  for (int i = 0; i < R; ++i)
+    for (int p = 0; p < NP; ++p) {
+      y[2 * p * ldy + i] = hsum_ps(_mm512_castps512_ps256(acc[i][p]));
+      y[(2 * p + 1) * ldy + i] = hsum_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[i][p]), 1)));
+    }
 }
 
 // One row of Q4_K (Five false) or Q5_K blocks times C activation rows.
@@ -279,8 +320,14 @@ DS_TILE_FN void tile_rows(const uint8_t* W, int64_t cols, const Q8Vector* xs, in
     for (int64_t k = 0; k < nb; ++k)
       for (int t = 0; t < C; ++t) dxT[size_t(8 * k + t)] = x.d[t][k];
     constexpr int R = 4;
-    for (; r + R <= r1; r += R) rows_q32<P, R, C>(W + r * rb, rb, nb, x, dxT.data(), Y + t0 * ldy + (r - r0), ldy);
-    for (; r < r1; ++r) rows_q32<P, 1, C>(W + r * rb, rb, nb, x, dxT.data(), Y + t0 * ldy + (r - r0), ldy);
+    float* y = Y + t0 * ldy;
+    if constexpr (C % 2 == 0) {
+      for (; r + R <= r1; r += R) rows_q32_pairs<P, R, C>(W + r * rb, rb, nb, x, dxT.data(), y + (r - r0), ldy);
+      for (; r < r1; ++r) rows_q32_pairs<P, 1, C>(W + r * rb, rb, nb, x, dxT.data(), y + (r - r0), ldy);
+    } else {
+      for (; r + R <= r1; r += R) rows_q32<P, R, C>(W + r * rb, rb, nb, x, dxT.data(), y + (r - r0), ldy);
+      for (; r < r1; ++r) rows_q32<P, 1, C>(W + r * rb, rb, nb, x, dxT.data(), y + (r - r0), ldy);
+    }
     return;
   }
   for (; r < r1; ++r) {
@@ -293,8 +340,9 @@ DS_TILE_FN void tile_rows(const uint8_t* W, int64_t cols, const Q8Vector* xs, in
 }
 
 // The K types take eight activation rows at a time (their x blocks stay in L1 while
-// the weight rows pass), Q8_0 and Q4_0 four (with four weight rows at a time: their
-// per-block float work is the larger share), then 4, 2 and 1 for the rest.
+// the weight rows pass), Q8_0 and Q4_0 four (with four weight rows at a time, two
+// activation rows per register: their per-block float work is the larger share), then
+// 4, 2 and 1 for the rest.
 template <Precision P>
 void gemm_tiles(const uint8_t* W, int64_t cols, const Q8Vector* xs, int T, float* Y, int64_t ldy, int64_t r0,
                 int64_t r1) {

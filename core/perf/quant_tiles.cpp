@@ -133,6 +133,19 @@ DS_TILE_FN inline __m256i unsigned32(const uint8_t* b) {
   }
 }
 
+// unsigned32 in both halves of 512 bits, made there: the block's bytes broadcast from
+// memory, then (Q4_0) the high nibbles shifted down in the second and fourth quarters.
+template <Precision P>
+DS_TILE_FN inline __m512i unsigned32_twice(const uint8_t* b) {
+  if constexpr (P == Precision::Q8_0) {
+    const __m512i w = _mm512_broadcast_i64x4(load32(b + 2));
+    return _mm512_xor_si512(w, _mm512_set1_epi8(char(0x80)));
+  } else {
+    const __m512i q = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2)));
+    return _mm512_and_si512(_mm512_srlv_epi64(q, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(0x0F));
+  }
+}
+
 // Value t of v in all 8 lanes.
 DS_TILE_FN inline __m256 lane(__m256 v, int t) { return _mm256_permutexvar_ps(_mm256_set1_epi32(t), v); }
 
@@ -207,7 +220,7 @@ DS_TILE_FN void rows_q32_pairs(const uint8_t* row, int64_t rb, int64_t nb, const
     __m512 f[R];
     for (int i = 0; i < R; ++i) {
       const uint8_t* b = row + i * rb + k * B;
-      u[i] = _mm512_broadcast_i64x4(unsigned32<P>(b));
+      u[i] = unsigned32_twice<P>(b);
       f[i] = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(half_f16c(b)), _mm256_loadu_ps(dxT + 8 * k)));
     }
     for (int p = 0; p < NP; ++p) {

@@ -105,7 +105,10 @@ void MatvecTeam::run(std::span<const MatvecPart> parts, const float* x, const Ca
     const bool b32 = q8_block_for(p.W.type) == 32;
     Q8Vector& q = b32 ? q32_ : q256_;
     const Q8Vector*& slot = b32 ? fast.q32 : fast.q256;
-    if (!slot) quantize_q8(x, p.W.cols, b32 ? 32 : 256, q);
+    if (!slot) {
+      quantize_q8(x, p.W.cols, b32 ? 32 : 256, q);
+      if (!b32 && quant_tiles_available()) prepare_tiles(p.W.type, q);  // gemv_quant_fast takes the tiles' kernels
+    }
     slot = &q;
   }
   const FastInput* fx = fast.q32 || fast.q256 ? &fast : nullptr;

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "perf/quant_blocks.h"
+#include "perf/quant_tiles.h"
 #include "util/error.h"
 
 // What both implementations compute, so that they give the same bits:
@@ -167,6 +168,8 @@ void quantize_q8(const float* x, int64_t n, int block, Q8Vector& out, bool simd)
   out.q.resize(size_t(n));
   out.d.resize(size_t(n / block));
   out.sums16.resize(block == 256 ? size_t(n / 16) : 0);
+  out.start4.clear();  // prepare_tiles makes them again for these values
+  out.sums32.clear();
 #ifdef DS_QF_X86
   if (simd && quant_simd_available()) return quantize_avx2(x, n, block, out);
 #endif
@@ -476,6 +479,10 @@ void gemv_quant_fast(const void* W, Precision p, int64_t cols, const Q8Vector& x
                 " columns and a vector of " + std::to_string(x.n) + " values in blocks of " + std::to_string(x.block));
   const auto* w = static_cast<const uint8_t*>(W);
 #ifdef DS_QF_X86
+  // K types with a vector prepared for the tiles, where they run: the tiles' kernels for
+  // one activation row (64 values per integer product instead of 32; the same bits).
+  if (simd && block == 256 && x.sums32.size() == size_t(cols / 32) && quant_tiles_available())
+    return gemm_quant_fast(W, p, cols, &x, 1, y, r1 - r0, r0, r1);
   if (simd && quant_simd_available()) return gemv_avx2(w, p, cols, x, y, r0, r1);
 #endif
   (void)simd;

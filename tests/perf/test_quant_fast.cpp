@@ -281,12 +281,18 @@ TEST(QuantFast, EachRowFollowsGgmlsFloatOrderBitForBit) {
       }
       float want = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
       if (p == Precision::Q4_K || p == Precision::Q5_K) want += (accm[0] + accm[2]) + (accm[1] + accm[3]);
-      for (bool simd : {false, true}) {
-        if (simd && !quant_simd_available()) continue;
+      // The portable kernel, AVX2, and (K types, a vector prepared for them, where they
+      // run) the tiles' kernels for one activation row.
+      Q8Vector prepared = q;
+      prepare_tiles(p, prepared);
+      for (int way : {0, 1, 2}) {
+        if (way > 0 && !quant_simd_available()) continue;
+        if (way == 2 && (block_elems(p) != 256 || !quant_tiles_available())) continue;
         float y = 0.0f;
-        gemv_quant_fast(m.data(), p, cols, q, &y, r, r + 1, simd);
+        gemv_quant_fast(m.data(), p, cols, way == 2 ? prepared : q, &y, r, r + 1, way > 0);
+        const char* how[] = {" portable", " avx2", " tiles"};
         EXPECT_EQ(std::bit_cast<uint32_t>(y), std::bit_cast<uint32_t>(want))
-            << precision_name(p) << " row " << r << (simd ? " avx2" : " portable") << ": " << y << " vs " << want;
+            << precision_name(p) << " row " << r << how[way] << ": " << y << " vs " << want;
       }
     }
   }
@@ -322,7 +328,10 @@ TEST(QuantFast, TilesGiveEachActivationRowItsRowProductsBits) {
           std::vector<float> Y(size_t(count * ldy), -1.0f), one(size_t(r1 - r0));
           gemm_quant_fast(m.data(), p, cols, xs.data(), count, Y.data(), ldy, r0, r1, true);
           for (int t = 0; t < count; ++t) {
-            gemv_quant_fast(m.data(), p, cols, xs[size_t(t)], one.data(), r0, r1);
+            Q8Vector plain = xs[size_t(t)];  // not prepared: the AVX2 row kernel
+            plain.start4.clear();
+            plain.sums32.clear();
+            gemv_quant_fast(m.data(), p, cols, plain, one.data(), r0, r1);
             for (int64_t r = 0; r < r1 - r0; ++r)
               ASSERT_EQ(std::bit_cast<uint32_t>(Y[size_t(t * ldy + r)]), std::bit_cast<uint32_t>(one[size_t(r)]))
                   << precision_name(p) << " cols " << cols << " count " << count << " activation row " << t

@@ -572,10 +572,6 @@ TEST(Sampler, ReusesBuffers) {
   }
 }
 
-// A result reused across steps (greedy steps move their one-hot rows in place) holds
-// exactly what a fresh result would: greedy after greedy with another argmax, greedy
-// after sampled steps that cut tokens, sampled after greedy, with and without the
-// repetition penalty, and a vocabulary that changes size.
 // Every table of two results equal, bit for bit.
 void expect_same(const SampleResult& a, const SampleResult& b) {
   EXPECT_EQ(a.p_raw, b.p_raw);
@@ -590,6 +586,10 @@ void expect_same(const SampleResult& a, const SampleResult& b) {
   EXPECT_EQ(a.u, b.u);
 }
 
+// A result reused across steps (greedy steps move their one-hot rows in place) holds
+// exactly what a fresh result would: greedy after greedy with another argmax, greedy
+// after sampled steps that cut tokens, sampled after greedy, with and without the
+// repetition penalty, and a vocabulary that changes size.
 TEST(Sampler, ReusedResultEqualsAFreshOne) {
   struct Step {
     int n;

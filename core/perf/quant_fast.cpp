@@ -16,6 +16,9 @@
 //   dot products do: eight float32 accumulators, acc_l = fma(dw * dx, float(lane l),
 //   acc_l) block after block (Q4_K, Q5_K: four more for the mins), one horizontal sum
 //   in a fixed order when the row ends (details with the kernels below).
+// - Q4_0 instead as llama.cpp multiplies the Q4_0 matrices it rearranges at load (eight
+//   rows side by side): one float32 chain per row over its blocks' whole integer
+//   totals, acc = fma(float(total), dw * dx, acc).
 
 namespace ds {
 
@@ -198,7 +201,8 @@ namespace {
 // accumulators, per block acc_l = fma(dw * dx, float(lane l), acc_l) (one chain per
 // lane, no sum across lanes until the row ends); Q4_K and Q5_K also four mins
 // accumulators, accm_i = fma(-dx * dmin, float(mins lane i), accm_i); the row is
-// hsum8(acc) (+ (accm_0 + accm_2) + (accm_1 + accm_3)).
+// hsum8(acc) (+ (accm_0 + accm_2) + (accm_1 + accm_3)). Q4_0: the lanes' exact sum
+// (the block's total), then acc = fma(float(total), dw * dx, acc).
 
 // The 8 lanes of a Q8_0 or Q4_0 block.
 void lanes_q32(Precision p, const uint8_t* b, const int8_t* x, int32_t lanes[8]) {
@@ -265,17 +269,24 @@ inline float hsum8(const float* a) {
   return hsum4(s);
 }
 
+// Q8_0: eight chains, one per lane; Q4_0: one chain over the blocks' totals.
 float row_q32_portable(Precision p, const uint8_t* row, int64_t nb, const Q8Vector& x) {
   const int B = block_bytes(p);
-  float acc[8] = {};
+  float acc[8] = {}, chain = 0.0f;
   int32_t lanes[8];
   for (int64_t k = 0; k < nb; ++k) {
     const uint8_t* b = row + k * B;
     lanes_q32(p, b, x.q.data() + 32 * k, lanes);
     const float f = half_at(b) * x.d[size_t(k)];
-    for (int l = 0; l < 8; ++l) acc[l] = std::fma(f, float(lanes[l]), acc[l]);
+    if (p == Precision::Q4_0) {
+      int32_t total = 0;
+      for (int l = 0; l < 8; ++l) total += lanes[l];
+      chain = std::fma(float(total), f, chain);
+    } else {
+      for (int l = 0; l < 8; ++l) acc[l] = std::fma(f, float(lanes[l]), acc[l]);
+    }
   }
-  return hsum8(acc);
+  return p == Precision::Q4_0 ? chain : hsum8(acc);
 }
 
 float row_k_portable(Precision p, const uint8_t* row, int64_t nb, const Q8Vector& x) {
@@ -326,29 +337,78 @@ DS_AVX2_FN inline void prefetch(const uint8_t* p) {
   _mm_prefetch(reinterpret_cast<const char*>(p + kAhead), _MM_HINT_T0);
 }
 
-// One row of Q8_0 or Q4_0 blocks times x.
-template <Precision P>
-DS_AVX2_FN inline float row_q32_avx2(const uint8_t* row, int64_t nb, const Q8Vector& x) {
-  constexpr int B = P == Precision::Q8_0 ? 34 : 18;
+// One row of Q8_0 blocks times x.
+DS_AVX2_FN inline float row_q8_0_avx2(const uint8_t* row, int64_t nb, const Q8Vector& x) {
   const int8_t* xq = x.q.data();
   const float* xd = x.d.data();
   __m256 acc = _mm256_setzero_ps();
   for (int64_t k = 0; k < nb; ++k) {
-    const uint8_t* b = row + k * B;
+    const uint8_t* b = row + k * 34;
     prefetch(b);
     const __m256i xv = load32(xq + 32 * k);
-    __m256i p;
-    if constexpr (P == Precision::Q8_0) {
-      const __m256i w = load32(b + 2);
-      p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xv, w));
-    } else {  // (u - 8) x as u x - 8 x
-      const __m256i u = q4_0_nibbles(b);
-      p = _mm256_sub_epi16(_mm256_maddubs_epi16(u, xv), _mm256_maddubs_epi16(_mm256_set1_epi8(8), xv));
-    }
+    const __m256i w = load32(b + 2);
+    const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xv, w));
     const __m256 f = _mm256_set1_ps(half_f16c(b) * xd[k]);
     acc = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(widen16(p)), acc);
   }
   return hsum_ps(acc);
+}
+
+// The exact integer total of a Q4_0 block times x's block, as 32-bit lanes (values
+// 4l .. 4l+3 in lane l; (u - 8) x as u x - 8 x, m8 = maddubs(8, x)).
+DS_AVX2_FN inline __m256i q4_0_lanes(const uint8_t* b, __m256i xv, __m256i m8) {
+  return widen16(_mm256_sub_epi16(_mm256_maddubs_epi16(q4_0_nibbles(b), xv), m8));
+}
+
+// One row of Q4_0 blocks times x as one float chain: acc = fma(float(total), dw * dx,
+// acc) block after block (for the rows that do not fill a group of eight).
+DS_AVX2_FN inline float row_q4_0_avx2(const uint8_t* row, int64_t nb, const Q8Vector& x) {
+  float acc = 0.0f;
+  for (int64_t k = 0; k < nb; ++k) {
+    const uint8_t* b = row + k * 18;
+    prefetch(b);
+    const __m256i xv = load32(x.q.data() + 32 * k);
+    const __m256i w = q4_0_lanes(b, xv, _mm256_maddubs_epi16(_mm256_set1_epi8(8), xv));
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    acc = std::fma(float(_mm_cvtsi128_si32(s)), half_f16c(b) * x.d[size_t(k)], acc);
+  }
+  return acc;
+}
+
+// Eight rows' totals side by side: the sums of the lanes of w[0] .. w[7].
+DS_AVX2_FN inline __m256i totals8(const __m256i w[8]) {
+  const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(w[0], w[1]), _mm256_hadd_epi32(w[2], w[3]));
+  const __m256i c = _mm256_hadd_epi32(_mm256_hadd_epi32(w[4], w[5]), _mm256_hadd_epi32(w[6], w[7]));
+  // a: rows 0-3, lanes 0-3 in the low half and 4-7 in the high one; c: rows 4-7.
+  return _mm256_add_epi32(_mm256_permute2x128_si256(a, c, 0x20), _mm256_permute2x128_si256(a, c, 0x31));
+}
+
+// Eight consecutive rows of Q4_0 blocks (rb bytes apart) times x, each its own chain as
+// in row_q4_0_avx2, the eight side by side in one register: the blocks' totals of the
+// eight rows, then acc = fma(float(totals), dw * dx, acc) for all eight.
+DS_AVX2_FN inline void rows8_q4_0_avx2(const uint8_t* row, int64_t rb, int64_t nb, const Q8Vector& x, float* y) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t k = 0; k < nb; ++k) {
+    const __m256i xv = load32(x.q.data() + 32 * k);
+    const __m256i m8 = _mm256_maddubs_epi16(_mm256_set1_epi8(8), xv);
+    // The next eight rows, as many bytes as this step reads (144: three lines).
+    const char* next = reinterpret_cast<const char*>(row + 8 * rb + 144 * k);
+    for (int o = 0; o < 192; o += 64) _mm_prefetch(next + o, _MM_HINT_T0);
+    __m256i w[8];
+    uint16_t h[8];
+    for (int i = 0; i < 8; ++i) {
+      const uint8_t* b = row + i * rb + k * 18;
+      w[i] = q4_0_lanes(b, xv, m8);
+      std::memcpy(&h[i], b, 2);
+    }
+    const __m128i dw = _mm_setr_epi16(short(h[0]), short(h[1]), short(h[2]), short(h[3]), short(h[4]), short(h[5]),
+                                      short(h[6]), short(h[7]));
+    const __m256 f = _mm256_mul_ps(_mm256_cvtph_ps(dw), _mm256_set1_ps(x.d[size_t(k)]));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(totals8(w)), f, acc);
+  }
+  _mm256_storeu_ps(y, acc);
 }
 
 // Byte masks that copy 16-bit value j of each 128-bit lane to all of its lane.
@@ -445,9 +505,15 @@ template <Precision P>
 DS_AVX2_FN void gemv_rows_avx2(const uint8_t* W, int64_t cols, const Q8Vector& x, float* y, int64_t r0, int64_t r1) {
   constexpr bool q32 = P == Precision::Q8_0 || P == Precision::Q4_0;
   const int64_t rb = row_bytes(P, cols), nb = cols / (q32 ? 32 : 256);
-  for (int64_t r = r0; r < r1; ++r) {
+  int64_t r = r0;
+  if constexpr (P == Precision::Q4_0) {
+    for (; r + 8 <= r1; r += 8) rows8_q4_0_avx2(W + r * rb, rb, nb, x, y + (r - r0));
+    for (; r < r1; ++r) y[r - r0] = row_q4_0_avx2(W + r * rb, nb, x);
+    return;
+  }
+  for (; r < r1; ++r) {
     if constexpr (q32)
-      y[r - r0] = row_q32_avx2<P>(W + r * rb, nb, x);
+      y[r - r0] = row_q8_0_avx2(W + r * rb, nb, x);
     else
       y[r - r0] = row_k_avx2<P>(W + r * rb, nb, x);
   }

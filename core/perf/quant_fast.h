@@ -10,7 +10,9 @@
 // Two implementations give the same bits: AVX2 (maddubs / madd on the bytes) and a
 // portable one, chosen at run time from the processor's features. Both compute the
 // same exact integers per block and combine them with the same float operations in
-// the same order (explicit fused multiply-adds).
+// the same order (explicit fused multiply-adds): that of ggml's AVX2 dot products, and
+// for Q4_0 that of llama.cpp's products with the Q4_0 matrices it rearranges at load
+// (one float chain per row over the blocks' integer totals).
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -1,6 +1,7 @@
 #include "perf/quant_tiles.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -14,13 +15,19 @@
 //   l of two consecutive 32-value chunks, as the row kernels sum them.
 // - Q8_0 and Q4_0 weights are taken unsigned (w + 128, or the stored nibble), each
 //   lane starting from -128 or -8 times the sum of its four x's (prepare_tiles), so one
-//   dpbusd (unsigned bytes times signed bytes, four per lane) gives the lane.
+//   dpbusd (unsigned bytes times signed bytes, four per lane) gives the lane (Q4_0: the
+//   block's total starting from -8 times the sum of its 32).
 // - K types: maddubs (pairs of unsigned weights times signed x's, 16 bits, never
 //   saturating: at most 2 * 63 * 127) and dpwssd with the sub-blocks' scales (pairs of
 //   16-bit values times 16-bit scales, summed into the 32-bit lanes).
 // - The float part is the row kernels', term for term: per block acc = fma(dx * dw,
 //   float(lanes), acc), the mins' accm = fma(-dx * dmin, float(mins), accm), and the
 //   same horizontal sums when the row ends.
+// - Q4_0 rows are one float chain each over their blocks' totals, so sixteen weight
+//   rows share a register, one row per 32-bit lane: a thread's rows are rearranged once
+//   into scratch (pack_q4_0), and each dpbusd multiplies four values of sixteen rows
+//   with the same four x's, broadcast; acc = fma(float(totals), dw * dx, acc) is then
+//   one instruction for sixteen rows. The file's blocks stay where they are.
 
 namespace ds {
 
@@ -123,42 +130,29 @@ DS_TILE_FN inline __m256i fold(__m512i a) {
   return _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1));
 }
 
-// A Q8_0 or Q4_0 block's 32 weights as unsigned bytes: w + 128, or the nibbles.
-template <Precision P>
+// A Q8_0 block's 32 weights as unsigned bytes: w + 128.
 DS_TILE_FN inline __m256i unsigned32(const uint8_t* b) {
-  if constexpr (P == Precision::Q8_0) {
-    return _mm256_xor_si256(load32(b + 2), _mm256_set1_epi8(char(0x80)));
-  } else {
-    return q4_0_nibbles(b);
-  }
+  return _mm256_xor_si256(load32(b + 2), _mm256_set1_epi8(char(0x80)));
 }
 
-// unsigned32 in both halves of 512 bits, made there: the block's bytes broadcast from
-// memory, then (Q4_0) the high nibbles shifted down in the second and fourth quarters.
-template <Precision P>
+// unsigned32 in both halves of 512 bits: the block's bytes broadcast from memory.
 DS_TILE_FN inline __m512i unsigned32_twice(const uint8_t* b) {
-  if constexpr (P == Precision::Q8_0) {
-    const __m512i w = _mm512_broadcast_i64x4(load32(b + 2));
-    return _mm512_xor_si512(w, _mm512_set1_epi8(char(0x80)));
-  } else {
-    const __m512i q = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2)));
-    return _mm512_and_si512(_mm512_srlv_epi64(q, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(0x0F));
-  }
+  return _mm512_xor_si512(_mm512_broadcast_i64x4(load32(b + 2)), _mm512_set1_epi8(char(0x80)));
 }
 
 // Value t of v in all 8 lanes.
 DS_TILE_FN inline __m256 lane(__m256 v, int t) { return _mm256_permutexvar_ps(_mm256_set1_epi32(t), v); }
 
-// R consecutive rows (rb bytes apart) of Q8_0 or Q4_0 blocks times C activation rows:
+// R consecutive rows (rb bytes apart) of Q8_0 blocks times C activation rows:
 // y[t * ldy + i] for row i. Two blocks at a time in 512 bits (the lanes of block k,
 // then of block k + 1, fused into the accumulators in that order); dxT[8 k + t] is
 // activation row t's scale of block k, so that one product gives a row's dw * dx for
 // every activation row. The R weight rows share each load of the activations' blocks.
-// For a single activation row (C = 1); rows_q32_pairs below takes them in pairs.
-template <Precision P, int R, int C>
-DS_TILE_FN void rows_q32(const uint8_t* row, int64_t rb, int64_t nb, const Cols<C>& x, const float* dxT, float* y,
-                         int64_t ldy) {
-  constexpr int B = P == Precision::Q8_0 ? 34 : 18;
+// For a single activation row (C = 1); rows_q8_0_pairs below takes them in pairs.
+template <int R, int C>
+DS_TILE_FN void rows_q8_0(const uint8_t* row, int64_t rb, int64_t nb, const Cols<C>& x, const float* dxT, float* y,
+                          int64_t ldy) {
+  constexpr int B = 34;
   __m256 acc[R][C];
   for (int i = 0; i < R; ++i)
     for (int t = 0; t < C; ++t) acc[i][t] = _mm256_setzero_ps();
@@ -168,7 +162,7 @@ DS_TILE_FN void rows_q32(const uint8_t* row, int64_t rb, int64_t nb, const Cols<
     __m256 f0[R], f1[R];
     for (int i = 0; i < R; ++i) {
       const uint8_t* b = row + i * rb + k * B;
-      u[i] = _mm512_inserti64x4(_mm512_castsi256_si512(unsigned32<P>(b)), unsigned32<P>(b + B), 1);
+      u[i] = _mm512_inserti64x4(_mm512_castsi256_si512(unsigned32(b)), unsigned32(b + B), 1);
       f0[i] = _mm256_mul_ps(_mm256_set1_ps(half_f16c(b)), _mm256_loadu_ps(dxT + 8 * k));
       f1[i] = _mm256_mul_ps(_mm256_set1_ps(half_f16c(b + B)), _mm256_loadu_ps(dxT + 8 * k + 8));
     }
@@ -187,7 +181,7 @@ DS_TILE_FN void rows_q32(const uint8_t* row, int64_t rb, int64_t nb, const Cols<
     __m256 f[R];
     for (int i = 0; i < R; ++i) {
       const uint8_t* b = row + i * rb + k * B;
-      u[i] = unsigned32<P>(b);
+      u[i] = unsigned32(b);
       f[i] = _mm256_mul_ps(_mm256_set1_ps(half_f16c(b)), _mm256_loadu_ps(dxT + 8 * k));
     }
     for (int t = 0; t < C; ++t) {
@@ -200,16 +194,16 @@ DS_TILE_FN void rows_q32(const uint8_t* row, int64_t rb, int64_t nb, const Cols<
     for (int t = 0; t < C; ++t) y[t * ldy + i] = hsum_ps(acc[i][t]);
 }
 
-// rows_q32 for an even C with two activation rows in each 512-bit register: block k's
+// rows_q8_0 for an even C with two activation rows in each 512-bit register: block k's
 // lanes against row 2p in the low half and against row 2p + 1 in the high half, the
 // weights' 32 bytes in both. Each half takes the row kernel's operations in its order
-// (one block at a time: fma(dw * dx, float(lanes), acc)), so the bits are rows_q32's,
+// (one block at a time: fma(dw * dx, float(lanes), acc)), so the bits are rows_q8_0's,
 // with one product, conversion and fused multiply-add for two activation rows.
-template <Precision P, int R, int C>
-DS_TILE_FN void rows_q32_pairs(const uint8_t* row, int64_t rb, int64_t nb, const Cols<C>& x, const float* dxT, float* y,
-                               int64_t ldy) {
+template <int R, int C>
+DS_TILE_FN void rows_q8_0_pairs(const uint8_t* row, int64_t rb, int64_t nb, const Cols<C>& x, const float* dxT,
+                                float* y, int64_t ldy) {
   static_assert(C % 2 == 0);
-  constexpr int B = P == Precision::Q8_0 ? 34 : 18, NP = C / 2;
+  constexpr int B = 34, NP = C / 2;
   __m512 acc[R][NP];
   for (int i = 0; i < R; ++i)
     for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_setzero_ps();
@@ -220,7 +214,7 @@ DS_TILE_FN void rows_q32_pairs(const uint8_t* row, int64_t rb, int64_t nb, const
     __m512 f[R];
     for (int i = 0; i < R; ++i) {
       const uint8_t* b = row + i * rb + k * B;
-      u[i] = unsigned32_twice<P>(b);
+      u[i] = unsigned32_twice(b);
       f[i] = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(half_f16c(b)), _mm256_loadu_ps(dxT + 8 * k)));
     }
     for (int p = 0; p < NP; ++p) {
@@ -326,7 +320,7 @@ DS_TILE_FN void tile_rows(const uint8_t* W, int64_t cols, const Q8Vector* xs, in
   const Cols<C> x = cols_at<C>(xs, t0);
   const int64_t rb = row_bytes(P, cols), nb = cols / block_elems(P);
   int64_t r = r0;
-  if constexpr (P == Precision::Q8_0 || P == Precision::Q4_0) {
+  if constexpr (P == Precision::Q8_0) {
     // The activation rows' block scales, 8 per block (zero past C).
     thread_local std::vector<float> dxT;
     dxT.assign(size_t(8 * nb), 0.0f);
@@ -335,11 +329,11 @@ DS_TILE_FN void tile_rows(const uint8_t* W, int64_t cols, const Q8Vector* xs, in
     constexpr int R = 4;
     float* y = Y + t0 * ldy;
     if constexpr (C % 2 == 0) {
-      for (; r + R <= r1; r += R) rows_q32_pairs<P, R, C>(W + r * rb, rb, nb, x, dxT.data(), y + (r - r0), ldy);
-      for (; r < r1; ++r) rows_q32_pairs<P, 1, C>(W + r * rb, rb, nb, x, dxT.data(), y + (r - r0), ldy);
+      for (; r + R <= r1; r += R) rows_q8_0_pairs<R, C>(W + r * rb, rb, nb, x, dxT.data(), y + (r - r0), ldy);
+      for (; r < r1; ++r) rows_q8_0_pairs<1, C>(W + r * rb, rb, nb, x, dxT.data(), y + (r - r0), ldy);
     } else {
-      for (; r + R <= r1; r += R) rows_q32<P, R, C>(W + r * rb, rb, nb, x, dxT.data(), y + (r - r0), ldy);
-      for (; r < r1; ++r) rows_q32<P, 1, C>(W + r * rb, rb, nb, x, dxT.data(), y + (r - r0), ldy);
+      for (; r + R <= r1; r += R) rows_q8_0<R, C>(W + r * rb, rb, nb, x, dxT.data(), y + (r - r0), ldy);
+      for (; r < r1; ++r) rows_q8_0<1, C>(W + r * rb, rb, nb, x, dxT.data(), y + (r - r0), ldy);
     }
     return;
   }
@@ -353,19 +347,130 @@ DS_TILE_FN void tile_rows(const uint8_t* W, int64_t cols, const Q8Vector* xs, in
 }
 
 // The K types take eight activation rows at a time (their x blocks stay in L1 while
-// the weight rows pass), Q8_0 and Q4_0 four (with four weight rows at a time, two
-// activation rows per register: their per-block float work is the larger share), then
-// 4, 2 and 1 for the rest.
+// the weight rows pass), Q8_0 four (with four weight rows at a time, two activation
+// rows per register: its per-block float work is the larger share), then 4, 2 and 1
+// for the rest.
 template <Precision P>
 void gemm_tiles(const uint8_t* W, int64_t cols, const Q8Vector* xs, int T, float* Y, int64_t ldy, int64_t r0,
                 int64_t r1) {
-  constexpr int wide = P == Precision::Q8_0 || P == Precision::Q4_0 ? 4 : 8;
+  constexpr int wide = P == Precision::Q8_0 ? 4 : 8;
   int t = 0;
   for (; t + wide <= T; t += wide) tile_rows<P, wide>(W, cols, xs, t, Y, ldy, r0, r1);
   if constexpr (wide == 8)
     if (t + 4 <= T) tile_rows<P, 4>(W, cols, xs, t, Y, ldy, r0, r1), t += 4;
   if (t + 2 <= T) tile_rows<P, 2>(W, cols, xs, t, Y, ldy, r0, r1), t += 2;
   if (t < T) tile_rows<P, 1>(W, cols, xs, t, Y, ldy, r0, r1);
+}
+
+// ---- Q4_0 in llama.cpp's order (perf/quant_fast.cpp): each row one float chain over
+// its blocks' totals, sixteen weight rows side by side in the lanes of one register.
+
+// Rows [0, n) (n <= 16, rb bytes apart) of Q4_0 blocks, rearranged into S: per block,
+// vector j < 8 holds values 4j .. 4j+3 as unsigned nibbles, row i's four in 32-bit lane
+// i, and vector 8 the rows' dw as floats (lanes past n: zeros; no byte past row n - 1
+// is read).
+struct alignas(64) Vec64 {
+  uint8_t bytes[64];
+};
+
+DS_TILE_FN void pack_q4_0(const uint8_t* row, int64_t rb, int64_t nb, int n, Vec64* S) {
+  const __mmask16 m = __mmask16((1u << n) - 1);
+  const __m512i at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                        _mm512_set1_epi32(int32_t(rb)));
+  const __m512i low4 = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
+  for (int64_t k = 0; k < nb; ++k, S += 9) {
+    const uint8_t* b = row + 18 * k;
+    for (int j = 0; j < 4; ++j) {  // bytes 4j .. 4j+3: values 4j .. (low nibbles), 16 + 4j .. (high)
+      const __m512i q = _mm512_mask_i32gather_epi32(zero, m, at, b + 2 + 4 * j, 1);
+      _mm512_store_si512(S + j, _mm512_and_si512(q, low4));
+      _mm512_store_si512(S + j + 4, _mm512_and_si512(_mm512_srli_epi32(q, 4), low4));
+    }
+    const __m512i d = _mm512_mask_i32gather_epi32(zero, m, at, b, 1);  // the scale in the low 16 bits
+    _mm512_store_ps(S + 8, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d)));
+  }
+}
+
+// C activation rows side by side for group_q4_0, block by block: per block k, at
+// X + k * stride(C), each row's 32 values (32 bytes a row), then the integers the rows'
+// totals start from (-8 times the sum of the block's values: the nibbles are taken
+// unsigned), then the rows' scales dx.
+template <int C>
+constexpr int64_t stride_q4_0 = C*(32 + 4 + 4);
+
+template <int C>
+void pack_rows_q4_0(const Q8Vector* xs, int64_t nb, uint8_t* X) {
+  for (int64_t k = 0; k < nb; ++k, X += stride_q4_0<C>)
+    for (int t = 0; t < C; ++t) {
+      std::memcpy(X + 32 * t, xs[t].q.data() + 32 * k, 32);
+      const int32_t* s4 = xs[t].start4.data() + 8 * k;
+      const int32_t start = s4[0] + s4[1] + s4[2] + s4[3] + s4[4] + s4[5] + s4[6] + s4[7];
+      std::memcpy(X + 32 * C + 4 * t, &start, 4);
+      std::memcpy(X + 36 * C + 4 * t, &xs[t].d[size_t(k)], 4);
+    }
+}
+
+DS_TILE_FN inline __m512i broadcast4(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// Sixteen packed weight rows times C activation rows (packed by pack_rows_q4_0): per
+// activation row and block the sixteen totals (eight dpbusd of the rows' nibbles with
+// four of x's bytes, broadcast), then acc = fma(float(totals), dw * dx, acc), lane i for
+// weight row i. y[t * ldy + i] for the lanes in m.
+template <int C>
+DS_TILE_FN void group_q4_0(const Vec64* S, int64_t nb, const uint8_t* X, float* y, int64_t ldy, __mmask16 m) {
+  __m512 acc[C];
+  for (int t = 0; t < C; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < nb; ++k, S += 9, X += stride_q4_0<C>) {
+    __m512i w[8];
+    for (int j = 0; j < 8; ++j) w[j] = _mm512_load_si512(S + j);
+    const __m512 dw = _mm512_load_ps(S + 8);
+    for (int t = 0; t < C; ++t) {
+      const uint8_t* q = X + 32 * t;
+      __m512i a = broadcast4(X + 32 * C + 4 * t), b = _mm512_setzero_si512();
+      for (int j = 0; j < 8; j += 2) {  // two chains of exact integers
+        a = _mm512_dpbusd_epi32(a, w[j], broadcast4(q + 4 * j));
+        b = _mm512_dpbusd_epi32(b, w[j + 1], broadcast4(q + 4 * j + 4));
+      }
+      float dx;
+      std::memcpy(&dx, X + 36 * C + 4 * t, 4);
+      const __m512 f = _mm512_mul_ps(dw, _mm512_set1_ps(dx));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a, b)), f, acc[t]);
+    }
+  }
+  for (int t = 0; t < C; ++t) _mm512_mask_storeu_ps(y + t * ldy, m, acc[t]);
+}
+
+// Activation rows [t0, t0 + C) against every packed group of n weight rows.
+template <int C>
+DS_TILE_FN void pass_q4_0(const Vec64* S, int64_t nb, const Q8Vector* xs, int t0, float* Y, int64_t ldy, int64_t n) {
+  thread_local std::vector<uint8_t> X;
+  X.resize(size_t(nb * stride_q4_0<C>));
+  pack_rows_q4_0<C>(xs + t0, nb, X.data());
+  for (int64_t g = 0; g < n; g += 16) {
+    const int rows = int(std::min<int64_t>(16, n - g));
+    group_q4_0<C>(S + g / 16 * nb * 9, nb, X.data(), Y + t0 * ldy + g, ldy, __mmask16((1u << rows) - 1));
+  }
+}
+
+// Q4_0 rows [r0, r1): packed once (sixteen at a time, while they stay in L2), then
+// sixteen activation rows at a time pass over them (their blocks stay in L1), then 8,
+// 4, 2, 1.
+DS_TILE_FN void gemm_q4_0(const uint8_t* W, int64_t cols, const Q8Vector* xs, int T, float* Y, int64_t ldy, int64_t r0,
+                          int64_t r1) {
+  const int64_t rb = row_bytes(Precision::Q4_0, cols), nb = cols / 32, n = r1 - r0;
+  thread_local std::vector<Vec64> S;
+  S.resize(size_t((n + 15) / 16 * nb * 9));
+  for (int64_t g = 0; g < n; g += 16)
+    pack_q4_0(W + (r0 + g) * rb, rb, nb, int(std::min<int64_t>(16, n - g)), S.data() + g / 16 * nb * 9);
+  int t = 0;
+  for (; t + 16 <= T; t += 16) pass_q4_0<16>(S.data(), nb, xs, t, Y, ldy, n);
+  if (t + 8 <= T) pass_q4_0<8>(S.data(), nb, xs, t, Y, ldy, n), t += 8;
+  if (t + 4 <= T) pass_q4_0<4>(S.data(), nb, xs, t, Y, ldy, n), t += 4;
+  if (t + 2 <= T) pass_q4_0<2>(S.data(), nb, xs, t, Y, ldy, n), t += 2;
+  if (t < T) pass_q4_0<1>(S.data(), nb, xs, t, Y, ldy, n);
 }
 #endif
 
@@ -374,7 +479,8 @@ void gemm_tiles(const uint8_t* W, int64_t cols, const Q8Vector* xs, int T, float
 int64_t quant_tile_rows(Precision p, int64_t cols, int64_t rows, int threads) {
   const int64_t by_bytes = (int64_t(192) << 10) / std::max<int64_t>(1, row_bytes(p, cols));
   const int64_t by_share = rows / (4 * int64_t(std::max(1, threads)));
-  return std::max<int64_t>(16, std::min(by_bytes, by_share) / 2 * 2);
+  const int64_t step = p == Precision::Q4_0 ? 16 : 2;  // Q4_0: whole groups of sixteen rows
+  return std::max<int64_t>(16, std::min(by_bytes, by_share) / step * step);
 }
 
 void gemm_quant_fast(const void* W, Precision p, int64_t cols, const Q8Vector* xs, int T, float* Y, int64_t ldy,
@@ -387,7 +493,8 @@ void gemm_quant_fast(const void* W, Precision p, int64_t cols, const Q8Vector* x
       case Precision::Q8_0:
         return gemm_tiles<Precision::Q8_0>(w, cols, xs, T, Y, ldy, r0, r1);
       case Precision::Q4_0:
-        return gemm_tiles<Precision::Q4_0>(w, cols, xs, T, Y, ldy, r0, r1);
+        if (row_bytes(p, cols) <= (int64_t(1) << 26)) return gemm_q4_0(w, cols, xs, T, Y, ldy, r0, r1);
+        break;  // rows too long for the packing's 32-bit offsets: one row product per activation row
       case Precision::Q4_K:
         return gemm_tiles<Precision::Q4_K>(w, cols, xs, T, Y, ldy, r0, r1);
       case Precision::Q5_K:

@@ -30,7 +30,8 @@ void gemm_quant_fast(const void* W, Precision p, int64_t cols, const Q8Vector* x
 
 // How many weight rows a thread takes at a time for gemm_quant_fast: about 192 KiB of
 // blocks (which stay in L2 while all the activation rows pass), at least 16, and few
-// enough that each of `threads` threads gets at least 4 blocks.
+// enough that each of `threads` threads gets at least 4 blocks; an even count, for
+// Q4_0 a multiple of 16.
 int64_t quant_tile_rows(Precision p, int64_t cols, int64_t rows, int threads);
 
 }  // namespace ds

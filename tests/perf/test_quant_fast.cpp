@@ -250,8 +250,10 @@ TEST(QuantFast, Avx2AndPortableKernelsAgreeBitForBit) {
 // eight lanes of exact integers per block (lane l: the values 4l .. 4l+3 of every 32;
 // Q6_K's -32 taken as 32 sc s over the 32 values 32l .. 32l+31; the mins of Q4_K and
 // Q5_K in four lanes of two sub-blocks each), fused into eight float accumulators with
-// the block's dw * dx, summed as (a0 + a4) + (a2 + a6) + ((a1 + a5) + (a3 + a7)). Each
-// row, written here from the block layouts, gives the kernels' bits.
+// the block's dw * dx, summed as (a0 + a4) + (a2 + a6) + ((a1 + a5) + (a3 + a7));
+// Q4_0 as llama.cpp multiplies its rearranged Q4_0 matrices: one chain per row over the
+// blocks' whole totals, acc = fma(float(total), dw * dx, acc). Each row, written here
+// from the block layouts, gives the kernels' bits.
 TEST(QuantFast, EachRowFollowsGgmlsFloatOrderBitForBit) {
   std::mt19937 gen(17);
   for (Precision p : kQuantized) {
@@ -263,7 +265,7 @@ TEST(QuantFast, EachRowFollowsGgmlsFloatOrderBitForBit) {
     const int E = block_elems(p);
     const int dat = p == Precision::Q6_K ? 208 : 0;
     for (int64_t r = 0; r < rows; ++r) {
-      float acc[8] = {}, accm[4] = {};
+      float acc[8] = {}, accm[4] = {}, chain = 0.0f;
       for (int64_t k = 0; k < cols / E; ++k) {
         const uint8_t* b = m.data() + r * row_bytes(p, cols) + k * block_bytes(p);
         const int8_t* xq = q.q.data() + k * E;
@@ -275,12 +277,15 @@ TEST(QuantFast, EachRowFollowsGgmlsFloatOrderBitForBit) {
           mins[i / 64] += int64_t(v.min) * xq[i];
         }
         const float dx = q.d[size_t(k)];
+        const int64_t total = lanes[0] + lanes[1] + lanes[2] + lanes[3] + lanes[4] + lanes[5] + lanes[6] + lanes[7];
+        chain = std::fma(float(total), float(half(b)) * dx, chain);
         for (int l = 0; l < 8; ++l) acc[l] = std::fma(float(half(b + dat)) * dx, float(lanes[l]), acc[l]);
         if (p == Precision::Q4_K || p == Precision::Q5_K)
           for (int i = 0; i < 4; ++i) accm[i] = std::fma(-dx * float(half(b + 2)), float(mins[i]), accm[i]);
       }
       float want = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
       if (p == Precision::Q4_K || p == Precision::Q5_K) want += (accm[0] + accm[2]) + (accm[1] + accm[3]);
+      if (p == Precision::Q4_0) want = chain;
       // The portable kernel, AVX2, and (K types, a vector prepared for them, where they
       // run) the tiles' kernels for one activation row.
       Q8Vector prepared = q;

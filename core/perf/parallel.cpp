@@ -107,7 +107,8 @@ void MatvecTeam::run(std::span<const MatvecPart> parts, const float* x, const Ca
     const Q8Vector*& slot = b32 ? fast.q32 : fast.q256;
     if (!slot) {
       quantize_q8(x, p.W.cols, b32 ? 32 : 256, q);
-      if (!b32 && quant_tiles_available()) prepare_tiles(p.W.type, q);  // gemv_quant_fast takes the tiles' kernels
+      // gemv_quant_fast then takes the tiles' kernels (K types) or the VNNI rows (Q4_0).
+      if ((!b32 || p.W.type == Precision::Q4_0) && quant_tiles_available()) prepare_tiles(p.W.type, q);
     }
     slot = &q;
   }

@@ -14,6 +14,8 @@
 #define DS_QF_X86 1
 #include <immintrin.h>
 #define DS_AVX2_FN __attribute__((target("avx2,fma,f16c")))
+// The tiles' kernels and the others that need AVX-512 VNNI (quant_tiles_available()).
+#define DS_TILE_FN __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #endif
 
 namespace ds::qb {

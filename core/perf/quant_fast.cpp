@@ -385,28 +385,46 @@ DS_AVX2_FN inline __m256i totals8(const __m256i w[8]) {
   return _mm256_add_epi32(_mm256_permute2x128_si256(a, c, 0x20), _mm256_permute2x128_si256(a, c, 0x31));
 }
 
-// Eight consecutive rows of Q4_0 blocks (rb bytes apart) times x, each its own chain as
-// in row_q4_0_avx2, the eight side by side in one register: the blocks' totals of the
-// eight rows, then acc = fma(float(totals), dw * dx, acc) for all eight.
+// Block k of eight Q4_0 rows (rb bytes apart) against x: asks for the next eight rows'
+// bytes (as many as this step reads: 144, three lines), then acc = fma(float(totals),
+// dw * dx, acc) for the eight rows' lanes w.
+DS_AVX2_FN inline __m256 chain8_q4_0(const uint8_t* row, int64_t rb, int64_t k, float dx, const __m256i w[8],
+                                     __m256 acc) {
+  const char* next = reinterpret_cast<const char*>(row + 8 * rb + 144 * k);
+  for (int o = 0; o < 192; o += 64) _mm_prefetch(next + o, _MM_HINT_T0);
+  uint16_t h[8];
+  for (int i = 0; i < 8; ++i) std::memcpy(&h[i], row + i * rb + k * 18, 2);
+  const __m128i dw = _mm_setr_epi16(short(h[0]), short(h[1]), short(h[2]), short(h[3]), short(h[4]), short(h[5]),
+                                    short(h[6]), short(h[7]));
+  const __m256 f = _mm256_mul_ps(_mm256_cvtph_ps(dw), _mm256_set1_ps(dx));
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(totals8(w)), f, acc);
+}
+
+// Eight consecutive rows of Q4_0 blocks times x, each its own chain as in
+// row_q4_0_avx2, the eight side by side in one register.
 DS_AVX2_FN inline void rows8_q4_0_avx2(const uint8_t* row, int64_t rb, int64_t nb, const Q8Vector& x, float* y) {
   __m256 acc = _mm256_setzero_ps();
   for (int64_t k = 0; k < nb; ++k) {
     const __m256i xv = load32(x.q.data() + 32 * k);
     const __m256i m8 = _mm256_maddubs_epi16(_mm256_set1_epi8(8), xv);
-    // The next eight rows, as many bytes as this step reads (144: three lines).
-    const char* next = reinterpret_cast<const char*>(row + 8 * rb + 144 * k);
-    for (int o = 0; o < 192; o += 64) _mm_prefetch(next + o, _MM_HINT_T0);
     __m256i w[8];
-    uint16_t h[8];
-    for (int i = 0; i < 8; ++i) {
-      const uint8_t* b = row + i * rb + k * 18;
-      w[i] = q4_0_lanes(b, xv, m8);
-      std::memcpy(&h[i], b, 2);
-    }
-    const __m128i dw = _mm_setr_epi16(short(h[0]), short(h[1]), short(h[2]), short(h[3]), short(h[4]), short(h[5]),
-                                      short(h[6]), short(h[7]));
-    const __m256 f = _mm256_mul_ps(_mm256_cvtph_ps(dw), _mm256_set1_ps(x.d[size_t(k)]));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(totals8(w)), f, acc);
+    for (int i = 0; i < 8; ++i) w[i] = q4_0_lanes(row + i * rb + k * 18, xv, m8);
+    acc = chain8_q4_0(row, rb, k, x.d[size_t(k)], w, acc);
+  }
+  _mm256_storeu_ps(y, acc);
+}
+
+// rows8_q4_0_avx2 with AVX-512 VNNI: each row's lanes are one dpbusd of the nibbles
+// with x, starting from -8 times x's fours (one dpbusd of 8s per block).
+DS_TILE_FN inline void rows8_q4_0_vnni(const uint8_t* row, int64_t rb, int64_t nb, const Q8Vector& x, float* y) {
+  __m256 acc = _mm256_setzero_ps();
+  const __m256i zero = _mm256_setzero_si256();
+  for (int64_t k = 0; k < nb; ++k) {
+    const __m256i xv = load32(x.q.data() + 32 * k);
+    const __m256i m8 = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, _mm256_set1_epi8(8), xv));
+    __m256i w[8];
+    for (int i = 0; i < 8; ++i) w[i] = _mm256_dpbusd_epi32(m8, q4_0_nibbles(row + i * rb + k * 18), xv);
+    acc = chain8_q4_0(row, rb, k, x.d[size_t(k)], w, acc);
   }
   _mm256_storeu_ps(y, acc);
 }
@@ -507,6 +525,9 @@ DS_AVX2_FN void gemv_rows_avx2(const uint8_t* W, int64_t cols, const Q8Vector& x
   const int64_t rb = row_bytes(P, cols), nb = cols / (q32 ? 32 : 256);
   int64_t r = r0;
   if constexpr (P == Precision::Q4_0) {
+    // A vector prepared for the tiles, where they run: the VNNI kernel (the same bits).
+    if (x.start4.size() == size_t(cols / 4) && quant_tiles_available())
+      for (; r + 8 <= r1; r += 8) rows8_q4_0_vnni(W + r * rb, rb, nb, x, y + (r - r0));
     for (; r + 8 <= r1; r += 8) rows8_q4_0_avx2(W + r * rb, rb, nb, x, y + (r - r0));
     for (; r < r1; ++r) y[r - r0] = row_q4_0_avx2(W + r * rb, nb, x);
     return;

@@ -65,7 +65,9 @@ void quantize_q8(const float* x, int64_t n, int block, Q8Vector& out, bool simd 
 // x = quantize_q8(.., q8_block_for(p), ..) of the float vector. simd: use the AVX2
 // kernels (only when quant_simd_available()); both give the same bits. With simd, a K
 // type and x prepared by prepare_tiles (perf/quant_tiles.h), the tiles' AVX-512 kernels
-// where they run (again the same bits). quantize_q8 leaves x unprepared.
+// where they run (again the same bits); Q4_0 with x prepared (for Q4_0 or Q8_0: only
+// that it was is read), AVX-512 VNNI rows where they run. quantize_q8 leaves x
+// unprepared.
 void gemv_quant_fast(const void* W, Precision p, int64_t cols, const Q8Vector& x, float* y, int64_t r0, int64_t r1,
                      bool simd = quant_simd_available());
 

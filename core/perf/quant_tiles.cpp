@@ -80,7 +80,6 @@ void check_inputs(Precision p, int64_t cols, const Q8Vector* xs, int T) {
 }
 
 #ifdef DS_QF_X86
-#define DS_TILE_FN __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 
 // The C activation rows of one tile.
 template <int C>

@@ -224,7 +224,7 @@ TEST(QuantFast, EachRowEqualsADoubleSumOverTheRoundedActivations) {
 }
 
 // The AVX2 and portable kernels give the same bits, over ranges that start and end
-// anywhere.
+// anywhere; so do the AVX-512 VNNI ones (a prepared vector) where they run.
 TEST(QuantFast, Avx2AndPortableKernelsAgreeBitForBit) {
   if (!quant_simd_available()) GTEST_SKIP() << "this processor has no AVX2: only the portable kernels run";
   std::mt19937 gen(5);
@@ -235,13 +235,19 @@ TEST(QuantFast, Avx2AndPortableKernelsAgreeBitForBit) {
       const std::vector<float> x = random_vector(cols, gen);
       Q8Vector q;
       quantize_q8(x.data(), cols, q8_block_for(p), q);
+      Q8Vector prepared = q;
+      prepare_tiles(p, prepared);
       for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, rows}, {3, 16}, {20, 21}}) {
-        std::vector<float> a(size_t(r1 - r0)), b(size_t(r1 - r0));
+        std::vector<float> a(size_t(r1 - r0)), b(size_t(r1 - r0)), c(size_t(r1 - r0));
         gemv_quant_fast(m.data(), p, cols, q, a.data(), r0, r1, true);
         gemv_quant_fast(m.data(), p, cols, q, b.data(), r0, r1, false);
-        for (size_t i = 0; i < a.size(); ++i)
+        gemv_quant_fast(m.data(), p, cols, prepared, c.data(), r0, r1, true);
+        for (size_t i = 0; i < a.size(); ++i) {
           ASSERT_EQ(std::bit_cast<uint32_t>(a[i]), std::bit_cast<uint32_t>(b[i]))
               << precision_name(p) << " cols " << cols << " row " << r0 + int64_t(i);
+          ASSERT_EQ(std::bit_cast<uint32_t>(c[i]), std::bit_cast<uint32_t>(b[i]))
+              << precision_name(p) << " cols " << cols << " row " << r0 + int64_t(i) << ", a prepared vector";
+        }
       }
     }
 }
@@ -286,13 +292,13 @@ TEST(QuantFast, EachRowFollowsGgmlsFloatOrderBitForBit) {
       float want = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
       if (p == Precision::Q4_K || p == Precision::Q5_K) want += (accm[0] + accm[2]) + (accm[1] + accm[3]);
       if (p == Precision::Q4_0) want = chain;
-      // The portable kernel, AVX2, and (K types, a vector prepared for them, where they
-      // run) the tiles' kernels for one activation row.
+      // The portable kernel, AVX2, and (K types and Q4_0, a vector prepared for them,
+      // where they run) the AVX-512 VNNI kernels for one activation row.
       Q8Vector prepared = q;
       prepare_tiles(p, prepared);
       for (int way : {0, 1, 2}) {
         if (way > 0 && !quant_simd_available()) continue;
-        if (way == 2 && (block_elems(p) != 256 || !quant_tiles_available())) continue;
+        if (way == 2 && ((block_elems(p) != 256 && p != Precision::Q4_0) || !quant_tiles_available())) continue;
         float y = 0.0f;
         gemv_quant_fast(m.data(), p, cols, way == 2 ? prepared : q, &y, r, r + 1, way > 0);
         const char* how[] = {" portable", " avx2", " tiles"};

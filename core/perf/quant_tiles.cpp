@@ -364,14 +364,14 @@ void gemm_tiles(const uint8_t* W, int64_t cols, const Q8Vector* xs, int T, float
 // ---- Q4_0 in llama.cpp's order (perf/quant_fast.cpp): each row one float chain over
 // its blocks' totals, sixteen weight rows side by side in the lanes of one register.
 
-// Rows [0, n) (n <= 16, rb bytes apart) of Q4_0 blocks, rearranged into S: per block,
-// vector j < 8 holds values 4j .. 4j+3 as unsigned nibbles, row i's four in 32-bit lane
-// i, and vector 8 the rows' dw as floats (lanes past n: zeros; no byte past row n - 1
-// is read).
 struct alignas(64) Vec64 {
   uint8_t bytes[64];
 };
 
+// Rows [0, n) (n <= 16, rb bytes apart) of Q4_0 blocks, rearranged into S: per block,
+// vector j < 8 holds values 4j .. 4j+3 as unsigned nibbles, row i's four in 32-bit lane
+// i, and vector 8 the rows' dw as floats (lanes past n: zeros; no byte past row n - 1
+// is read).
 DS_TILE_FN void pack_q4_0(const uint8_t* row, int64_t rb, int64_t nb, int n, Vec64* S) {
   const __mmask16 m = __mmask16((1u << n) - 1);
   const __m512i at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
@@ -454,22 +454,28 @@ DS_TILE_FN void pass_q4_0(const Vec64* S, int64_t nb, const Q8Vector* xs, int t0
   }
 }
 
-// Q4_0 rows [r0, r1): packed once (sixteen at a time, while they stay in L2), then
-// sixteen activation rows at a time pass over them (their blocks stay in L1), then 8,
-// 4, 2, 1.
+// Q4_0 rows [r0, r1) in pieces of about 192 KiB of blocks (quant_tile_rows' size for
+// one thread): each piece packed once (sixteen rows at a time, while they stay in L2),
+// then sixteen activation rows at a time pass over it (their blocks stay in L1), then
+// 8, 4, 2, 1. The scratch is at most about twice a piece, whatever the range.
 DS_TILE_FN void gemm_q4_0(const uint8_t* W, int64_t cols, const Q8Vector* xs, int T, float* Y, int64_t ldy, int64_t r0,
                           int64_t r1) {
-  const int64_t rb = row_bytes(Precision::Q4_0, cols), nb = cols / 32, n = r1 - r0;
+  const int64_t rb = row_bytes(Precision::Q4_0, cols), nb = cols / 32;
+  const int64_t piece = quant_tile_rows(Precision::Q4_0, cols, int64_t(1) << 40, 1);
   thread_local std::vector<Vec64> S;
-  S.resize(size_t((n + 15) / 16 * nb * 9));
-  for (int64_t g = 0; g < n; g += 16)
-    pack_q4_0(W + (r0 + g) * rb, rb, nb, int(std::min<int64_t>(16, n - g)), S.data() + g / 16 * nb * 9);
-  int t = 0;
-  for (; t + 16 <= T; t += 16) pass_q4_0<16>(S.data(), nb, xs, t, Y, ldy, n);
-  if (t + 8 <= T) pass_q4_0<8>(S.data(), nb, xs, t, Y, ldy, n), t += 8;
-  if (t + 4 <= T) pass_q4_0<4>(S.data(), nb, xs, t, Y, ldy, n), t += 4;
-  if (t + 2 <= T) pass_q4_0<2>(S.data(), nb, xs, t, Y, ldy, n), t += 2;
-  if (t < T) pass_q4_0<1>(S.data(), nb, xs, t, Y, ldy, n);
+  for (int64_t p0 = r0; p0 < r1; p0 += piece) {
+    const int64_t n = std::min(piece, r1 - p0);
+    S.resize(size_t((n + 15) / 16 * nb * 9));
+    for (int64_t g = 0; g < n; g += 16)
+      pack_q4_0(W + (p0 + g) * rb, rb, nb, int(std::min<int64_t>(16, n - g)), S.data() + g / 16 * nb * 9);
+    float* y = Y + (p0 - r0);
+    int t = 0;
+    for (; t + 16 <= T; t += 16) pass_q4_0<16>(S.data(), nb, xs, t, y, ldy, n);
+    if (t + 8 <= T) pass_q4_0<8>(S.data(), nb, xs, t, y, ldy, n), t += 8;
+    if (t + 4 <= T) pass_q4_0<4>(S.data(), nb, xs, t, y, ldy, n), t += 4;
+    if (t + 2 <= T) pass_q4_0<2>(S.data(), nb, xs, t, y, ldy, n), t += 2;
+    if (t < T) pass_q4_0<1>(S.data(), nb, xs, t, y, ldy, n);
+  }
 }
 #endif
 

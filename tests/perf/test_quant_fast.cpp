@@ -353,6 +353,37 @@ TEST(QuantFast, TilesGiveEachActivationRowItsRowProductsBits) {
     }
 }
 
+// Q4_0's tiles pack a range of weight rows in pieces of about 192 KiB: a range of more
+// than one piece (2048 columns: 160 rows a piece), starting past row 0 and ending in a
+// partial group of sixteen, gives each activation row its row product's bits.
+TEST(QuantFast, Q4_0TilesOverSeveralPiecesGiveTheRowProductsBits) {
+  if (!quant_tiles_available())
+    GTEST_SKIP() << "this processor has no AVX-512 VNNI: the tiles fall back to row products";
+  std::mt19937 gen(31);
+  const Precision p = Precision::Q4_0;
+  const int64_t rows = 363, cols = 2048, r0 = 7, r1 = 363;
+  ASSERT_LT(quant_tile_rows(p, cols, int64_t(1) << 40, 1), r1 - r0) << "the range should span several pieces";
+  const std::vector<uint8_t> m = random_matrix(p, rows, cols, gen);
+  const int T = 3;
+  std::vector<Q8Vector> xs(T);
+  for (int t = 0; t < T; ++t) {
+    const std::vector<float> x = random_vector(cols, gen);
+    quantize_q8(x.data(), cols, 32, xs[size_t(t)]);
+    prepare_tiles(p, xs[size_t(t)]);
+  }
+  const int64_t ldy = r1 - r0;
+  std::vector<float> Y(static_cast<size_t>(T * ldy)), one(static_cast<size_t>(ldy));
+  gemm_quant_fast(m.data(), p, cols, xs.data(), T, Y.data(), ldy, r0, r1);
+  for (int t = 0; t < T; ++t) {
+    Q8Vector plain = xs[size_t(t)];
+    plain.start4.clear();  // the AVX2 (or portable) row kernel
+    gemv_quant_fast(m.data(), p, cols, plain, one.data(), r0, r1);
+    for (int64_t r = 0; r < ldy; ++r)
+      ASSERT_EQ(std::bit_cast<uint32_t>(Y[size_t(t * ldy + r)]), std::bit_cast<uint32_t>(one[size_t(r)]))
+          << "activation row " << t << " weight row " << r0 + r;
+  }
+}
+
 TEST(QuantFast, TilesRefuseRowsNotPreparedForThem) {
   std::mt19937 gen(29);
   const std::vector<uint8_t> m = random_matrix(Precision::Q8_0, 2, 64, gen);

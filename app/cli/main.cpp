@@ -95,7 +95,9 @@ usage:
   quantized matrices. fast (the default) rounds each product's input vector to 8 bits per
   block and multiplies integers, as llama.cpp does (its logits on the file itself);
   exact multiplies float32 inputs with the decoded weights (a float32 engine on the
-  file's decoded copy). Other weights always multiply float32 inputs.
+  file's decoded copy). With fast, a GGUF file's BF16 matrices take inputs rounded to
+  bfloat16 where the processor has AVX-512 BF16, also as llama.cpp does. Other weights
+  always multiply float32 inputs.
 generate: --steps counts positions in all, prompt included (llama2.c's -n; default and
   maximum: the model's context). Prints the text (or with --ids the generated ids).
   A llama2.c model with no prompt starts from BOS (id 1). Defaults: temperature 1,
@@ -359,10 +361,11 @@ std::vector<int> parse_ids(const std::string& s, const std::string& what) {
   return ids;
 }
 
-// --products exact|fast: the products with a GGUF file's quantized weights. fast (the
-// default) rounds the activations to 8 bits per block as llama.cpp does and runs at the
-// speed of the file's bytes; exact multiplies float32 activations with the decoded
-// weights (the reference a float32 engine on the decoded copy gives).
+// --products exact|fast: the products with a GGUF file's quantized (and BF16) weights.
+// fast (the default) rounds the activations to 8 bits per block (to bfloat16) as
+// llama.cpp does and runs at the speed of the file's bytes; exact multiplies float32
+// activations with the decoded weights (the reference a float32 engine on the decoded
+// copy gives).
 ds::Products products_of(const Args& a) {
   ds::Products p = ds::Products::Fast;
   if (a.has("products") && !ds::parse_products(a.str("products"), p))

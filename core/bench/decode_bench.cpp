@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "perf/bf16_fast.h"
 #include "probe/trace.h"
 #include "session/session.h"
 
@@ -229,8 +230,11 @@ DecodeBenchResult run_decode_bench(std::shared_ptr<const Model> m, const DecodeB
 }
 
 void print_decode_bench(std::FILE* f, const DecodeBenchResult& r, const DecodeBenchOptions& o) {
-  std::fprintf(f, "threads                 %d (kernels: %s; products with quantized weights: %s)\n", o.threads,
-               gemv_isa(), products_name(o.products));
+  std::fprintf(f,
+               "threads                 %d (kernels: %s; products with quantized weights: %s; with a GGUF file's BF16 "
+               "weights: %s)\n",
+               o.threads, gemv_isa(), products_name(o.products),
+               o.products == Products::Fast && bf16_fast_available() ? "fast, vdpbf16ps" : "exact");
   std::fprintf(f, "read bandwidth          %.1f GB/s median, %.1f best (STREAM-style read of %zu MB, %d thread(s))\n",
                r.bandwidth.median_gb_per_s, r.bandwidth.gb_per_s, r.bandwidth.bytes >> 20, r.bandwidth.threads);
   std::fprintf(f, "bytes per token         %.1f MB of weights + %.2f MB of KV cache (mean over %d positions)\n",

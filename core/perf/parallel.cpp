@@ -3,6 +3,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 
+#include "perf/bf16_fast.h"
 #include "perf/quant_tiles.h"
 #include "perf/vmath.h"
 
@@ -46,17 +47,22 @@ bool claim_rows(std::atomic<uint64_t>& fb, bool front, int64_t& r0, int64_t& r1)
   }
 }
 
+bool bf16_fast_for(const MatView& W) { return W.type == Precision::BF16 && W.tile_rows == 0 && bf16_fast_available(); }
+
 // The input of a run rounded for the Fast products (null: Exact products).
 struct FastInput {
   const Q8Vector* q32 = nullptr;
   const Q8Vector* q256 = nullptr;
+  const uint16_t* b16 = nullptr;
 };
 
-// y[r - r0] = (W x)[r] for r0 <= r < r1, by the Fast products when fx says so and W is
-// quantized.
+// y[r - r0] = (W x)[r] for r0 <= r < r1, by the Fast products when fx says so and W
+// has them.
 void product(const MatView& W, const float* x, const FastInput* fx, float* y, int64_t r0, int64_t r1) {
   if (fx && is_quantized(W.type))
     gemv_quant_fast(W.data, W.type, W.cols, q8_block_for(W.type) == 32 ? *fx->q32 : *fx->q256, y, r0, r1);
+  else if (fx && fx->b16 && bf16_fast_for(W))
+    gemv_bf16_fast(static_cast<const uint16_t*>(W.data), W.cols, fx->b16, y, r0, r1);
   else
     W.gemv(x, y, r0, r1);
 }
@@ -101,7 +107,15 @@ void MatvecTeam::run(std::span<const MatvecPart> parts, const float* x, const Ca
   FastInput fast;
   for (const MatvecPart& p : parts) {
     R += p.W.rows;
-    if (products_ != Products::Fast || !is_quantized(p.W.type) || p.W.empty()) continue;
+    if (!fast_products(p.W) || p.W.empty()) continue;
+    if (!is_quantized(p.W.type)) {  // bfloat16
+      if (!fast.b16) {
+        b16_.resize(size_t(p.W.cols));
+        round_bf16(x, p.W.cols, b16_.data());
+      }
+      fast.b16 = b16_.data();
+      continue;
+    }
     const bool b32 = q8_block_for(p.W.type) == 32;
     Q8Vector& q = b32 ? q32_ : q256_;
     const Q8Vector*& slot = b32 ? fast.q32 : fast.q256;
@@ -112,7 +126,7 @@ void MatvecTeam::run(std::span<const MatvecPart> parts, const float* x, const Ca
     }
     slot = &q;
   }
-  const FastInput* fx = fast.q32 || fast.q256 ? &fast : nullptr;
+  const FastInput* fx = fast.q32 || fast.q256 || fast.b16 ? &fast : nullptr;
   const int nt = threads_;
   if (nt <= 1 || R < 64) return part_rows(parts, x, fx, 0, R);
   auto start = [&](int t) { return t == 0 ? int64_t(0) : t == nt ? R : R * t / nt / 8 * 8; };
@@ -136,7 +150,12 @@ void MatvecTeam::run(std::span<const MatvecPart> parts, const float* x, const Ca
   });
 }
 
+bool MatvecTeam::fast_products(const MatView& W) const {
+  return products_ == Products::Fast && (is_quantized(W.type) || bf16_fast_for(W));
+}
+
 void MatvecTeam::run_fast_rows(const MatView& W, int T, const float* X, float* Y, int64_t ldy) {
+  if (!is_quantized(W.type)) return run_fast_bf16(W, T, X, Y, ldy);
   if (rows_q_.size() < size_t(T)) rows_q_.resize(size_t(T));
   const int block = q8_block_for(W.type);
   pool_.parallel_for(T, threads_ > 1 && T >= 4, [&](int t) {
@@ -151,6 +170,24 @@ void MatvecTeam::run_fast_rows(const MatView& W, int T, const float* X, float* Y
   pool_.parallel_for(nblocks, threads_ > 1, [&](int i) {
     const int64_t r0 = i * kRows, r1 = std::min(W.rows, r0 + kRows);
     gemm_quant_fast(W.data, W.type, W.cols, rows_q_.data(), T, Y + r0, ldy, r0, r1);
+  });
+}
+
+// The bfloat16 rows: rounded once, then pieces of about 192 KiB of weight rows (a
+// multiple of 4, at least 8, and at least 4 pieces a thread), every activation row
+// passing over a piece while it is in cache.
+void MatvecTeam::run_fast_bf16(const MatView& W, int T, const float* X, float* Y, int64_t ldy) {
+  rows_b16_.resize(size_t(int64_t(T) * W.cols));
+  pool_.parallel_for(T, threads_ > 1 && T >= 4, [&](int t) {
+    round_bf16(X + int64_t(t) * W.cols, W.cols, rows_b16_.data() + int64_t(t) * W.cols);
+  });
+  const int64_t by_bytes = (int64_t(192) << 10) / std::max<int64_t>(1, 2 * W.cols);
+  const int64_t kRows = std::max<int64_t>(8, std::min(by_bytes, W.rows / (4 * int64_t(threads_))) / 4 * 4);
+  const int nblocks = int((W.rows + kRows - 1) / kRows);
+  const auto* w = static_cast<const uint16_t*>(W.data);
+  pool_.parallel_for(nblocks, threads_ > 1, [&](int i) {
+    const int64_t r0 = i * kRows, r1 = std::min(W.rows, r0 + kRows);
+    gemm_bf16_fast(w, W.cols, rows_b16_.data(), T, Y + r0, ldy, r0, r1);
   });
 }
 

@@ -54,16 +54,21 @@ class MatvecTeam {
   ~MatvecTeam();
   void set_threads(int n);
   int threads() const { return threads_; }
-  // The products with quantized weights (perf/quant_fast.h); Exact by default. With
-  // Fast, x is rounded to 8-bit blocks once per run (by the calling thread).
+  // The products with quantized and bfloat16 weights (perf/quant_fast.h,
+  // perf/bf16_fast.h); Exact by default. With Fast, x is rounded to 8-bit blocks (or to
+  // bfloat16) once per run (by the calling thread).
   void set_products(Products p) { products_ = p; }
   Products products() const { return products_; }
+  // Whether W's products are the Fast ones: quantized weights, or row-major bfloat16
+  // weights where the AVX-512 BF16 kernels run (elsewhere, and in tiles, bfloat16
+  // weights keep float32 activations).
+  bool fast_products(const MatView& W) const;
   // Every part's product with the same input x, in one parallel region.
   void run(std::span<const MatvecPart> parts, const float* x, const CacheRows* warm = nullptr);
-  // Y[t, r] = (W X_t)[r] for the T rows X_t = X + t * W.cols (Y: [T, ldy]) of a
-  // quantized W with the Fast products: each row rounded once, then the matrix's rows
-  // in blocks across the threads, every row of X multiplied with a block while it is
-  // in cache.
+  // Y[t, r] = (W X_t)[r] for the T rows X_t = X + t * W.cols (Y: [T, ldy]) with the
+  // Fast products (fast_products(W)): each row rounded once, then the matrix's rows in
+  // blocks across the threads, every row of X multiplied with a block while it is in
+  // cache.
   void run_fast_rows(const MatView& W, int T, const float* X, float* Y, int64_t ldy);
 
   // The team's threads, for other work between the products (the sampler's passes).
@@ -93,10 +98,12 @@ class MatvecTeam {
   std::unique_ptr<RowShare[]> shares_;  // one per thread
   bool flip_ = false;                   // the shares' order alternates between calls
   Products products_ = Products::Exact;
+  void run_fast_bf16(const MatView& W, int T, const float* X, float* Y, int64_t ldy);
   // The current input rounded for each activation block (32, 256), and the rows of
   // run_fast_rows; kept between calls so that a decode step allocates nothing.
   Q8Vector q32_, q256_;
   std::vector<Q8Vector> rows_q_;
+  std::vector<uint16_t> b16_, rows_b16_;  // the same for bfloat16 weights
 };
 
 }  // namespace ds

@@ -14,6 +14,7 @@
 #include "engine_link/compare.h"
 #include "engine_link/patch_messages.h"
 #include "model/config.h"
+#include "perf/bf16_fast.h"
 #include "perf/quant_fast.h"
 #include "probe/ablation.h"
 #include "probe/attribution.h"
@@ -45,9 +46,16 @@ struct ModelInfo {
   ds::Products products = ds::Products::Exact;   // the engine's products with quantized weights
   // What the status line names: the storage of a GGUF model, else the precision.
   std::string storage_name() const { return storage.empty() ? ds::precision_name(precision) : storage; }
-  // "fast products" or "exact products" when the model has quantized weights, else "".
+  // Whether the products setting reaches the model's BF16 matrices: a GGUF file's (kept
+  // row by row), on a processor with AVX-512 BF16 (perf/bf16_fast.h).
+  bool bf16_products() const {
+    return !storage.empty() && precision == ds::Precision::BF16 && ds::bf16_fast_available();
+  }
+  // "fast products" or "exact products" when the model has quantized weights (or BF16
+  // ones the setting reaches), else "".
   std::string products_label() const {
-    return ds::is_quantized(precision) ? std::string(ds::products_name(products)) + " products" : std::string();
+    return ds::is_quantized(precision) || bf16_products() ? std::string(ds::products_name(products)) + " products"
+                                                          : std::string();
   }
 };
 

@@ -1260,6 +1260,9 @@ std::string two_lines(const std::string& text, float w) {
 // How the weights of a model are computed with, after their storage in the status
 // line's tooltip.
 const char* storage_note(const ModelInfo& m) {
+  if (m.bf16_products())
+    return m.products == ds::Products::Fast ? " (fast products: each input rounded to bfloat16, as llama.cpp computes)"
+                                            : " (exact products: float32 inputs)";
   if (!ds::is_quantized(m.precision)) return m.precision != ds::Precision::F32 ? " (computed in float32)" : "";
   return m.products == ds::Products::Fast ? " (fast products: each input rounded to 8 bits per block, integer dot "
                                             "products, as llama.cpp computes)"

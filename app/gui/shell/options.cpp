@@ -40,7 +40,9 @@ usage: decoderscope [--model M] [--tokenizer F] [--precision f32|bf16|f16] [--pr
 --products: the products with a GGUF file's quantized matrices: fast (the default) rounds
   each product's input to 8 bits per block and multiplies integers, as llama.cpp does;
   exact multiplies float32 inputs with the decoded weights (a float32 engine on the
-  file's decoded copy). The status line names the one in use for a quantized model.
+  file's decoded copy). With fast, a GGUF file's BF16 matrices take inputs rounded to
+  bfloat16 where the processor has AVX-512 BF16, as llama.cpp does. The status line
+  names the one in use for a quantized or BF16 model.
 --threads: threads the engine computes a step with (default 1, which leaves the other
   cores to the window).
 --prompt (decoder) or --prompt as the target prefix and --source (encoder-decoder).

@@ -277,6 +277,98 @@ DS_TILE_FN void row_k45(const uint8_t* row, int64_t nb, const Cols<C>& x, float*
   for (int t = 0; t < C; ++t) y[t * ldy] = hsum_ps(acc[t]) + hsum_ps4(accm[t]);
 }
 
+// What the K types' tiles read per block of the activation rows, side by side in pairs
+// (pack_k): for pair p of block k (pk = k NP + p, NP = C / 2), dx2[16 pk ..] its two
+// rows' scales, eight of each; dxm[8 pk ..] the same, four of each; sums2[32 pk ..] the
+// two rows' eight sums of 32 (Q4_K, Q5_K: 16 values) or sixteen sums of 16 (Q6_K: 32).
+struct KPairs {
+  std::vector<float> dx2, dxm;
+  std::vector<int16_t> sums2;
+};
+
+template <int C>
+void pack_k(const Cols<C>& x, int64_t nb, bool six, KPairs& kp) {
+  constexpr int NP = C / 2;
+  const size_t ns = six ? 16 : 8;  // sums per row and block
+  kp.dx2.resize(size_t(16 * NP * nb));
+  kp.dxm.resize(size_t(8 * NP * nb));
+  kp.sums2.resize(size_t(32 * NP * nb));
+  for (int64_t k = 0; k < nb; ++k)
+    for (int t = 0; t < C; ++t) {
+      const size_t pk = size_t(k * NP + t / 2), h = size_t(t % 2);
+      const int16_t* sums = six ? x.sums16[t] + 16 * k : x.sums32[t] + 8 * k;
+      for (size_t j = 0; j < 8; ++j) kp.dx2[16 * pk + 8 * h + j] = x.d[t][k];
+      for (size_t j = 0; j < 4; ++j) kp.dxm[8 * pk + 4 * h + j] = x.d[t][k];
+      for (size_t j = 0; j < ns; ++j) kp.sums2[32 * pk + ns * h + j] = sums[j];
+    }
+}
+
+// Two rows' 16 lanes of a block, [row a's eight lanes, row b's]: lane l + lane l + 8 of
+// each (the fold of row_k45 and row_q6k, whose lanes are exact integers).
+DS_TILE_FN inline __m512i fold_pair(__m512i a, __m512i b) {
+  return _mm512_add_epi32(_mm512_shuffle_i64x2(a, b, 0x44), _mm512_shuffle_i64x2(a, b, 0xEE));
+}
+
+// row_k45 for an even C, two activation rows sharing each register of the float part:
+// their lanes folded together ([row 2p's eight lanes, row 2p+1's]), one conversion and
+// one multiply-add for both, and the mins of both in one 256-bit product. The same
+// float operations per lane as row_k45, so the same bits.
+template <bool Five, int C>
+DS_TILE_FN void row_k45_pairs(const uint8_t* row, int64_t nb, const Cols<C>& x, const KPairs& kp, float* y,
+                              int64_t ldy) {
+  constexpr int B = Five ? 176 : 144, NP = C / 2;
+  const __m512i low4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
+  const __m512i nibble = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
+  __m512 acc[NP];
+  __m256 accm[NP];
+  for (int p = 0; p < NP; ++p) {
+    acc[p] = _mm512_setzero_ps();
+    accm[p] = _mm256_setzero_ps();
+  }
+  for (int64_t k = 0; k < nb; ++k) {
+    const uint8_t* b = row + k * B;
+    alignas(16) uint8_t sc[16] = {}, m[16] = {};
+    scales_mins_k4(b + kQ4KScales, sc, m);
+    const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<__m128i*>(sc))));
+    const __m256i m16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<__m128i*>(m))));
+    const uint8_t* qs = b + (Five ? kQ5KQs : kQ4KQs);
+    const __m512i qh = Five ? _mm512_broadcast_i64x4(load32(b + kQ5KQh)) : _mm512_setzero_si512();
+    __m512i U[4], S[4];
+    for (int c = 0; c < 4; ++c) {
+      U[c] = _mm512_and_si512(_mm512_srlv_epi64(_mm512_broadcast_i64x4(load32(qs + 32 * c)), nibble), low4);
+      if constexpr (Five) {
+        const __m512i rot = _mm512_setr_epi64((4 - 2 * c) & 63, (4 - 2 * c) & 63, (4 - 2 * c) & 63, (4 - 2 * c) & 63,
+                                              (3 - 2 * c) & 63, (3 - 2 * c) & 63, (3 - 2 * c) & 63, (3 - 2 * c) & 63);
+        U[c] = _mm512_or_si512(U[c], _mm512_and_si512(_mm512_rolv_epi64(qh, rot), bit4));
+      }
+      S[c] = _mm512_permutexvar_epi16(load64(kSpread.k45[c]), sc16);
+    }
+    const __m512 dw = _mm512_set1_ps(half_f16c(b));
+    const __m256 ndmin = _mm256_set1_ps(-half_f16c(b + 2));
+    for (int p = 0; p < NP; ++p) {
+      __m512i a[2];
+      for (int h = 0; h < 2; ++h) {
+        const int8_t* xq = x.q[2 * p + h] + 256 * k;
+        a[h] = _mm512_setzero_si512();
+        for (int c = 0; c < 4; ++c)
+          a[h] = _mm512_dpwssd_epi32(a[h], _mm512_maddubs_epi16(U[c], load64(xq + 64 * c)), S[c]);
+      }
+      const __m512i lanes = fold_pair(a[0], a[1]);
+      const size_t pk = size_t(k * NP + p);
+      acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_loadu_ps(kp.dx2.data() + 16 * pk), dw), _mm512_cvtepi32_ps(lanes),
+                               acc[p]);
+      const __m256i mins = _mm256_madd_epi16(m16, load32(kp.sums2.data() + 32 * pk));
+      accm[p] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(kp.dxm.data() + 8 * pk), ndmin), _mm256_cvtepi32_ps(mins),
+                                accm[p]);
+    }
+  }
+  for (int p = 0; p < NP; ++p) {
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[p]), 1));
+    y[2 * p * ldy] = hsum_ps(_mm512_castps512_ps256(acc[p])) + hsum_ps4(_mm256_castps256_ps128(accm[p]));
+    y[(2 * p + 1) * ldy] = hsum_ps(hi) + hsum_ps4(_mm256_extractf128_ps(accm[p], 1));
+  }
+}
+
 // One row of Q6_K blocks times C activation rows.
 template <int C>
 DS_TILE_FN void row_q6k(const uint8_t* row, int64_t nb, const Cols<C>& x, float* y, int64_t ldy) {
@@ -312,6 +404,52 @@ DS_TILE_FN void row_q6k(const uint8_t* row, int64_t nb, const Cols<C>& x, float*
   for (int t = 0; t < C; ++t) y[t * ldy] = hsum_ps(acc[t]);
 }
 
+// row_q6k for an even C, two activation rows sharing the float part as in
+// row_k45_pairs; the -32 of both rows' values in one 512-bit product, taken from the
+// folded lanes (exact integers: the same lanes).
+template <int C>
+DS_TILE_FN void row_q6k_pairs(const uint8_t* row, int64_t nb, const Cols<C>& x, const KPairs& kp, float* y,
+                              int64_t ldy) {
+  constexpr int B = 210, NP = C / 2;
+  const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
+  const __m512i rot01 = _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2),
+                rot23 = _mm512_setr_epi64(0, 0, 0, 0, 62, 62, 62, 62);
+  __m512 acc[NP];
+  for (int p = 0; p < NP; ++p) acc[p] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < nb; ++k) {
+    const uint8_t* b = row + k * B;
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + kQ6KScales)));
+    const __m512i sc2 = _mm512_broadcast_i64x4(sc16);
+    __m512i U[4], S[4];
+    for (int n = 0; n < 2; ++n) {
+      const __m512i ql = load64(b + 64 * n), qh = _mm512_broadcast_i64x4(load32(b + kQ6KQh + 32 * n));
+      U[2 * n] = _mm512_or_si512(_mm512_and_si512(ql, low4), _mm512_and_si512(_mm512_rolv_epi64(qh, rot01), bits45));
+      U[2 * n + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
+                                     _mm512_and_si512(_mm512_rolv_epi64(qh, rot23), bits45));
+    }
+    for (int c = 0; c < 4; ++c) S[c] = _mm512_permutexvar_epi16(load64(kSpread.k6[c]), _mm512_castsi256_si512(sc16));
+    const __m512 dw = _mm512_set1_ps(half_f16c(b + kQ6KD));
+    for (int p = 0; p < NP; ++p) {
+      __m512i a[2];
+      for (int h = 0; h < 2; ++h) {
+        const int8_t* xq = x.q[2 * p + h] + 256 * k;
+        a[h] = _mm512_setzero_si512();
+        for (int c = 0; c < 4; ++c)
+          a[h] = _mm512_dpwssd_epi32(a[h], _mm512_maddubs_epi16(U[c], load64(xq + 64 * c)), S[c]);
+      }
+      const size_t pk = size_t(k * NP + p);
+      const __m512i shift = _mm512_madd_epi16(sc2, load64(kp.sums2.data() + 32 * pk));
+      const __m512i lanes = _mm512_sub_epi32(fold_pair(a[0], a[1]), _mm512_slli_epi32(shift, 5));
+      acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_loadu_ps(kp.dx2.data() + 16 * pk), dw), _mm512_cvtepi32_ps(lanes),
+                               acc[p]);
+    }
+  }
+  for (int p = 0; p < NP; ++p) {
+    y[2 * p * ldy] = hsum_ps(_mm512_castps512_ps256(acc[p]));
+    y[(2 * p + 1) * ldy] = hsum_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[p]), 1)));
+  }
+}
+
 // Rows [r0, r1) times activation rows [t0, t0 + C).
 template <Precision P, int C>
 DS_TILE_FN void tile_rows(const uint8_t* W, int64_t cols, const Q8Vector* xs, int t0, float* Y, int64_t ldy, int64_t r0,
@@ -333,6 +471,18 @@ DS_TILE_FN void tile_rows(const uint8_t* W, int64_t cols, const Q8Vector* xs, in
     } else {
       for (; r + R <= r1; r += R) rows_q8_0<R, C>(W + r * rb, rb, nb, x, dxT.data(), y + (r - r0), ldy);
       for (; r < r1; ++r) rows_q8_0<1, C>(W + r * rb, rb, nb, x, dxT.data(), y + (r - r0), ldy);
+    }
+    return;
+  }
+  if constexpr (C % 2 == 0) {
+    thread_local KPairs kp;
+    pack_k<C>(x, nb, P == Precision::Q6_K, kp);
+    for (; r < r1; ++r) {
+      float* y = Y + t0 * ldy + (r - r0);
+      if constexpr (P == Precision::Q6_K)
+        row_q6k_pairs<C>(W + r * rb, nb, x, kp, y, ldy);
+      else
+        row_k45_pairs<P == Precision::Q5_K, C>(W + r * rb, nb, x, kp, y, ldy);
     }
     return;
   }

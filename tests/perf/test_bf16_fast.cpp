@@ -37,12 +37,21 @@ std::vector<uint16_t> random_bf16(size_t n, float scale, std::mt19937& gen) {
 
 TEST(Bf16Fast, RoundsToTheNearestBfloat16TiesToEven) {
   std::mt19937 gen(1);
-  std::vector<float> xs = {0.0f, -0.0f, 1.0f, 1.00390625f, 1.005859375f, 3.0e38f, -3.0e38f, 1e-40f, -1e-42f,
-                           std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()};
+  std::vector<float> xs = {0.0f,
+                           -0.0f,
+                           1.0f,
+                           1.00390625f,
+                           1.005859375f,
+                           3.0e38f,
+                           -3.0e38f,
+                           1e-40f,
+                           -1e-42f,
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity()};
   std::uniform_int_distribution<uint32_t> any;
   for (int i = 0; i < 200000; ++i) {
     uint32_t u = any(gen);
-    if ((u & 0x7F800000u) == 0x7F800000u) continue;  // inf and NaN: below
+    if ((u & 0x7F800000u) == 0x7F800000u) continue;   // inf and NaN: below
     if (i % 4 == 0) u = (u & 0xFFFF0000u) | 0x8000u;  // exactly halfway
     float f;
     std::memcpy(&f, &u, 4);
@@ -57,7 +66,7 @@ TEST(Bf16Fast, RoundsToTheNearestBfloat16TiesToEven) {
     const double dd = std::fabs(double(x) - double(widen_b(down)));
     // Past the largest finite value, the next step up is 2^128 (which rounds to infinity).
     const double du = std::fabs((up & 0x7FFFu) == 0x7F80u ? std::copysign(std::ldexp(1.0, 128), double(x)) - double(x)
-                                                         : double(widen_b(up)) - double(x));
+                                                          : double(widen_b(up)) - double(x));
     if (dd < du) {
       EXPECT_EQ(r, down) << x;
     } else if (du < dd) {
@@ -171,7 +180,8 @@ TEST(Bf16Fast, TheTeamTakesTheFastProductsForRowMajorBf16) {
   for (auto& v : X) v = d(gen);
   std::vector<uint16_t> Xb(X.size());
   round_bf16(X.data(), int64_t(X.size()), Xb.data());
-  std::vector<float> fast1(static_cast<size_t>(rows)), exact1(static_cast<size_t>(rows)), exact_t(static_cast<size_t>(rows)), fastT(size_t(T * rows));
+  std::vector<float> fast1(static_cast<size_t>(rows)), exact1(static_cast<size_t>(rows)),
+      exact_t(static_cast<size_t>(rows)), fastT(size_t(T * rows));
   gemv_bf16_fast(W.data(), cols, Xb.data(), fast1.data(), 0, rows);
   gemv_rows(W.data(), Precision::BF16, cols, X.data(), exact1.data(), 0, rows);
   gemv_rows(tiled.data(), Precision::BF16, cols, X.data(), exact_t.data(), 0, rows, 72);

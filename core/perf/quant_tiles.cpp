@@ -233,12 +233,54 @@ DS_TILE_FN void rows_q8_0_pairs(const uint8_t* row, int64_t rb, int64_t nb, cons
     }
 }
 
+// A Q4_K (Five false) or Q5_K block unpacked for the tiles: U[c] its unsigned values
+// 64c .. 64c+63 (sub-blocks 2c and 2c+1) as bytes, S[c] their sub-blocks' scales spread
+// over the 32 pair sums of those values; returns its 8 mins as 16-bit values.
+template <bool Five>
+DS_TILE_FN inline __m128i unpack_k45(const uint8_t* b, __m512i U[4], __m512i S[4]) {
+  const __m512i low4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
+  const __m512i nibble = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);  // the low half's low nibbles, the high's high
+  alignas(16) uint8_t sc[16] = {}, m[16] = {};
+  scales_mins_k4(b + kQ4KScales, sc, m);
+  const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<__m128i*>(sc))));
+  const uint8_t* qs = b + (Five ? kQ5KQs : kQ4KQs);
+  const __m512i qh = Five ? _mm512_broadcast_i64x4(load32(b + kQ5KQh)) : _mm512_setzero_si512();
+  for (int c = 0; c < 4; ++c) {
+    U[c] = _mm512_and_si512(_mm512_srlv_epi64(_mm512_broadcast_i64x4(load32(qs + 32 * c)), nibble), low4);
+    if constexpr (Five) {  // bit 2c (low half) or 2c+1 (high half) of each qh byte to bit 4, within its byte
+      const __m512i rot = _mm512_setr_epi64((4 - 2 * c) & 63, (4 - 2 * c) & 63, (4 - 2 * c) & 63, (4 - 2 * c) & 63,
+                                            (3 - 2 * c) & 63, (3 - 2 * c) & 63, (3 - 2 * c) & 63, (3 - 2 * c) & 63);
+      U[c] = _mm512_or_si512(U[c], _mm512_and_si512(_mm512_rolv_epi64(qh, rot), bit4));
+    }
+    S[c] = _mm512_permutexvar_epi16(load64(kSpread.k45[c]), sc16);
+  }
+  return _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<__m128i*>(m)));
+}
+
+// A Q6_K block unpacked the same way (U[c]: values 64c .. 64c+63, unsigned 0..63;
+// S[c]: one scale per 16 values spread over the pair sums); returns its 16 scales as
+// 16-bit values.
+DS_TILE_FN inline __m256i unpack_q6k(const uint8_t* b, __m512i U[4], __m512i S[4]) {
+  const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
+  // qh's 2-bit fields to bits 4-5, within each byte: chunks 0 and 1 of a half take
+  // bits 0-1 and 2-3, chunks 2 and 3 bits 4-5 and 6-7.
+  const __m512i rot01 = _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2),
+                rot23 = _mm512_setr_epi64(0, 0, 0, 0, 62, 62, 62, 62);
+  const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + kQ6KScales)));
+  for (int n = 0; n < 2; ++n) {  // values 128n .. 128n+63, then 128n+64 .. 128n+127
+    const __m512i ql = load64(b + 64 * n), qh = _mm512_broadcast_i64x4(load32(b + kQ6KQh + 32 * n));
+    U[2 * n] = _mm512_or_si512(_mm512_and_si512(ql, low4), _mm512_and_si512(_mm512_rolv_epi64(qh, rot01), bits45));
+    U[2 * n + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
+                                   _mm512_and_si512(_mm512_rolv_epi64(qh, rot23), bits45));
+  }
+  for (int c = 0; c < 4; ++c) S[c] = _mm512_permutexvar_epi16(load64(kSpread.k6[c]), _mm512_castsi256_si512(sc16));
+  return sc16;
+}
+
 // One row of Q4_K (Five false) or Q5_K blocks times C activation rows.
 template <bool Five, int C>
 DS_TILE_FN void row_k45(const uint8_t* row, int64_t nb, const Cols<C>& x, float* y, int64_t ldy) {
   constexpr int B = Five ? 176 : 144;
-  const __m512i low4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
-  const __m512i nibble = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);  // the low half's low nibbles, the high's high
   __m256 acc[C];
   __m128 accm[C];
   for (int t = 0; t < C; ++t) {
@@ -247,22 +289,8 @@ DS_TILE_FN void row_k45(const uint8_t* row, int64_t nb, const Cols<C>& x, float*
   }
   for (int64_t k = 0; k < nb; ++k) {
     const uint8_t* b = row + k * B;
-    alignas(16) uint8_t sc[16] = {}, m[16] = {};
-    scales_mins_k4(b + kQ4KScales, sc, m);
-    const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<__m128i*>(sc))));
-    const __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<__m128i*>(m)));
-    const uint8_t* qs = b + (Five ? kQ5KQs : kQ4KQs);
-    const __m512i qh = Five ? _mm512_broadcast_i64x4(load32(b + kQ5KQh)) : _mm512_setzero_si512();
     __m512i U[4], S[4];
-    for (int c = 0; c < 4; ++c) {  // values 64c .. 64c+63: sub-blocks 2c and 2c+1
-      U[c] = _mm512_and_si512(_mm512_srlv_epi64(_mm512_broadcast_i64x4(load32(qs + 32 * c)), nibble), low4);
-      if constexpr (Five) {  // bit 2c (low half) or 2c+1 (high half) of each qh byte to bit 4, within its byte
-        const __m512i rot = _mm512_setr_epi64((4 - 2 * c) & 63, (4 - 2 * c) & 63, (4 - 2 * c) & 63, (4 - 2 * c) & 63,
-                                              (3 - 2 * c) & 63, (3 - 2 * c) & 63, (3 - 2 * c) & 63, (3 - 2 * c) & 63);
-        U[c] = _mm512_or_si512(U[c], _mm512_and_si512(_mm512_rolv_epi64(qh, rot), bit4));
-      }
-      S[c] = _mm512_permutexvar_epi16(load64(kSpread.k45[c]), sc16);
-    }
+    const __m128i m16 = unpack_k45<Five>(b, U, S);
     const float dw = half_f16c(b), dmin = half_f16c(b + 2);
     for (int t = 0; t < C; ++t) {
       const int8_t* xq = x.q[t] + 256 * k;
@@ -317,8 +345,6 @@ template <bool Five, int C>
 DS_TILE_FN void row_k45_pairs(const uint8_t* row, int64_t nb, const Cols<C>& x, const KPairs& kp, float* y,
                               int64_t ldy) {
   constexpr int B = Five ? 176 : 144, NP = C / 2;
-  const __m512i low4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
-  const __m512i nibble = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
   __m512 acc[NP];
   __m256 accm[NP];
   for (int p = 0; p < NP; ++p) {
@@ -327,22 +353,8 @@ DS_TILE_FN void row_k45_pairs(const uint8_t* row, int64_t nb, const Cols<C>& x, 
   }
   for (int64_t k = 0; k < nb; ++k) {
     const uint8_t* b = row + k * B;
-    alignas(16) uint8_t sc[16] = {}, m[16] = {};
-    scales_mins_k4(b + kQ4KScales, sc, m);
-    const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<__m128i*>(sc))));
-    const __m256i m16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<__m128i*>(m))));
-    const uint8_t* qs = b + (Five ? kQ5KQs : kQ4KQs);
-    const __m512i qh = Five ? _mm512_broadcast_i64x4(load32(b + kQ5KQh)) : _mm512_setzero_si512();
     __m512i U[4], S[4];
-    for (int c = 0; c < 4; ++c) {
-      U[c] = _mm512_and_si512(_mm512_srlv_epi64(_mm512_broadcast_i64x4(load32(qs + 32 * c)), nibble), low4);
-      if constexpr (Five) {
-        const __m512i rot = _mm512_setr_epi64((4 - 2 * c) & 63, (4 - 2 * c) & 63, (4 - 2 * c) & 63, (4 - 2 * c) & 63,
-                                              (3 - 2 * c) & 63, (3 - 2 * c) & 63, (3 - 2 * c) & 63, (3 - 2 * c) & 63);
-        U[c] = _mm512_or_si512(U[c], _mm512_and_si512(_mm512_rolv_epi64(qh, rot), bit4));
-      }
-      S[c] = _mm512_permutexvar_epi16(load64(kSpread.k45[c]), sc16);
-    }
+    const __m256i m16 = _mm256_broadcastsi128_si256(unpack_k45<Five>(b, U, S));
     const __m512 dw = _mm512_set1_ps(half_f16c(b));
     const __m256 ndmin = _mm256_set1_ps(-half_f16c(b + 2));
     for (int p = 0; p < NP; ++p) {
@@ -373,24 +385,12 @@ DS_TILE_FN void row_k45_pairs(const uint8_t* row, int64_t nb, const Cols<C>& x, 
 template <int C>
 DS_TILE_FN void row_q6k(const uint8_t* row, int64_t nb, const Cols<C>& x, float* y, int64_t ldy) {
   constexpr int B = 210;
-  const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
-  // qh's 2-bit fields to bits 4-5, within each byte: chunks 0 and 1 of a half take
-  // bits 0-1 and 2-3, chunks 2 and 3 bits 4-5 and 6-7.
-  const __m512i rot01 = _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2),
-                rot23 = _mm512_setr_epi64(0, 0, 0, 0, 62, 62, 62, 62);
   __m256 acc[C];
   for (int t = 0; t < C; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t k = 0; k < nb; ++k) {
     const uint8_t* b = row + k * B;
-    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + kQ6KScales)));
     __m512i U[4], S[4];
-    for (int n = 0; n < 2; ++n) {  // values 128n .. 128n+63, then 128n+64 .. 128n+127
-      const __m512i ql = load64(b + 64 * n), qh = _mm512_broadcast_i64x4(load32(b + kQ6KQh + 32 * n));
-      U[2 * n] = _mm512_or_si512(_mm512_and_si512(ql, low4), _mm512_and_si512(_mm512_rolv_epi64(qh, rot01), bits45));
-      U[2 * n + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
-                                     _mm512_and_si512(_mm512_rolv_epi64(qh, rot23), bits45));
-    }
-    for (int c = 0; c < 4; ++c) S[c] = _mm512_permutexvar_epi16(load64(kSpread.k6[c]), _mm512_castsi256_si512(sc16));
+    const __m256i sc16 = unpack_q6k(b, U, S);
     const float dw = half_f16c(b + kQ6KD);
     for (int t = 0; t < C; ++t) {
       const int8_t* xq = x.q[t] + 256 * k;
@@ -411,23 +411,12 @@ template <int C>
 DS_TILE_FN void row_q6k_pairs(const uint8_t* row, int64_t nb, const Cols<C>& x, const KPairs& kp, float* y,
                               int64_t ldy) {
   constexpr int B = 210, NP = C / 2;
-  const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
-  const __m512i rot01 = _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2),
-                rot23 = _mm512_setr_epi64(0, 0, 0, 0, 62, 62, 62, 62);
   __m512 acc[NP];
   for (int p = 0; p < NP; ++p) acc[p] = _mm512_setzero_ps();
   for (int64_t k = 0; k < nb; ++k) {
     const uint8_t* b = row + k * B;
-    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + kQ6KScales)));
-    const __m512i sc2 = _mm512_broadcast_i64x4(sc16);
     __m512i U[4], S[4];
-    for (int n = 0; n < 2; ++n) {
-      const __m512i ql = load64(b + 64 * n), qh = _mm512_broadcast_i64x4(load32(b + kQ6KQh + 32 * n));
-      U[2 * n] = _mm512_or_si512(_mm512_and_si512(ql, low4), _mm512_and_si512(_mm512_rolv_epi64(qh, rot01), bits45));
-      U[2 * n + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
-                                     _mm512_and_si512(_mm512_rolv_epi64(qh, rot23), bits45));
-    }
-    for (int c = 0; c < 4; ++c) S[c] = _mm512_permutexvar_epi16(load64(kSpread.k6[c]), _mm512_castsi256_si512(sc16));
+    const __m512i sc2 = _mm512_broadcast_i64x4(unpack_q6k(b, U, S));
     const __m512 dw = _mm512_set1_ps(half_f16c(b + kQ6KD));
     for (int p = 0; p < NP; ++p) {
       __m512i a[2];

@@ -288,10 +288,10 @@ void Engine::matvec(const MatView& W, const float* x, float* y) const {
   team_.run({&part, 1}, x);
 }
 
-// Y[T, out] = X[T, in] W^T by matrix-matrix products: the quantized or bfloat16 tiles with the
-// fast products, else gemm_nt (matmul_gemm) where it is compiled in, else Eigen on
-// float32 rows (16-bit and quantized weights, and tiles, converted a block of rows at
-// a time into scratch).
+// Y[T, out] = X[T, in] W^T by matrix-matrix products: the quantized or bfloat16 tiles
+// with the fast products, else gemm_nt (matmul_gemm) where it is compiled in, else
+// Eigen on float32 rows (16-bit and quantized weights, and tiles, converted a block of
+// rows at a time into scratch).
 void Engine::matmul(const MatView& W, int T, const float* x, float* y) const {
   const int64_t out = W.rows, in = W.cols;
   if (team_.fast_products(W)) return team_.run_fast_rows(W, T, x, y, out);

@@ -164,13 +164,14 @@ struct Engine::Scratch {
 
 Engine::Engine(std::shared_ptr<const Model> model) : model_(std::move(model)), hooks_(model_->cfg) {
   const Config& c = model_->cfg;
-  // One block for the whole cache, in 4 KB pages. Advised for huge pages from the start,
-  // the first token touched 2 x n_layers separate 2 MB regions (48 MB zeroed for GPT-2
-  // small), 0.05-0.08 s of a run's start on a virtual machine whose host takes back
-  // free memory; decode over 1024 positions measured the same against its floor either
-  // way (0.96-0.98, README "Start").
+  // One block for the whole cache, in huge pages from the first touch. A decode step
+  // reads every layer's cached rows, one short run of a page each in 4 KB pages, and
+  // there the hardware prefetchers restart at every page: on a 1B model at 2 threads the
+  // q/k/v products that load them took 0.2 ms a token longer (README "A decode step
+  // beyond its products"). The price is paid once, at the first step: 2 x n_layers
+  // regions of 2 MB zeroed (populate_kv).
   const size_t per = size_t(c.max_seq) * size_t(c.kv_dim());
-  kv_block_ = allocate_weight_block(2 * size_t(c.n_layers) * per * sizeof(float), HugePages::AfterWrite);
+  kv_block_ = allocate_weight_block(2 * size_t(c.n_layers) * per * sizeof(float), HugePages::AtFirstTouch);
   float* kv = static_cast<float*>(kv_block_.get());
   for (int l = 0; l < c.n_layers; ++l) {
     k_cache_.push_back(kv + 2 * size_t(l) * per);
@@ -227,8 +228,8 @@ KvCache Engine::make_cache() const {
   const size_t bytes = 2 * size_t(c.n_layers) * per * sizeof(float);
   KvCache kv;
   // Small caches (many beams of a small model) are plain allocations; large ones a
-  // block in 4 KB pages, as the engine's own.
-  kv.block = bytes >= (size_t(2) << 20) ? allocate_weight_block(bytes, HugePages::AfterWrite) : allocate_aligned(bytes);
+  // block in huge pages, as the engine's own.
+  kv.block = bytes >= (size_t(2) << 20) ? allocate_weight_block(bytes, HugePages::AtFirstTouch) : allocate_aligned(bytes);
   float* base = static_cast<float*>(kv.block.get());
   for (int l = 0; l < c.n_layers; ++l) {
     kv.k.push_back(base + 2 * size_t(l) * per);

@@ -198,6 +198,34 @@ double Sampler::weights(const float* x, int n, float xmax, double T, double* w) 
   return sum;
 }
 
+float Sampler::max_nan(const float* x, int n, bool* nan) {
+  static_assert(std::tuple_size_v<decltype(piece_max_)> == kChunks);
+  std::array<float, kChunks>& m = piece_max_;
+  std::array<uint8_t, kChunks> bad{};
+  over_chunks(n, [&](int c) {
+    const int64_t b = chunk_bound(n, c), e = chunk_bound(n, c + 1);
+    bool nc = false;
+    m[size_t(c)] = max_and_nan(x + b, e - b, &nc);
+    bad[size_t(c)] = nc;
+  });
+  float xmax = -std::numeric_limits<float>::infinity();
+  *nan = false;
+  for (int c = 0; c < kChunks; ++c) {
+    xmax = std::max(xmax, m[size_t(c)]);
+    *nan = *nan || bad[size_t(c)];
+  }
+  return xmax;
+}
+
+int Sampler::first_max(const float* x, int n, float xmax) const {
+  for (int c = 0; c < kChunks; ++c)
+    if (piece_max_[size_t(c)] == xmax) {
+      const int64_t b = chunk_bound(n, c), e = chunk_bound(n, c + 1);
+      return int(b + first_equal(x + b, e - b, xmax));
+    }
+  return int(first_equal(x, n, xmax));  // not reached: xmax is some piece's maximum
+}
+
 // p[i] = w[i] / sum as float.
 void Sampler::normalise(const double* w, int n, double sum, float* p) const {
   const double s = 1.0 / sum;
@@ -236,7 +264,7 @@ int Sampler::prepare(int vocab, SampleResult& out) {
 // argmax is kept (n_kept = 1); the other ids keep removed = kKept with p_final 0.
 // hot >= 0: out already holds the one-hot rows of a greedy step at hot.
 int Sampler::greedy(const float* logits, int vocab, float xmax, int hot, SampleResult& out) {
-  const int tok = static_cast<int>(first_equal(logits, vocab, xmax));  // argmax: the first maximum
+  const int tok = first_max(logits, vocab, xmax);  // argmax: the first maximum
   const size_t t = static_cast<size_t>(tok);
   if (hot >= 0) {
     const size_t h = static_cast<size_t>(hot);
@@ -388,14 +416,14 @@ void Sampler::shape(const float* logits, int vocab, SampleResult& out, std::span
 int Sampler::filter(const float* logits, int vocab, SampleResult& out, std::span<const int> seen, bool draw_token) {
   if (logits == nullptr || vocab <= 0) throw Error("sampler: empty logits (vocab = " + str(vocab) + ")");
   bool nan = false;
-  float xmax = max_and_nan(logits, vocab, &nan);  // maximum and NaN check in one pass
+  float xmax = max_nan(logits, vocab, &nan);  // maximum and NaN check in one pass
   if (nan) throw Error("logits contain NaN");
   const int hot = prepare(vocab, out);
   double* w = w_.data();
   normalise(w, vocab, weights(logits, vocab, xmax, 1.0, w), out.p_raw.data());  // p_raw
   if (cfg_.repetition_penalty != 1.0f) {
     logits = penalise(logits, vocab, seen, out);
-    xmax = max_and_nan(logits, vocab, &nan);
+    xmax = max_nan(logits, vocab, &nan);
   } else {
     out.p_rep.clear();
   }

@@ -128,6 +128,11 @@ class Sampler {
   template <class F>
   void over_chunks(int n, F&& body) const;
   double weights(const float* x, int n, float xmax, double T, double* w) const;
+  // max_and_nan (perf/vmath.h) piece by piece, across the team; each piece's maximum is
+  // kept for first_max, the first i with x[i] == xmax for the x and xmax of the last
+  // max_nan (searching only the first piece that holds it).
+  float max_nan(const float* x, int n, bool* nan);
+  int first_max(const float* x, int n, float xmax) const;
   void normalise(const double* w, int n, double sum, float* p) const;
   int prepare(int vocab, SampleResult& out);
   const float* penalise(const float* logits, int vocab, std::span<const int> seen, SampleResult& out);
@@ -153,6 +158,7 @@ class Sampler {
   std::vector<float> pen_;                              // logits after the repetition penalty
   std::vector<uint8_t> seen_;                           // scratch: ids already penalised
   ThreadTeam* team_ = nullptr;
+  std::array<float, 8> piece_max_{};  // max_nan's pieces' maxima (kChunks pieces)
 };
 
 // First index of the maximum of x[0..n) (llama2.c's run.c rule: strictly greater

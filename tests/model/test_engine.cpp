@@ -11,6 +11,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <memory>
 #include <ostream>
@@ -232,6 +233,41 @@ TEST_P(EngineTest, ThreadsMatchSerial) {
     ASSERT_LE(max_abs_diff(row, ds::MatRM(a.row(i))), 1e-4) << "position " << i;
   }
   threaded.set_threads(1);  // Eigen's thread count is global: leave it as found
+}
+
+// A decode step applies GELU-tanh inside the product's threads, each over its own
+// rows, unless a hook watches the pre-activations; then one pass follows the product.
+// Both give the same bits, at 2 threads with 200 and 203 rows (203: 3 past the last
+// multiple of 8, which the vector activation leaves to its scalar tail).
+TEST_P(EngineTest, FusedActivationHasTheBitsOfTheSeparatePass) {
+  const Variant& v = GetParam();
+  if (v.cfg.ffn != ds::FFNKind::GELUTanh) GTEST_SKIP() << "this feed-forward's activation is always a separate pass";
+  for (int dff : {200, 203}) {
+    SCOPED_TRACE("d_ff " + std::to_string(dff));
+    ds::Config cfg = v.cfg;
+    cfg.d_ff = dff;
+    auto model = std::make_shared<const ds::Model>(cfg, ds::Weights::random(cfg, v.seed));
+    ds::Engine fused(model), separate(model);
+    fused.set_threads(2);
+    separate.set_threads(2);
+    int seen = 0;
+    separate.hooks().subscribe("**mlp.pre", [&seen](ds::HookEvent&) { ++seen; });
+    const auto src = make_source(cfg);
+    prepare(fused, src);
+    prepare(separate, src);
+    const auto toks = random_tokens(cfg, 16, 4);
+    for (int i = 0; i < 16; ++i) {
+      const std::span<const int> t(&toks[size_t(i)], 1);
+      const ds::MatRM a = fused.forward(t), b = separate.forward(t);
+      ASSERT_EQ(a.size(), b.size());
+      for (long j = 0; j < a.size(); ++j)
+        ASSERT_EQ(std::bit_cast<uint32_t>(a.data()[j]), std::bit_cast<uint32_t>(b.data()[j]))
+            << "position " << i << ", logit " << j;
+    }
+    EXPECT_GE(seen, 16 * cfg.n_layers) << "the hook did not see the pre-activations";
+    fused.set_threads(1);  // Eigen's thread count is global: leave it as found
+    separate.set_threads(1);
+  }
 }
 
 // A long cache, past the point (32768 cached values per layer) where a decode step

@@ -652,6 +652,38 @@ TEST(Sampler, TeamGivesTheBitsOfOneThread) {
   }
 }
 
+// Greedy's maximum and its first index are found piece by piece (on the team when
+// there is one): the token is the naive first argmax wherever the maximum lies, when
+// it is repeated in an earlier or a later piece, at the first and last id, and for
+// a row of -inf; a NaN anywhere, the last piece included, is an error.
+TEST(Sampler, GreedyPiecesFindTheFirstMaximum) {
+  const int n = 50021;
+  ds::ThreadTeam team(2);
+  Sampler with_team(SamplerConfig{0.0f, 0, 1.0f, 1}), alone(SamplerConfig{0.0f, 0, 1.0f, 1});
+  with_team.set_team(&team);
+  const std::vector<float> base = make_logits(n, 7, 4.0f);
+  const float top = *std::max_element(base.begin(), base.end()) + 1.0f;
+  const std::vector<std::vector<int>> placements = {{0}, {n - 1}, {31000, 9000}, {9000, 31000}, {6300, 6301},
+                                                    {44000, 49990}, {12500}, {n - 1, 0}};
+  for (const auto& at : placements) {
+    std::vector<float> x = base;
+    for (int i : at) x[size_t(i)] = top;
+    SampleResult a, b;
+    const int want = ds::argmax(x.data(), n);
+    EXPECT_EQ(want, *std::min_element(at.begin(), at.end()));
+    EXPECT_EQ(with_team.sample(x.data(), n, a), want) << "maximum at " << at.front();
+    EXPECT_EQ(alone.sample(x.data(), n, b), want) << "maximum at " << at.front();
+  }
+  const std::vector<float> none(size_t(n), -std::numeric_limits<float>::infinity());
+  SampleResult r;
+  EXPECT_EQ(with_team.sample(none.data(), n, r), 0);
+  for (int i : {5, 25000, n - 1}) {
+    std::vector<float> x = base;
+    x[size_t(i)] = std::numeric_limits<float>::quiet_NaN();
+    EXPECT_THROW(with_team.sample(x.data(), n, r), ds::Error) << "NaN at " << i;
+  }
+}
+
 // ---------------------------------------------------------------- errors
 
 template <typename F>

@@ -229,7 +229,8 @@ KvCache Engine::make_cache() const {
   KvCache kv;
   // Small caches (many beams of a small model) are plain allocations; large ones a
   // block in huge pages, as the engine's own.
-  kv.block = bytes >= (size_t(2) << 20) ? allocate_weight_block(bytes, HugePages::AtFirstTouch) : allocate_aligned(bytes);
+  kv.block =
+      bytes >= (size_t(2) << 20) ? allocate_weight_block(bytes, HugePages::AtFirstTouch) : allocate_aligned(bytes);
   float* base = static_cast<float*>(kv.block.get());
   for (int l = 0; l < c.n_layers; ++l) {
     kv.k.push_back(base + 2 * size_t(l) * per);

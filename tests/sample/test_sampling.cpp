@@ -663,8 +663,8 @@ TEST(Sampler, GreedyPiecesFindTheFirstMaximum) {
   with_team.set_team(&team);
   const std::vector<float> base = make_logits(n, 7, 4.0f);
   const float top = *std::max_element(base.begin(), base.end()) + 1.0f;
-  const std::vector<std::vector<int>> placements = {{0}, {n - 1}, {31000, 9000}, {9000, 31000}, {6300, 6301},
-                                                    {44000, 49990}, {12500}, {n - 1, 0}};
+  const std::vector<std::vector<int>> placements = {{0},          {n - 1},        {31000, 9000}, {9000, 31000},
+                                                    {6300, 6301}, {44000, 49990}, {12500},       {n - 1, 0}};
   for (const auto& at : placements) {
     std::vector<float> x = base;
     for (int i : at) x[size_t(i)] = top;

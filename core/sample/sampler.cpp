@@ -390,15 +390,16 @@ int Sampler::draw(SampleResult& out) {
 }
 
 // The repetition penalty: logits' into pen_, p_rep = softmax(logits'), and w_ left
-// holding its weights at temperature 1. Returns logits'.
-const float* Sampler::penalise(const float* logits, int vocab, std::span<const int> seen, SampleResult& out) {
+// holding its weights at temperature 1. Returns logits', and their maximum in xmax.
+const float* Sampler::penalise(const float* logits, int vocab, std::span<const int> seen, SampleResult& out,
+                               float& xmax) {
   size_to(pen_, vocab);
   std::copy_n(logits, vocab, pen_.data());
   if (seen_.size() < static_cast<size_t>(vocab)) seen_.assign(static_cast<size_t>(vocab), 0);
   penalise_row(pen_.data(), vocab, seen, cfg_.repetition_penalty, seen_.data());
   size_to(out.p_rep, vocab);
-  bool nan = false;
-  const float xmax = max_and_nan(pen_.data(), vocab, &nan);
+  bool nan = false;  // none: the logits were checked, and the penalty multiplies by a finite r > 0
+  xmax = max_nan(pen_.data(), vocab, &nan);
   double* w = w_.data();
   normalise(w, vocab, weights(pen_.data(), vocab, xmax, 1.0, w), out.p_rep.data());
   return pen_.data();
@@ -422,8 +423,7 @@ int Sampler::filter(const float* logits, int vocab, SampleResult& out, std::span
   double* w = w_.data();
   normalise(w, vocab, weights(logits, vocab, xmax, 1.0, w), out.p_raw.data());  // p_raw
   if (cfg_.repetition_penalty != 1.0f) {
-    logits = penalise(logits, vocab, seen, out);
-    xmax = max_nan(logits, vocab, &nan);
+    logits = penalise(logits, vocab, seen, out, xmax);
   } else {
     out.p_rep.clear();
   }

@@ -135,7 +135,7 @@ class Sampler {
   int first_max(const float* x, int n, float xmax) const;
   void normalise(const double* w, int n, double sum, float* p) const;
   int prepare(int vocab, SampleResult& out);
-  const float* penalise(const float* logits, int vocab, std::span<const int> seen, SampleResult& out);
+  const float* penalise(const float* logits, int vocab, std::span<const int> seen, SampleResult& out, float& xmax);
   int filter(const float* logits, int vocab, SampleResult& out, std::span<const int> seen, bool draw_token);
   int greedy(const float* logits, int vocab, float xmax, int hot, SampleResult& out);
   void top_k(int vocab, int k, SampleResult& out);

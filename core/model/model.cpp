@@ -8,6 +8,7 @@
 #include "perf/gemm.h"
 #include "perf/memory.h"
 #include "perf/vmath.h"
+#include "util/aligned.h"
 #include "util/error.h"
 
 namespace ds {
@@ -72,8 +73,8 @@ float gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752
 
 // Rotary angles' cos and sin for positions 0 .. npos-1: [npos, d_head/2] each, for
 // the base theta (global layers: with the config's scaling and frequency factors).
-void rope_tables(const Config& c, int npos, float theta, bool global, std::vector<float>& cos_t,
-                 std::vector<float>& sin_t) {
+void rope_tables(const Config& c, int npos, float theta, bool global, AlignedVector<float>& cos_t,
+                 AlignedVector<float>& sin_t) {
   const int half = c.d_head / 2;
   cos_t.resize(size_t(npos) * half);
   sin_t.resize(size_t(npos) * half);
@@ -96,7 +97,7 @@ void rope_tables(const Config& c, int npos, float theta, bool global, std::vecto
 }
 
 // Sinusoidal position vectors for positions 0 .. npos-1: [npos, d_model].
-void sinusoid_table(const Config& c, int npos, std::vector<float>& out) {
+void sinusoid_table(const Config& c, int npos, AlignedVector<float>& out) {
   out.resize(size_t(npos) * c.d_model);
   for (int p = 0; p < npos; ++p)
     for (int i = 0; i < c.d_model / 2; ++i) {
@@ -134,7 +135,7 @@ Model::Model(Config c, Weights wt) : cfg(std::move(c)), w(std::move(wt)) {
   if (w.large_block && !w.mapped) huge_pages = std::make_shared<HugePageJob>(w.large_block);
 }
 
-static void grow(std::vector<float>& v, size_t n) {
+static void grow(AlignedVector<float>& v, size_t n) {
   if (v.size() < n) v.resize(n);
 }
 
@@ -143,23 +144,23 @@ static void grow(std::vector<float>& v, size_t n) {
 // this engine reads (max_seq, or the source length).
 struct Engine::Scratch {
   int T = 0, S = 0;
-  std::vector<float> x;                               // [T, d_model] the residual stream
-  std::vector<float> h;                               // [T, d_model] a sub-layer's normed input
-  std::vector<float> out;                             // [T, d_model] a sub-layer's output
-  std::vector<float> pos;                             // [T, d_model] position vectors
-  std::vector<float> q, z;                            // [T, q_dim] queries; the heads' outputs
-  std::vector<float> k, v;                            // [T, kv_dim] keys and values of the encoder
-  std::vector<float> ff1, ff2;                        // [T, d_ff] feed-forward hidden (ff2: SwiGLU's up)
-  std::vector<float> att;                             // [n_heads, T, S] scores, then the pattern
-  std::vector<float> mask;                            // [T, S] 1 where a query may read a key
-  std::vector<float> logits;                          // [rows, vocab]
-  std::vector<float> zpart;                           // [threads, q_dim] partial mixes of one decode step
-  std::vector<float> enc_out;                         // [src_len, d_model]
-  std::vector<float> wide;                            // [block, cols] 16-bit weights widened for a matrix product
-  std::vector<float> xpack;                           // a matrix product's input packed once (perf/gemm.h)
-  std::vector<float> rope_cos, rope_sin;              // [max(max_seq, max_src), d_head/2]
-  std::vector<float> rope_cos_local, rope_sin_local;  // the same for sliding-window layers
-  std::vector<float> sinus;                           // [max(max_seq, max_src), d_model]
+  AlignedVector<float> x;                               // [T, d_model] the residual stream
+  AlignedVector<float> h;                               // [T, d_model] a sub-layer's normed input
+  AlignedVector<float> out;                             // [T, d_model] a sub-layer's output
+  AlignedVector<float> pos;                             // [T, d_model] position vectors
+  AlignedVector<float> q, z;                            // [T, q_dim] queries; the heads' outputs
+  AlignedVector<float> k, v;                            // [T, kv_dim] keys and values of the encoder
+  AlignedVector<float> ff1, ff2;                        // [T, d_ff] feed-forward hidden (ff2: SwiGLU's up)
+  AlignedVector<float> att;                             // [n_heads, T, S] scores, then the pattern
+  AlignedVector<float> mask;                            // [T, S] 1 where a query may read a key
+  AlignedVector<float> logits;                          // [rows, vocab]
+  AlignedVector<float> zpart;                           // [threads, q_dim] partial mixes of one decode step
+  AlignedVector<float> enc_out;                         // [src_len, d_model]
+  AlignedVector<float> wide;                            // [block, cols] 16-bit weights widened for a matrix product
+  AlignedVector<float> xpack;                           // a matrix product's input packed once (perf/gemm.h)
+  AlignedVector<float> rope_cos, rope_sin;              // [max(max_seq, max_src), d_head/2]
+  AlignedVector<float> rope_cos_local, rope_sin_local;  // the same for sliding-window layers
+  AlignedVector<float> sinus;                           // [max(max_seq, max_src), d_model]
 };
 
 Engine::Engine(std::shared_ptr<const Model> model) : model_(std::move(model)), hooks_(model_->cfg) {

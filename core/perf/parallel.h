@@ -12,6 +12,7 @@
 #include "perf/gemv.h"
 #include "perf/quant_fast.h"
 #include "perf/team.h"
+#include "util/aligned.h"
 
 namespace ds {
 
@@ -103,7 +104,7 @@ class MatvecTeam {
   // run_fast_rows; kept between calls so that a decode step allocates nothing.
   Q8Vector q32_, q256_;
   std::vector<Q8Vector> rows_q_;
-  std::vector<uint16_t> b16_, rows_b16_;  // the same for bfloat16 weights
+  AlignedVector<uint16_t> b16_, rows_b16_;  // the same for bfloat16 weights
 };
 
 }  // namespace ds

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "util/aligned.h"
 #include "util/precision.h"
 
 namespace ds {
@@ -34,16 +35,16 @@ bool parse_products(const std::string& s, Products& out);
 // A vector rounded to 8-bit blocks: value i is about d[i / block] * q[i].
 struct Q8Vector {
   int64_t n = 0;
-  int block = 32;               // 32 (Q8_0 style) or 256 (Q8_K style)
-  std::vector<int8_t> q;        // n values
-  std::vector<float> d;         // n / block scales
-  std::vector<int16_t> sums16;  // block 256: the sum of each 16 q's (n / 16)
+  int block = 32;                 // 32 (Q8_0 style) or 256 (Q8_K style)
+  AlignedVector<int8_t> q;        // n values
+  AlignedVector<float> d;         // n / block scales
+  AlignedVector<int16_t> sums16;  // block 256: the sum of each 16 q's (n / 16)
   // What the tiles of perf/quant_tiles.h also read (prepare_tiles fills them for one
   // weight type): block 32: for every 4 values the integer their lane of a block's
   // product starts from (-128 or -8 times their sum: Q8_0 and Q4_0 weights are taken
   // unsigned, w + 128 or the stored nibble); block 256: the sum of each 32 q's.
-  std::vector<int32_t> start4;  // n / 4
-  std::vector<int16_t> sums32;  // n / 32
+  AlignedVector<int32_t> start4;  // n / 4
+  AlignedVector<int16_t> sums32;  // n / 32
 };
 
 // Whether the AVX2 kernels can run here (checked once, from cpuid).

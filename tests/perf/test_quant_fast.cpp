@@ -5,18 +5,21 @@
 // portable kernels against each other bit for bit, the tiles of many activation rows
 // (perf/quant_tiles.h) against one row product per activation row bit for bit, and
 // the thread team's splits (odd row counts, several products at once, rows of a
-// prefill) against one call.
+// prefill) against one call, and the rounded vectors' storage on a cache line.
 #include <gtest/gtest.h>
 #include <algorithm>
 
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "perf/parallel.h"
 #include "perf/quant_fast.h"
 #include "perf/quant_tiles.h"
+#include "util/aligned.h"
 #include "util/error.h"
 
 using namespace ds;
@@ -168,6 +171,42 @@ TEST(QuantFast, RoundingKeepsEachValueWithinHalfAStep) {
   const std::vector<float> x(40, 1.0f);
   EXPECT_THROW(quantize_q8(x.data(), 40, 32, q), Error);
   EXPECT_THROW(quantize_q8(x.data(), 32, 64, q), Error);
+}
+
+// The rounded vectors start on a cache line whatever the heap holds: the kernels read
+// them with 512-bit loads once per weight row, and an input 16 bytes past a line makes
+// every such load span two lines. Odd-sized blocks kept alive in between move malloc's
+// next addresses around (with plain std::vector storage, most of these land 16, 32 or
+// 48 bytes past a line).
+TEST(QuantFast, RoundedVectorsStartOnACacheLine) {
+  std::mt19937 gen(11);
+  std::vector<std::vector<char>> clutter;
+  auto on_line = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 64 == 0; };
+  for (int round = 0; round < 24; ++round) {
+    clutter.emplace_back(size_t(8 + 24 * round));
+    for (int block : {32, 256}) {
+      for (int64_t n : {int64_t(256), int64_t(2048), int64_t(8192), int64_t(768)}) {
+        const std::vector<float> x = random_vector(n, gen);
+        Q8Vector q;
+        quantize_q8(x.data(), n, block, q);
+        prepare_tiles(block == 32 ? Precision::Q4_0 : Precision::Q4_K, q);
+        const std::string at =
+            "block " + std::to_string(block) + ", " + std::to_string(n) + " values, round " + std::to_string(round);
+        EXPECT_TRUE(on_line(q.q.data())) << at;
+        EXPECT_TRUE(on_line(q.d.data())) << at;
+        if (block == 256) {
+          EXPECT_TRUE(on_line(q.sums16.data())) << at;
+          EXPECT_TRUE(on_line(q.sums32.data())) << at;
+        } else {
+          EXPECT_TRUE(on_line(q.start4.data())) << at;
+        }
+      }
+    }
+    AlignedVector<float> v(size_t(3 + round));
+    EXPECT_TRUE(on_line(v.data())) << "round " << round;
+    v.resize(size_t(5000 + round));  // moved by the growth
+    EXPECT_TRUE(on_line(v.data())) << "round " << round;
+  }
 }
 
 // The AVX2 rounding gives the portable one's values, scales and sums: random values,

@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "util/aligned.h"
 #include "util/error.h"
 
 namespace ds {
@@ -190,8 +191,8 @@ size_t available_memory_bytes() {
 
 std::shared_ptr<void> allocate_aligned(size_t bytes) {
   if (bytes == 0) return nullptr;
-  const size_t len = (bytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, len);
+  const size_t len = (bytes + kCacheLine - 1) / kCacheLine * kCacheLine;
+  void* p = std::aligned_alloc(kCacheLine, len);
   if (!p) throw Error("cannot allocate " + megabytes(bytes));
   std::memset(p, 0, len);
   return std::shared_ptr<void>(p, std::free);

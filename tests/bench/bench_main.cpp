@@ -6,14 +6,16 @@
 //   decoderscope_bench team [--threads 2] [--regions N] [--gap-us 5]
 //   decoderscope_bench lens [--rows 13] [--reps 5] [--precision f32|bf16|f16]
 //   decoderscope_bench quant [--threads 2] [--reps 7] [--layers 16] [--vocab 128256] [--types Q4_K,...]
+//   decoderscope_bench sampler [--threads 2] [--vocab 128256] [--candidates 20] [--reps 400]
 #include <cstdio>
 #include <cstring>
 
-int bench_load(int argc, char** argv);    // bench_load.cpp
-int bench_decode(int argc, char** argv);  // bench_decode.cpp
-int bench_team(int argc, char** argv);    // bench_team.cpp
-int bench_lens(int argc, char** argv);    // bench_lens.cpp
-int bench_quant(int argc, char** argv);   // bench_quant.cpp
+int bench_load(int argc, char** argv);     // bench_load.cpp
+int bench_decode(int argc, char** argv);   // bench_decode.cpp
+int bench_team(int argc, char** argv);     // bench_team.cpp
+int bench_lens(int argc, char** argv);     // bench_lens.cpp
+int bench_quant(int argc, char** argv);    // bench_quant.cpp
+int bench_sampler(int argc, char** argv);  // bench_sampler.cpp
 
 int main(int argc, char** argv) {
   struct Sub {
@@ -30,6 +32,8 @@ int main(int argc, char** argv) {
        "the logit lens's unembedding of several rows: by groups of head rows against widened slices"},
       {"quant", bench_quant,
        "one token's quantized products of a Llama-3.2-1B shape: exact against fast, and the bandwidth floor"},
+      {"sampler", bench_sampler,
+       "a greedy step's sampling and candidate ranking over Llama 3's vocabulary, alone and on the team"},
   };
   if (argc >= 2) {
     for (const Sub& s : subs)

@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
       {"quant", bench_quant,
        "one token's quantized products of a Llama-3.2-1B shape: exact against fast, and the bandwidth floor"},
       {"sampler", bench_sampler,
-       "a greedy step's sampling and candidate ranking over Llama 3's vocabulary, alone and on the team"},
+       "a greedy step's sampling (on the team) and candidate ranking over Llama 3's vocabulary"},
   };
   if (argc >= 2) {
     for (const Sub& s : subs)

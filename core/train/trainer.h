@@ -17,34 +17,21 @@
 #include <Eigen/Core>
 #include <cstddef>
 #include <cstdint>
-#include <new>
 #include <string>
 #include <vector>
 
 #include "model/config.h"
 #include "model/weights.h"
 #include "train/tasks.h"
+#include "util/aligned.h"
 
 namespace ds::train {
 
-// Parameter and gradient vectors start on a 64-byte boundary: Eigen's vectorised
-// reductions peel a few elements until they reach alignment, so an arbitrary base
-// address would change the summation order, and with it the last bits of a run.
+// Parameter and gradient vectors start on a cache line (util/aligned.h): Eigen's
+// vectorised reductions peel a few elements until they reach alignment, so an arbitrary
+// base address would change the summation order, and with it the last bits of a run.
 template <class T>
-struct Aligned64 {
-  using value_type = T;
-  Aligned64() = default;
-  template <class U>
-  Aligned64(const Aligned64<U>&) {}
-  T* allocate(size_t n) { return static_cast<T*>(::operator new[](n * sizeof(T), std::align_val_t(64))); }
-  void deallocate(T* p, size_t) { ::operator delete[](p, std::align_val_t(64)); }
-  template <class U>
-  bool operator==(const Aligned64<U>&) const {
-    return true;
-  }
-};
-template <class T>
-using AVec = std::vector<T, Aligned64<T>>;
+using AVec = AlignedVector<T>;
 
 struct ParamTensor {
   std::string name;

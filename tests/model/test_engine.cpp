@@ -235,13 +235,15 @@ TEST_P(EngineTest, ThreadsMatchSerial) {
   threaded.set_threads(1);  // Eigen's thread count is global: leave it as found
 }
 
-// A decode step applies GELU-tanh inside the product's threads, each over its own
+// A decode step applies GELU-tanh (of up) or the gated activation (SiLU or GELU-tanh
+// of gate, then the product with up) inside the product's threads, each over its own
 // rows, unless a hook watches the pre-activations; then one pass follows the product.
 // Both give the same bits, at 2 threads with 200 and 203 rows (203: 3 past the last
 // multiple of 8, which the vector activation leaves to its scalar tail).
 TEST_P(EngineTest, FusedActivationHasTheBitsOfTheSeparatePass) {
   const Variant& v = GetParam();
-  if (v.cfg.ffn != ds::FFNKind::GELUTanh) GTEST_SKIP() << "this feed-forward's activation is always a separate pass";
+  if (v.cfg.ffn != ds::FFNKind::GELUTanh && !v.cfg.gated())
+    GTEST_SKIP() << "this feed-forward's activation is always a separate pass";
   for (int dff : {200, 203}) {
     SCOPED_TRACE("d_ff " + std::to_string(dff));
     ds::Config cfg = v.cfg;
@@ -270,39 +272,97 @@ TEST_P(EngineTest, FusedActivationHasTheBitsOfTheSeparatePass) {
   }
 }
 
-// A long cache, past the point (32768 cached values per layer) where a decode step
-// splits its keys across threads: each thread loads its range of keys and values at
-// the start of the q/k/v products, scores and mixes it, and the partial mixes are
-// summed. Shorter caches are loaded by one thread. Both the GPT-2 and the
-// grouped-query llama layout, against the naive reference at every position.
+// n single-token decode steps of v's model at 1, 2 and 3 threads against the naive
+// reference at every position.
+void check_split_decode(const Variant& v, int n) {
+  auto model = std::make_shared<const ds::Model>(v.cfg, ds::Weights::random(v.cfg, v.seed, 0.05f));
+  const auto toks = random_tokens(v.cfg, n, 21);
+  const ds::ref::Rows want = ds::ref::logits(v.cfg, model->w, toks);
+  for (int threads : {1, 2, 3}) {
+    ds::Engine e(model);
+    e.set_threads(threads);
+    double worst = 0;
+    for (int i = 0; i < n; ++i) {
+      ds::MatRM row = e.forward(std::span<const int>(&toks[size_t(i)], 1));
+      for (int j = 0; j < v.cfg.vocab_size; ++j)
+        worst = std::max(worst, std::abs(double(row(0, j)) - want[size_t(i)][size_t(j)]) /
+                                    (1.0 + std::abs(want[size_t(i)][size_t(j)])));
+    }
+    EXPECT_LE(worst, 1e-4) << threads << " thread(s)";
+    e.set_threads(1);  // Eigen's thread count is global: leave it as found
+  }
+}
+
+// A decode step's attention split across threads, against the naive reference at
+// every position. With at least one kv head a thread, past a few positions, each
+// thread loads its kv heads' columns of the cached rows during the q/k/v
+// products, then scores, normalises and mixes its heads (3 threads over 4 kv heads:
+// shares of 1, 1 and 2). With fewer kv heads than threads (one, "mqa"), past 32768
+// cached values per layer, each thread takes a range of keys and the partial mixes
+// are summed. Shorter caches stay on one thread. The GPT-2 and the grouped-query
+// llama layouts, and the llama layout with one kv head.
 TEST(EngineDecode, LongCacheSplitAcrossThreadsMatchesTheReference) {
   for (const Variant& base : variants()) {
     if (base.name != "gpt2" && base.name != "llama") continue;
-    SCOPED_TRACE(base.name);
+    for (const bool mqa : {false, true}) {
+      if (mqa && base.name != "llama") continue;
+      SCOPED_TRACE(base.name + (mqa ? " with one kv head" : ""));
+      Variant v = base;
+      v.cfg.d_model = 256;
+      v.cfg.n_heads = mqa ? 2 : 8;
+      v.cfg.d_head = mqa ? 128 : 32;
+      v.cfg.n_kv_heads = mqa ? 1 : base.name == "llama" ? 4 : 8;  // kv width 128 (one or grouped) or 256
+      v.cfg.d_ff = 128;
+      v.cfg.max_seq = 300;
+      check_split_decode(v, v.cfg.n_kv_heads * v.cfg.d_head == 128 ? 290 : 160);  // past 32768 values a layer
+    }
+  }
+}
+
+// A decode step with the scores published (the split by heads then takes two regions,
+// the scores published between them) has the bits of one without, at 2 threads; and
+// the published scores and patterns match those of 1 thread. 80 positions of q_dim
+// 256: split by heads from the 32nd.
+TEST(EngineDecode, PublishedScoresKeepTheSplitStepsBits) {
+  for (const Variant& base : variants()) {
+    if (base.name != "llama") continue;
     Variant v = base;
     v.cfg.d_model = 256;
     v.cfg.n_heads = 8;
     v.cfg.d_head = 32;
-    v.cfg.n_kv_heads = base.name == "llama" ? 4 : 8;  // kv width 128 (grouped) or 256
-    v.cfg.d_ff = 128;
-    v.cfg.max_seq = 300;
-    const int n = v.cfg.n_kv_heads * v.cfg.d_head == 128 ? 290 : 160;
+    v.cfg.n_kv_heads = 4;
+    v.cfg.max_seq = 100;
     auto model = std::make_shared<const ds::Model>(v.cfg, ds::Weights::random(v.cfg, v.seed, 0.05f));
-    const auto toks = random_tokens(v.cfg, n, 21);
-    const ds::ref::Rows want = ds::ref::logits(v.cfg, model->w, toks);
-    for (int threads : {1, 2}) {
-      ds::Engine e(model);
-      e.set_threads(threads);
-      double worst = 0;
-      for (int i = 0; i < n; ++i) {
-        ds::MatRM row = e.forward(std::span<const int>(&toks[size_t(i)], 1));
-        for (int j = 0; j < v.cfg.vocab_size; ++j)
-          worst = std::max(worst, std::abs(double(row(0, j)) - want[size_t(i)][size_t(j)]) /
-                                      (1.0 + std::abs(want[size_t(i)][size_t(j)])));
-      }
-      EXPECT_LE(worst, 1e-4) << threads << " thread(s)";
-      e.set_threads(1);  // Eigen's thread count is global: leave it as found
+    const int n = 80;
+    const auto toks = random_tokens(v.cfg, n, 5);
+    ds::Engine plain(model), watched(model), serial(model);
+    plain.set_threads(2);
+    watched.set_threads(2);
+    std::vector<float> got, want;
+    auto keep = [](std::vector<float>& into) {
+      return [&into](ds::HookEvent& ev) { into.insert(into.end(), ev.t.data, ev.t.data + ev.t.size()); };
+    };
+    watched.hooks().subscribe("blocks.*.attn.scores", keep(got));
+    watched.hooks().subscribe("blocks.*.attn.pattern", keep(got));
+    serial.hooks().subscribe("blocks.*.attn.scores", keep(want));
+    serial.hooks().subscribe("blocks.*.attn.pattern", keep(want));
+    for (int i = 0; i < n; ++i) {
+      const std::span<const int> t(&toks[size_t(i)], 1);
+      const ds::MatRM a = plain.forward(t), b = watched.forward(t);
+      serial.forward(t);
+      for (long j = 0; j < a.size(); ++j)
+        ASSERT_EQ(std::bit_cast<uint32_t>(a.data()[j]), std::bit_cast<uint32_t>(b.data()[j]))
+            << "position " << i << ", logit " << j;
     }
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t k = 0; k < got.size(); ++k) {
+      if (std::isinf(want[k]))
+        ASSERT_EQ(got[k], want[k]) << "value " << k;
+      else
+        ASSERT_NEAR(got[k], want[k], 1e-5 * (1.0 + std::abs(want[k]))) << "value " << k;
+    }
+    plain.set_threads(1);  // Eigen's thread count is global: leave it as found
+    watched.set_threads(1);
   }
 }
 

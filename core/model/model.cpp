@@ -346,27 +346,11 @@ void Engine::matmul_gemm(const MatView& W, int T, const float* x, float* y) cons
   });
 }
 
-// How a decode step's attention over S keys is split across the threads. By kv heads
-// when every thread has one of its own: scores, softmax and mix of its heads in one
-// region, each cached row read by one thread (its heads' columns), once the arithmetic
-// (S q_dim multiply-adds for the scores and as many for the mix) outweighs the fork
-// and join; 8192 is 4 positions of a Llama 3.2 1B step, 11 of GPT-2 small. By keys
-// when there are fewer kv heads than threads (one kv head: every thread would read
-// every row) and the cache holds 32768 values per layer. Shorter caches stay on the
-// first thread, which loads them during the q/k/v products.
-AttnSplit Engine::decode_split(int S) const {
-  const Config& c = model_->cfg;
-  if (threads_ <= 1) return AttnSplit::None;
-  if (c.n_kv_heads >= threads_) return int64_t(S) * c.q_dim() >= 8192 ? AttnSplit::Heads : AttnSplit::None;
-  return int64_t(S) * c.kv_dim() >= 32768 ? AttnSplit::Keys : AttnSplit::None;
-}
-
-namespace {
-// One product of a group: l applied to the group's input into y, then act.
-MatvecPart part_of(const Linear& l, float* y, RowAct act = RowAct::None) {
-  return {l.view(), y, l.b.size() ? l.b.data() : nullptr, act};
-}
-}  // namespace
+// Whether a decode step's attention over S keys is split across the threads: once the
+// cache holds 32768 values per layer (43 positions of GPT-2 small) the arithmetic
+// outweighs the extra fork and join. Shorter caches are loaded by the first thread
+// during the q/k/v products and read from its cache.
+bool Engine::decode_split(int S) const { return threads_ > 1 && int64_t(S) * model_->cfg.kv_dim() >= 32768; }
 
 // Linear layers sharing the input x[T, in]: at T == 1 one group of products, else one
 // by one.
@@ -378,17 +362,17 @@ void Engine::linears(std::initializer_list<std::pair<const Linear*, float*>> ls,
   }
   MatvecPart parts[3];
   size_t n = 0;
-  for (auto [l, y] : ls) parts[n++] = part_of(*l, y);  // at most three
+  for (auto [l, y] : ls) parts[n++] = {l->view(), y, l->b.size() ? l->b.data() : nullptr};  // at most three
   team_.run({parts, n}, x, warm);
 }
 
 // y[T, out] = x[T, in] W^T + b
 void Engine::linear(const Linear& l, int T, const float* x, float* y) const {
+  const MatView W = l.view();
   if (T == 1) {
-    const MatvecPart part = part_of(l, y);
+    const MatvecPart part{W, y, l.b.size() ? l.b.data() : nullptr};
     team_.run({&part, 1}, x);
   } else {
-    const MatView W = l.view();
     matmul(W, T, x, y);
     if (l.b.size()) MMap(y, T, int(W.rows)).rowwise() += l.b.transpose();
   }
@@ -535,7 +519,7 @@ Engine::Keys Engine::project_qkv(Stack st, int layer, const Attention& a, int T,
   float* kc = k_cache_[layer] + size_t(pos0) * kvd;
   float* vc = v_cache_[layer] + size_t(pos0) * kvd;
   // The rows before this step's, loaded by the thread(s) that will read them.
-  const CacheRows warm{k_cache_[layer], v_cache_[layer], pos0, kvd, model_->cfg.n_kv_heads, decode_split(pos0 + 1)};
+  const CacheRows warm{k_cache_[layer], v_cache_[layer], pos0, kvd, decode_split(pos0 + 1)};
   linears({{&a.q, s.q.data()}, {&a.k, kc}, {&a.v, vc}}, T, xin, T == 1 ? &warm : nullptr);
   const int window = model_->cfg.sliding(layer) ? model_->cfg.sliding_window : 0;
   return {k_cache_[layer], v_cache_[layer], pos0 + T, AttnKind::Causal, window};
@@ -726,77 +710,42 @@ void Engine::attend_rows(Stack st, int layer, const AttnPoints& pts, int T, int 
   team_.parallel_for(H, par, [&](int h) { head_mix(h, T, pos0, keys); });
 }
 
-// Decoding: one query row over S keys (decode_split says how the threads share it).
-// By kv heads: each thread its heads' scores, softmax and mix, in one region (two when
-// the scores are published before the softmax). By keys: the cache is read a key row
-// (every head) at a time, each thread a contiguous range of keys, and the mixes they
-// add up are summed. Unsplit: all of it on the calling thread.
+// Decoding: one query row over S keys. The cache is read a key row (every head) at a
+// time, so it streams sequentially; once the cache is long enough (decode_split) each
+// thread takes a contiguous range of keys and the mixes they add up are summed.
 void Engine::attend_one_row(Stack st, int layer, const AttnPoints& pts, int pos0, const Keys& keys) {
   const Config& c = model_->cfg;
-  const int H = c.n_heads, qd = c.q_dim(), S = keys.S, group = H / c.n_kv_heads, nt = threads_;
-  const AttnSplit how = decode_split(S);
-  float* att = s_->att.data();  // [H, 1, S]
-  const bool show_scores = hooks_.active(st, layer, pts.scores);
-  auto softmax_mix = [&](int h0, int h1) {
-    for (int h = h0; h < h1; ++h) head_softmax(h, 1, pos0, keys);
-    one_row_mix(pos0, keys, h0, h1, 0, S, s_->z.data());
-  };
-  if (how == AttnSplit::Heads) {
-    team_.over_kv_head_shares(c.n_kv_heads, [&](int, int g0, int g1) {
-      one_row_scores(pos0, keys, g0 * group, g1 * group, 0, S);
-      if (!show_scores) softmax_mix(g0 * group, g1 * group);
-    });
-    if (show_scores) {
-      hooks_.fire(st, layer, pts.scores, pos0, {att, 3, {H, 1, S}});
-      team_.over_kv_head_shares(c.n_kv_heads, [&](int, int g0, int g1) { softmax_mix(g0 * group, g1 * group); });
-    }
-    if (hooks_.active(st, layer, pts.pattern)) hooks_.fire(st, layer, pts.pattern, pos0, {att, 3, {H, 1, S}});
-    return;
-  }
-  const bool split = how == AttnSplit::Keys;
-  team_.over_key_shares(S, split, [&](int, int j0, int j1) { one_row_scores(pos0, keys, 0, H, j0, j1); });
-  if (show_scores) hooks_.fire(st, layer, pts.scores, pos0, {att, 3, {H, 1, S}});
+  const int H = c.n_heads, dh = c.d_head, qd = c.q_dim(), kvd = c.kv_dim(), S = keys.S;
+  const int group = H / c.n_kv_heads, nt = threads_;
+  const float scale = c.score_scale();
+  const bool split = decode_split(S);
+  float* att = s_->att.data();                        // [H, 1, S]
+  const bool causal = keys.kind == AttnKind::Causal;  // reads the keys keys.first(pos0) .. pos0
+  team_.over_key_shares(S, split, [&](int, int j0, int j1) {
+    const int lo = causal ? std::clamp(keys.first(pos0), j0, j1) : j0, hi = causal ? std::clamp(pos0 + 1, lo, j1) : j1;
+    auto mask = [&](int j) {
+      for (int h = 0; h < H; ++h) att[size_t(h) * S + j] = kNegInf;
+    };
+    for (int j = j0; j < lo; ++j) mask(j);
+    head_dots(s_->q.data(), keys.K, kvd, lo, hi, H, group, dh, scale, att, S);
+    for (int j = hi; j < j1; ++j) mask(j);
+    if (!causal)
+      for (int j = j0; j < j1; ++j)
+        if (!may_read(keys, pos0, j)) mask(j);
+  });
+  if (hooks_.active(st, layer, pts.scores)) hooks_.fire(st, layer, pts.scores, pos0, {att, 3, {H, 1, S}});
   for (int h = 0; h < H; ++h) head_softmax(h, 1, pos0, keys);
   if (hooks_.active(st, layer, pts.pattern)) hooks_.fire(st, layer, pts.pattern, pos0, {att, 3, {H, 1, S}});
   team_.over_key_shares(S, split, [&](int t, int j0, int j1) {
-    one_row_mix(pos0, keys, 0, H, j0, j1, split ? s_->zpart.data() + size_t(t) * qd : s_->z.data());
+    float* z = split ? s_->zpart.data() + size_t(t) * qd : s_->z.data();  // [q_dim]
+    std::fill_n(z, qd, 0.0f);
+    // Keys before a sliding window have weight 0: not read.
+    head_axpys(att, S, keys.V, kvd, std::max(j0, keys.first(pos0)), j1, H, group, dh, z);
   });
   if (!split) return;
   VMap z(s_->z.data(), qd);
   z = CVMap(s_->zpart.data(), qd);
   for (int t = 1; t < nt; ++t) z += CVMap(s_->zpart.data() + size_t(t) * qd, qd);
-}
-
-// The scores of one query row for the heads [h0, h1) (h0 the first head of a kv head)
-// over the keys [j0, j1): scaled dot products where the query may read, -inf elsewhere.
-void Engine::one_row_scores(int pos0, const Keys& keys, int h0, int h1, int j0, int j1) {
-  const Config& c = model_->cfg;
-  const int dh = c.d_head, kvd = c.kv_dim(), S = keys.S, group = c.n_heads / c.n_kv_heads;
-  float* att = s_->att.data();
-  const bool causal = keys.kind == AttnKind::Causal;  // reads the keys keys.first(pos0) .. pos0
-  const int lo = causal ? std::clamp(keys.first(pos0), j0, j1) : j0, hi = causal ? std::clamp(pos0 + 1, lo, j1) : j1;
-  auto mask = [&](int j) {
-    for (int h = h0; h < h1; ++h) att[size_t(h) * S + j] = kNegInf;
-  };
-  for (int j = j0; j < lo; ++j) mask(j);
-  head_dots(s_->q.data() + size_t(h0) * dh, keys.K + size_t(h0 / group) * dh, kvd, lo, hi, h1 - h0, group, dh,
-            c.score_scale(), att + size_t(h0) * S, S);
-  for (int j = hi; j < j1; ++j) mask(j);
-  if (!causal)
-    for (int j = j0; j < j1; ++j)
-      if (!may_read(keys, pos0, j)) mask(j);
-}
-
-// z[h0 dh, h1 dh) = the mixes of the heads [h0, h1) (h0 the first head of a kv head)
-// over the keys [j0, j1), by the weights in att. Keys before a sliding window have
-// weight 0: not read.
-void Engine::one_row_mix(int pos0, const Keys& keys, int h0, int h1, int j0, int j1, float* z) const {
-  const Config& c = model_->cfg;
-  const int dh = c.d_head, group = c.n_heads / c.n_kv_heads;
-  float* zh = z + size_t(h0) * dh;
-  std::fill_n(zh, size_t(h1 - h0) * dh, 0.0f);
-  head_axpys(s_->att.data() + size_t(h0) * keys.S, keys.S, keys.V + size_t(h0 / group) * dh, c.kv_dim(),
-             std::max(j0, keys.first(pos0)), j1, h1 - h0, group, dh, zh);
 }
 
 // out[T, d] = down(act(up(x))) (SwiGLU: down(silu(gate x) * up x)).
@@ -807,26 +756,18 @@ void Engine::ffn(Stack st, int layer, const FeedForward& f, int T, int pos0, con
   const size_t n = size_t(T) * F;
   float* a = s.ff1.data();
   const bool pre_hook = hooks_.active(st, layer, Point::MlpPre);
-  // Decoding with nobody watching the pre-activations: the threads of the product
-  // apply the activation to their rows (GELU-tanh: of up; gated: of gate, leaving the
-  // product with up's rows).
-  const RowAct act = c.ffn == FFNKind::GELUTanh || c.ffn == FFNKind::GeGLU ? RowAct::GeluTanh
-                     : c.ffn == FFNKind::SwiGLU                            ? RowAct::Silu
-                                                                           : RowAct::None;
-  const bool fused = T == 1 && act != RowAct::None && !pre_hook;
-  if (c.gated() && fused) {
-    const MatvecPart parts[2] = {part_of(f.gate, a, act), part_of(f.up, s.ff2.data())};
-    team_.run(parts, xin);
-  } else if (c.gated()) {
+  // Decoding GPT-2's MLP with nobody watching the pre-activations: the threads of the
+  // product apply GELU to their rows.
+  const bool fused = T == 1 && c.ffn == FFNKind::GELUTanh && !pre_hook;
+  if (c.gated()) {
     linears({{&f.gate, a}, {&f.up, s.ff2.data()}}, T, xin);
   } else if (fused) {
-    const MatvecPart part = part_of(f.up, a, act);
+    const MatvecPart part{f.up.view(), a, f.up.b.size() ? f.up.b.data() : nullptr, true};
     team_.run({&part, 1}, xin);
   } else {
     linear(f.up, T, xin, a);
   }
   if (pre_hook) hooks_.fire(st, layer, Point::MlpPre, pos0, {a, 2, {T, F, 1}});
-  if (fused && c.gated()) VMap(a, int64_t(n)).array() *= CVMap(s.ff2.data(), int64_t(n)).array();
   if (!fused) {
     switch (c.ffn) {
       case FFNKind::GELU:
@@ -952,7 +893,8 @@ std::span<const float> Engine::decode_products(std::vector<float>& buf) const {
     if (c.gated()) {
       linears({{&blk.ffn.gate, a}, {&blk.ffn.up, b}}, 1, x);
     } else {
-      const MatvecPart part = part_of(blk.ffn.up, a, c.ffn == FFNKind::GELUTanh ? RowAct::GeluTanh : RowAct::None);
+      const MatvecPart part{blk.ffn.up.view(), a, blk.ffn.up.b.size() ? blk.ffn.up.b.data() : nullptr,
+                            c.ffn == FFNKind::GELUTanh};
       team_.run({&part, 1}, x);
     }
     linear(blk.ffn.down, 1, x, a);

@@ -138,8 +138,6 @@ class Engine {
   bool may_read(const Keys& keys, int query_pos, int key) const;
   void publish_mask(Stack st, int layer, Point p, int T, int pos0, const Keys& keys);
   void attend_one_row(Stack st, int layer, const AttnPoints& pts, int pos0, const Keys& keys);
-  void one_row_scores(int pos0, const Keys& keys, int h0, int h1, int j0, int j1);
-  void one_row_mix(int pos0, const Keys& keys, int h0, int h1, int j0, int j1, float* z) const;
   void attend_rows(Stack st, int layer, const AttnPoints& pts, int T, int pos0, const Keys& keys);
   void head_scores(int h, int T, int pos0, const Keys& keys);
   void head_softmax(int h, int T, int pos0, const Keys& keys);
@@ -148,7 +146,7 @@ class Engine {
   // Products: linear layers sharing an input (at most three), at T == 1 in one group.
   void linears(std::initializer_list<std::pair<const Linear*, float*>> ls, int T, const float* x,
                const CacheRows* warm = nullptr) const;
-  AttnSplit decode_split(int S) const;
+  bool decode_split(int S) const;
   void matvec(const MatView& W, const float* x, float* y) const;
   void matmul(const MatView& W, int T, const float* x, float* y) const;
   void matmul_gemm(const MatView& W, int T, const float* x, float* y) const;

@@ -18,11 +18,10 @@ struct MatvecTeam::RowShare {
 
 namespace {
 
-// Loads n floats (one per cache line, and the last) so that they are in this core's cache.
+// Loads n floats (one per cache line) so that they are in this core's cache.
 void touch(const float* p, size_t n) {
   float s = 0.0f;
   for (size_t i = 0; i < n; i += 16) s += p[i];
-  if (n > 0) s += p[n - 1];
   volatile float sink = s;
   (void)sink;
 }
@@ -78,8 +77,7 @@ void part_rows(std::span<const MatvecPart> parts, const float* x, const FastInpu
       product(p.W, x, fx, y, a - base, b - base);
       if (p.bias)
         Eigen::Map<Eigen::VectorXf>(y, b - a) += Eigen::Map<const Eigen::VectorXf>(p.bias + (a - base), b - a);
-      if (p.act == RowAct::GeluTanh) gelu_tanh_inplace(y, b - a);
-      if (p.act == RowAct::Silu) silu_inplace(y, b - a);
+      if (p.gelu) gelu_tanh_inplace(y, b - a);
     }
     base += p.W.rows;
   }
@@ -87,18 +85,7 @@ void part_rows(std::span<const MatvecPart> parts, const float* x, const FastInpu
 
 // Thread t's part of warming the cache rows the attention reads next.
 void warm_cache(const CacheRows& warm, int t, int nt) {
-  if (warm.split == AttnSplit::Heads) {  // the columns of this thread's kv heads, in every row
-    const auto [g0, g1] = even_share(warm.n_kv, t, nt);
-    const int dh = warm.width / warm.n_kv, c0 = g0 * dh, n = (g1 - g0) * dh;
-    if (n <= 0) return;
-    for (int j = 0; j < warm.rows; ++j) {
-      touch(warm.K + size_t(j) * warm.width + c0, size_t(n));
-      touch(warm.V + size_t(j) * warm.width + c0, size_t(n));
-    }
-    return;
-  }
-  const auto [j0, j1] =
-      warm.split == AttnSplit::Keys ? even_share(warm.rows, t, nt) : std::pair<int, int>{0, t == 0 ? warm.rows : 0};
+  const auto [j0, j1] = warm.split ? key_share(warm.rows, t, nt) : std::pair<int, int>{0, t == 0 ? warm.rows : 0};
   const size_t a = size_t(j0) * warm.width, n = size_t(j1 - j0) * warm.width;
   touch(warm.K + a, n);
   touch(warm.V + a, n);
@@ -150,14 +137,12 @@ void MatvecTeam::run(std::span<const MatvecPart> parts, const float* x, const Ca
   // which sit right after them in memory (and are already on their way into its cache).
   flip_ = !flip_;
   pool_.run([&](int t) {
+    // First the cache rows this thread's attention reads next: the other threads'
+    // streaming covers the time, and they take over rows of this thread's share.
+    if (warm && warm->rows > 0) warm_cache(*warm, t, nt);
     const int own = flip_ ? nt - 1 - t : t;
     int64_t r0, r1;
     while (claim_rows(shares_[own].fb, true, r0, r1)) part_rows(parts, x, fx, start(own) + r0, start(own) + r1);
-    // Then the cache rows this thread's attention reads next, while the other threads
-    // finish their shares (and take over what is left of this one): loaded last, they
-    // are still in this core's cache when the attention starts, not pushed out by the
-    // weights streaming past after them.
-    if (warm && warm->rows > 0) warm_cache(*warm, t, nt);
     for (int k = 1; k < nt; ++k) {
       const int o = (own + k) % nt;
       while (claim_rows(shares_[o].fb, false, r0, r1)) part_rows(parts, x, fx, start(o) + r0, start(o) + r1);

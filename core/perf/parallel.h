@@ -16,40 +16,30 @@
 
 namespace ds {
 
-// Thread t's share of n things split evenly over nt threads: [n t / nt, n (t + 1) / nt).
-// One query row's attention splits its keys (or its kv heads) this way.
-inline std::pair<int, int> even_share(int n, int t, int nt) { return {n * t / nt, n * (t + 1) / nt}; }
+// The keys thread t of nt takes when one query row's attention over S keys is split:
+// [S t / nt, S (t + 1) / nt).
+inline std::pair<int, int> key_share(int S, int t, int nt) { return {S * t / nt, S * (t + 1) / nt}; }
 
-// How one query row's attention over the cache is spread over the threads: not at all
-// (a short cache, on the calling thread), by keys (each thread a range of cached rows,
-// every head; the partial mixes summed after), or by kv heads (each thread its kv heads
-// and their query heads, every key: scores, softmax and mix in one region).
-enum class AttnSplit { None, Keys, Heads };
-
-// The activation applied to a product's rows by the thread that computed them.
-enum class RowAct { None, GeluTanh, Silu };
-
-// One product of a group: y = W x (+ bias), then the activation act. The bias and the
-// activation are applied by whichever thread computed the rows, so they add no serial
-// step.
+// One product of a group: y = W x (+ bias), then GELU-tanh when gelu. The bias and
+// the activation are applied by whichever thread computed the rows, so they add no
+// serial step.
 struct MatvecPart {
   MatView W;
   float* y = nullptr;
   const float* bias = nullptr;
-  RowAct act = RowAct::None;
+  bool gelu = false;
 };
 
-// Rows [0, rows) of a layer's cached keys and values ([rows, width] each, n_kv heads
-// of width / n_kv) that the attention after the products reads next: the threads of
-// the products load them once their own shares of the rows are done (each the keys or
-// the kv heads its attention reads, or all by the first thread when the attention is
-// not split), so the attention finds them in cache instead of waiting on short reads
+// Rows [0, rows) of a layer's cached keys and values ([rows, width] each) that the
+// attention after the products reads next: the threads of the products load them
+// first (split as the attention splits its keys, or all by the first thread when it
+// does not), so the attention finds them in cache instead of waiting on short reads
 // from memory.
 struct CacheRows {
   const float* K = nullptr;
   const float* V = nullptr;
-  int rows = 0, width = 0, n_kv = 1;
-  AttnSplit split = AttnSplit::None;
+  int rows = 0, width = 0;
+  bool split = false;
 };
 
 // Matrix-vector products on a fixed number of threads (a persistent ThreadTeam, which
@@ -97,16 +87,8 @@ class MatvecTeam {
   void over_key_shares(int S, bool split, F&& f) {
     if (!split || threads_ <= 1) return f(0, 0, S);
     pool_.run([&](int t) {
-      const auto [j0, j1] = even_share(S, t, threads_);
+      const auto [j0, j1] = key_share(S, t, threads_);
       f(t, j0, j1);
-    });
-  }
-  // Calls f(thread, g0, g1) for each thread's share [g0, g1) of n_kv kv heads (AttnSplit::Heads).
-  template <class F>
-  void over_kv_head_shares(int n_kv, F&& f) {
-    pool_.run([&](int t) {
-      const auto [g0, g1] = even_share(n_kv, t, threads_);
-      if (g0 < g1) f(t, g0, g1);
     });
   }
 

@@ -566,9 +566,7 @@ void gelu_tanh_inplace(float* x, int64_t n) {
   }
 }
 
-namespace {
-// a[i] = silu(a[i]), times u[i] when u is given.
-void silu_rows(float* a, const float* u, int64_t n) {
+void silu_mul_inplace(float* a, const float* u, int64_t n) {
   int64_t i = 0;
 #ifdef DS_VMATH_AVX2
   const __m256 one = _mm256_set1_ps(1.0f), neg = _mm256_set1_ps(-0.0f);
@@ -577,26 +575,20 @@ void silu_rows(float* a, const float* u, int64_t n) {
   for (; i + 16 <= n; i += 16) {
     const __m512 v = _mm512_loadu_ps(a + i);
     const __m512 e = exp16(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), _mm512_castps_si512(neg16))));
-    const __m512 r = _mm512_div_ps(v, _mm512_add_ps(one16, e));
-    _mm512_storeu_ps(a + i, u ? _mm512_mul_ps(r, _mm512_loadu_ps(u + i)) : r);
+    _mm512_storeu_ps(a + i, _mm512_mul_ps(_mm512_div_ps(v, _mm512_add_ps(one16, e)), _mm512_loadu_ps(u + i)));
   }
 #endif
   for (; i + 8 <= n; i += 8) {
     const __m256 v = _mm256_loadu_ps(a + i);
     const __m256 e = exp8(_mm256_xor_ps(v, neg));
-    const __m256 r = _mm256_div_ps(v, _mm256_add_ps(one, e));
-    _mm256_storeu_ps(a + i, u ? _mm256_mul_ps(r, _mm256_loadu_ps(u + i)) : r);
+    _mm256_storeu_ps(a + i, _mm256_mul_ps(_mm256_div_ps(v, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + i)));
   }
 #endif
   for (; i < n; ++i) {
-    const float v = a[i], r = v / (1.0f + std::exp(-v));
-    a[i] = u ? r * u[i] : r;
+    const float v = a[i];
+    a[i] = v / (1.0f + std::exp(-v)) * u[i];
   }
 }
-}  // namespace
-
-void silu_mul_inplace(float* a, const float* u, int64_t n) { silu_rows(a, u, n); }
-void silu_inplace(float* x, int64_t n) { silu_rows(x, nullptr, n); }
 
 float exp_shift_sum(float* x, int64_t n, float shift) {
   int64_t i = 0;

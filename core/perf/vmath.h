@@ -12,9 +12,6 @@ namespace ds {
 void gelu_tanh_inplace(float* x, int64_t n);
 // a[i] = silu(a[i]) * u[i], silu(v) = v / (1 + exp(-v)) (SwiGLU).
 void silu_mul_inplace(float* a, const float* u, int64_t n);
-// x[i] = silu(x[i]): silu_mul_inplace's silu, so that silu_inplace(a) then a[i] *= u[i]
-// gives its bits.
-void silu_inplace(float* x, int64_t n);
 // x[i] = exp(x[i] - shift); returns the sum of the results (a softmax row). -inf gives 0.
 float exp_shift_sum(float* x, int64_t n, float shift);
 

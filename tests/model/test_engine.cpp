@@ -235,15 +235,13 @@ TEST_P(EngineTest, ThreadsMatchSerial) {
   threaded.set_threads(1);  // Eigen's thread count is global: leave it as found
 }
 
-// A decode step applies GELU-tanh (of up) or the gated activation (SiLU or GELU-tanh
-// of gate, then the product with up) inside the product's threads, each over its own
+// A decode step applies GELU-tanh inside the product's threads, each over its own
 // rows, unless a hook watches the pre-activations; then one pass follows the product.
 // Both give the same bits, at 2 threads with 200 and 203 rows (203: 3 past the last
 // multiple of 8, which the vector activation leaves to its scalar tail).
 TEST_P(EngineTest, FusedActivationHasTheBitsOfTheSeparatePass) {
   const Variant& v = GetParam();
-  if (v.cfg.ffn != ds::FFNKind::GELUTanh && !v.cfg.gated())
-    GTEST_SKIP() << "this feed-forward's activation is always a separate pass";
+  if (v.cfg.ffn != ds::FFNKind::GELUTanh) GTEST_SKIP() << "this feed-forward's activation is always a separate pass";
   for (int dff : {200, 203}) {
     SCOPED_TRACE("d_ff " + std::to_string(dff));
     ds::Config cfg = v.cfg;
@@ -293,14 +291,13 @@ void check_split_decode(const Variant& v, int n) {
   }
 }
 
-// A decode step's attention split across threads, against the naive reference at
-// every position. With at least one kv head a thread, past a few positions, each
-// thread loads its kv heads' columns of the cached rows during the q/k/v
-// products, then scores, normalises and mixes its heads (3 threads over 4 kv heads:
-// shares of 1, 1 and 2). With fewer kv heads than threads (one, "mqa"), past 32768
-// cached values per layer, each thread takes a range of keys and the partial mixes
-// are summed. Shorter caches stay on one thread. The GPT-2 and the grouped-query
-// llama layouts, and the llama layout with one kv head.
+// A long cache, past the point (32768 cached values per layer) where a decode step
+// splits its keys across threads: each thread loads its range of keys and values
+// during the q/k/v products, scores and mixes it, and the partial mixes are summed
+// (3 threads: ranges that do not divide the cache evenly). Shorter caches are loaded
+// by one thread. The GPT-2 and the grouped-query llama layouts, and the llama layout
+// with one kv head ("mqa", every query head reading it), against the naive reference
+// at every position.
 TEST(EngineDecode, LongCacheSplitAcrossThreadsMatchesTheReference) {
   for (const Variant& base : variants()) {
     if (base.name != "gpt2" && base.name != "llama") continue;
@@ -319,11 +316,11 @@ TEST(EngineDecode, LongCacheSplitAcrossThreadsMatchesTheReference) {
   }
 }
 
-// A decode step with the scores published (the split by heads then takes two regions,
-// the scores published between them) has the bits of one without, at 2 threads; and
-// the published scores and patterns match those of 1 thread. 80 positions of q_dim
-// 256: split by heads from the 32nd.
-TEST(EngineDecode, PublishedScoresKeepTheSplitStepsBits) {
+// Observers do not change a step: at 2 threads, a decode step with its scores and
+// patterns published has the bits of one without; and the published scores and
+// patterns match those of 1 thread. 280 positions of kv width 128: the keys split
+// across the threads from the 256th.
+TEST(EngineDecode, ObserversKeepAThreadedStepsBits) {
   for (const Variant& base : variants()) {
     if (base.name != "llama") continue;
     Variant v = base;
@@ -331,9 +328,9 @@ TEST(EngineDecode, PublishedScoresKeepTheSplitStepsBits) {
     v.cfg.n_heads = 8;
     v.cfg.d_head = 32;
     v.cfg.n_kv_heads = 4;
-    v.cfg.max_seq = 100;
+    v.cfg.max_seq = 300;
     auto model = std::make_shared<const ds::Model>(v.cfg, ds::Weights::random(v.cfg, v.seed, 0.05f));
-    const int n = 80;
+    const int n = 280;
     const auto toks = random_tokens(v.cfg, n, 5);
     ds::Engine plain(model), watched(model), serial(model);
     plain.set_threads(2);

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "text/unicode.h"
 #include "util/error.h"
 
 namespace dsgui {
@@ -358,8 +359,23 @@ int step_sampling_at(const ds::Trace& t, int pos) {
 void set_unicode_font(bool yes) { g_unicode = yes; }
 bool unicode_font() { return g_unicode; }
 
+namespace {
+// A byte-level vocabulary's entry (GPT-2, Llama 3, Qwen: every byte spelled as a
+// character of GPT-2's byte alphabet) as the text its bytes make, when it has a
+// character beyond ASCII and its bytes are whole UTF-8 characters: "Ã©" reads "é",
+// "ĉ" a tab. Other entries are kept: plain text (a SentencePiece piece such as "é" is
+// in the alphabet too, but its one byte 0xE9 is no UTF-8 text), and byte-level entries
+// that hold part of a character.
+std::string byte_level_text(const std::string& piece) {
+  const bool beyond_ascii = std::any_of(piece.begin(), piece.end(), [](char c) { return (unsigned char)c >= 0x80; });
+  std::string bytes;
+  if (!beyond_ascii || !ds::unicode::alphabet_to_bytes(piece, bytes) || !ds::unicode::valid_utf8(bytes)) return piece;
+  return bytes;
+}
+}  // namespace
+
 std::string visible(const std::string& piece) {
-  std::string s = piece;
+  std::string s = byte_level_text(piece);
   // llama2.c's BOS and EOS pieces are "\n<s>\n" and "\n</s>\n": show the tag alone.
   if (s.size() > 4 && s.front() == '\n' && s.back() == '\n' && s[1] == '<' && s[s.size() - 2] == '>')
     s = s.substr(1, s.size() - 2);

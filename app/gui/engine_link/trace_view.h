@@ -98,7 +98,9 @@ void set_unicode_font(bool yes);
 bool unicode_font();
 // A token piece with whitespace made visible: space (and the space markers of GPT-2's
 // and SentencePiece's vocabularies, U+0120 and U+2581) -> open box, newline -> return
-// symbol, tab -> arrow; byte tokens like <0x0A> read as the byte they stand for.
+// symbol, tab -> arrow; byte tokens like <0x0A> read as the byte they stand for; a
+// byte-level vocabulary's entry whose bytes are whole UTF-8 characters reads as that
+// text ("Ã©", the bytes of "é" in GPT-2's byte alphabet, reads "é").
 std::string visible(const std::string& piece);
 // Shortened to at most n characters (UTF-8 aware), with an ellipsis.
 std::string shorten(const std::string& s, int n);

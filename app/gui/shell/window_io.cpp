@@ -25,12 +25,13 @@ void apply_fonts_and_style(App& app, bool first) {
   ImGuiIO& io = ImGui::GetIO();
   io.Fonts->Clear();
   const float px = std::round(18.0f * app.look.ui_scale);
-  // Latin-1, Greek (the equations' mu, sigma, gamma...), sub- and superscripts, arrows,
-  // the maths signs the views write, the whitespace symbols, the play triangles.
-  static const ImWchar ranges[] = {0x0020, 0x00FF, 0x0391, 0x03C9, 0x1D40, 0x1D4D, 0x2013, 0x2026, 0x2070,
-                                   0x208E, 0x2190, 0x2193, 0x2205, 0x2205, 0x2211, 0x2212, 0x221A, 0x221A,
-                                   0x221E, 0x221E, 0x2264, 0x2265, 0x2295, 0x2299, 0x22C5, 0x22C5, 0x23CE,
-                                   0x23CE, 0x2423, 0x2423, 0x25B2, 0x25C0, 0};
+  // Latin-1 and Latin Extended-A, Greek (the equations' mu, sigma, gamma... and Greek
+  // text), Cyrillic, sub- and superscripts, arrows, the maths signs the views write,
+  // the whitespace symbols, the play triangles.
+  static const ImWchar ranges[] = {0x0020, 0x017F, 0x0370, 0x03FF, 0x0400, 0x04FF, 0x1D40, 0x1D4D, 0x2013,
+                                   0x2026, 0x2070, 0x208E, 0x2190, 0x2193, 0x2205, 0x2205, 0x2211, 0x2212,
+                                   0x221A, 0x221A, 0x221E, 0x221E, 0x2264, 0x2265, 0x2295, 0x2299, 0x22C5,
+                                   0x22C5, 0x23CE, 0x23CE, 0x2423, 0x2423, 0x25B2, 0x25C0, 0};
   ImFont* f = nullptr;
   std::error_code ec;
   const std::string font = font_file("DejaVuSans.ttf"), mono = font_file("DejaVuSansMono.ttf");

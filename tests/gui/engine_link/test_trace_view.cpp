@@ -5,12 +5,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <memory>
 
 #include "engine_link/models.h"
 #include "engine_link/trace_view.h"
 #include "engine_link/worker.h"
 #include "session/session.h"
+#include "text/hf_tokenizer.h"
 
 namespace {
 
@@ -215,6 +217,41 @@ TEST(TraceView, VisibleWhitespace) {
             "\xE2\x90\xA3"
             "a");
   EXPECT_EQ(dsgui::shorten("abcdef", 3), "abc\xE2\x80\xA6");
+}
+
+// A byte-level vocabulary spells each byte as a character of GPT-2's byte alphabet, so
+// "é" (bytes C3 A9) is the entry "Ã©" (U+00C3 U+00A9): the window shows the text.
+// Entries that are plain text stay as they are, and so do byte-level entries holding
+// part of a character.
+TEST(TraceView, VisibleSpellsByteLevelEntriesAsTheirText) {
+  dsgui::set_unicode_font(false);
+  EXPECT_EQ(dsgui::visible("\xC3\x83\xC2\xA9"), "\xC3\xA9");  // "Ã©" -> "é"
+  EXPECT_EQ(dsgui::visible("\xC4\xA0"
+                           "caf\xC3\x83\xC2\xA9"),
+            "_caf\xC3\xA9");                          // "ĠcafÃ©" -> "_café"
+  EXPECT_EQ(dsgui::visible("\xC4\x89"), "\\t");       // "ĉ", the tab byte
+  EXPECT_EQ(dsgui::visible("\xC3\x83"), "\xC3\x83");  // "Ã": half of a character
+  EXPECT_EQ(dsgui::visible("\xC3\xA9"), "\xC3\xA9");  // a SentencePiece "é"
+  EXPECT_EQ(dsgui::visible("\xC3\xBC"
+                           "ber"),
+            "\xC3\xBC"
+            "ber");                                 // "über", plain text
+  EXPECT_EQ(dsgui::visible("[PAD 1]"), "[PAD_1]");  // outside the alphabet
+
+  // A real byte-level vocabulary (Llama 3's): the pieces of accented, Greek and
+  // Cyrillic words, each piece whole characters, read as the words. (A character split
+  // between two pieces, as " ñ" is, stays in the byte alphabet in both.)
+  const auto dir = std::filesystem::path(DS_SOURCE_DIR) / ".." / "shared" / "fixtures" / "hf-tokenizers" / "llama3";
+  if (!std::filesystem::exists(dir / "tokenizer.json")) GTEST_SKIP() << "../shared/fixtures/hf-tokenizers is absent";
+  const ds::HfTokenizerInfo info = ds::load_hf_tokenizer(dir.string());
+  const std::string text =
+      "caf\xC3\xA9 men\xC3\xBA stra\xC3\x9F"
+      "e \xCE\xBB\xCF\x8C\xCE\xB3\xCE\xBF\xCF\x82 "
+      "\xD0\xBC\xD0\xB8\xD1\x80";  // café menú straße λόγος мир
+  std::string shown, want = text;
+  std::replace(want.begin(), want.end(), ' ', '_');
+  for (int id : info.tokenizer->encode(text, false)) shown += dsgui::visible(info.tokenizer->piece(id));
+  EXPECT_EQ(shown, want);
 }
 
 }  // namespace

@@ -188,8 +188,10 @@ bench: the machine's read bandwidth, the floor it sets for one token (weight and
   bytes over bandwidth), decode ms/token with no observer and with the window's default
   observers (median of --reps runs of --steps positions, default 64), their ratios,
   a --prefill token prompt (default 512; 0 skips) against as many single steps, and with
-  --trace-tokens N the memory of the trace after generating N positions. --copy: float32
-  weights are read into memory (in tiles) instead of used in place in the mapped file.
+  --trace-tokens N the memory of the trace after generating N positions; decode back to
+  back (runs with nothing between the tokens, as llama-bench's tg). --copy: float32
+  weights are read into memory (in tiles), and a GGUF file read whole into memory,
+  instead of used in place in the mapped file (as llama-bench's --load-mode none).
 tokenize: prints the ids of TEXT on one line. --tokenizer alone: a Hugging Face folder
   with tokenizer.json (+ tokenizer_config.json) of the llama family (byte-level BPE as in
   Llama 3, Qwen2/3, SmolLM; SentencePiece-style BPE as in Llama 2, Mistral, TinyLlama;

@@ -31,8 +31,9 @@ double kv_bytes(const Config& c, double positions) { return 2.0 * c.n_layers * c
 // One timed generation of `steps` positions from a one-token prompt; the first
 // step is not counted.
 struct DecodeRun {
-  double ms = 0;               // mean ms per counted token
-  std::vector<double> ratios;  // with a probe: each token's time over its floor
+  double ms = 0;                 // mean ms per counted token
+  std::vector<double> token_ms;  // each counted token's ms
+  std::vector<double> ratios;    // with a probe: each token's time over its floor
   // With an engine for the products: after each token (and its probe pass) the step's
   // products alone, their ms and ratio to the weights' floor, and the token's time over
   // theirs.
@@ -72,6 +73,7 @@ DecodeRun time_decode(const std::shared_ptr<const Model>& m, int steps, int thre
     const double ms = ms_since(t0);
     total += ms;
     ++n;
+    run.token_ms.push_back(ms);
     if (probe) {
       const double next = probe->pass();
       const double bytes = weight_bytes + kv_bytes(c, n + 1);
@@ -92,6 +94,22 @@ DecodeRun time_decode(const std::shared_ptr<const Model>& m, int steps, int thre
   run.ms = total / std::max(1, n);
   if (trace_bytes) *trace_bytes = s.trace().bytes();
   return run;
+}
+
+// Runs of `steps` positions with nothing between their tokens (no probe pass, no
+// products alone), as a generation runs and as llama-bench's tg times it: the median of
+// the runs' mean token times and the median token over all of them.
+void time_back_to_back(const std::shared_ptr<const Model>& m, int steps, const DecodeBenchOptions& o,
+                       DecodeBenchResult& r, const std::function<void(const std::string&)>& say) {
+  say("decode back to back");
+  std::vector<double> means, tokens;
+  for (int i = 0; i < std::max(1, o.reps); ++i) {
+    const DecodeRun run = time_decode(m, steps, o.threads, o.products, false, nullptr);
+    means.push_back(run.ms);
+    tokens.insert(tokens.end(), run.token_ms.begin(), run.token_ms.end());
+  }
+  r.back_to_back_ms = median(means);
+  r.back_to_back_token_ms = median(tokens);
 }
 
 // A prompt of o.prefill tokens in one forward (median of 3) against the same tokens
@@ -188,13 +206,15 @@ DecodeBenchResult run_decode_bench(std::shared_ptr<const Model> m, const DecodeB
   Engine products(m);
   products.set_threads(o.threads);
   products.set_products(o.products);
-  std::vector<double> plain, observed, plain_ratio, observed_ratio, pair_ratio, prod_ms, prod_ratio, over_products;
+  std::vector<double> plain, observed, plain_ratio, observed_ratio, pair_ratio, prod_ms, prod_ratio, over_products,
+      plain_tokens;
   for (int i = 0; i < std::max(1, o.reps); ++i) {
     say("decode run " + std::to_string(i + 1) + " of " + std::to_string(std::max(1, o.reps)));
     const DecodeRun p = time_decode(m, steps, o.threads, o.products, false, nullptr, &probe, r.weight_bytes, &products);
     const DecodeRun q =
         time_decode(m, steps, o.threads, o.products, true, &r.observed_trace_bytes, &probe, r.weight_bytes);
     plain.push_back(p.ms);
+    plain_tokens.insert(plain_tokens.end(), p.token_ms.begin(), p.token_ms.end());
     observed.push_back(q.ms);
     plain_ratio.insert(plain_ratio.end(), p.ratios.begin(), p.ratios.end());
     prod_ms.insert(prod_ms.end(), p.products_ms.begin(), p.products_ms.end());
@@ -215,6 +235,8 @@ DecodeBenchResult run_decode_bench(std::shared_ptr<const Model> m, const DecodeB
   r.plain_over_floor = median(plain_ratio);
   r.observed_over_floor = median(observed_ratio);
   r.observed_over_plain = median(pair_ratio);
+  r.plain_token_ms = median(plain_tokens);
+  time_back_to_back(m, steps, o, r, say);
 
   if (o.prefill > 0 && !c.encoder_decoder) time_prefill(m, o, r, say);
 
@@ -247,8 +269,9 @@ void print_decode_bench(std::FILE* f, const DecodeBenchResult& r, const DecodeBe
       std::fprintf(f, " (moved there in the background in %.2f s, waited for before timing)", r.huge_pages_seconds);
     std::fprintf(f, "\n");
   }
-  std::fprintf(f, "decode, no observer     %.2f ms/token (%.1f tokens/s)   measured/floor %.3f\n", r.plain_ms,
-               1e3 / r.plain_ms, r.plain_over_floor);
+  std::fprintf(f,
+               "decode, no observer     %.2f ms/token (%.1f tokens/s)   measured/floor %.3f   median token %.2f ms\n",
+               r.plain_ms, 1e3 / r.plain_ms, r.plain_over_floor, r.plain_token_ms);
   std::fprintf(f, "                        %.1f GB/s of weights and KV cache read (the probe: %.1f GB/s)\n",
                (r.weight_bytes + r.kv_bytes) / (r.plain_ms * 1e6), r.bandwidth.median_gb_per_s);
   std::fprintf(f, "decode, default observers %.2f ms/token               measured/floor %.3f  observed/plain %.3f\n",
@@ -261,6 +284,12 @@ void print_decode_bench(std::FILE* f, const DecodeBenchResult& r, const DecodeBe
                "                        (ratios: medians over every token, each against probe passes either side;\n"
                "                        the products alone run after each plain step; a step beyond its products:\n"
                "                        norms, attention, sampling, candidate table)\n");
+  if (r.back_to_back_ms > 0)
+    std::fprintf(f,
+                 "decode, back to back    %.2f ms/token (%.1f tokens/s)   median token %.2f ms\n"
+                 "                        (%d positions a run with nothing between the tokens, as a generation\n"
+                 "                        runs and llama-bench's tg times them; median of %d runs' means)\n",
+                 r.back_to_back_ms, 1e3 / r.back_to_back_ms, r.back_to_back_token_ms, o.steps, std::max(1, o.reps));
   std::fprintf(f, "trace of one run        %.2f MB for %d positions\n", r.observed_trace_bytes / 1e6, o.steps);
   if (r.prefill_ms > 0) {
     std::fprintf(f, "prefill %d tokens       %.1f ms (%.1f tokens/s, %.1f GFLOP/s)\n", o.prefill, r.prefill_ms,

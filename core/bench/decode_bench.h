@@ -27,12 +27,16 @@ struct DecodeBenchOptions {
 };
 
 struct DecodeBenchResult {
-  Bandwidth bandwidth;      // read rate: median and best of every probe pass, interleaved with the decode runs
-  double weight_bytes = 0;  // bytes of parameters one token reads (decoder blocks, final norm, head)
-  double kv_bytes = 0;      // KV-cache bytes one token reads, averaged over the timed positions
-  double floor_ms = 0;      // (weight_bytes + kv_bytes) / median bandwidth
-  double plain_ms = 0;      // median decode ms/token, no observer
-  double observed_ms = 0;   // median decode ms/token, default observers recording (compact trace)
+  Bandwidth bandwidth;        // read rate: median and best of every probe pass, interleaved with the decode runs
+  double weight_bytes = 0;    // bytes of parameters one token reads (decoder blocks, final norm, head)
+  double kv_bytes = 0;        // KV-cache bytes one token reads, averaged over the timed positions
+  double floor_ms = 0;        // (weight_bytes + kv_bytes) / median bandwidth
+  double plain_ms = 0;        // median decode ms/token, no observer
+  double plain_token_ms = 0;  // the median token of those runs (a probe pass before each token)
+  // Runs with nothing between their tokens (no probe pass, no products alone): the median
+  // of the runs' mean ms/token, and their median token.
+  double back_to_back_ms = 0, back_to_back_token_ms = 0;
+  double observed_ms = 0;  // median decode ms/token, default observers recording (compact trace)
   // Medians of per-run ratios: each run's time over the floor at the mean rate of the
   // probes just before and after it, and each observed run over the plain run before it.
   double plain_over_floor = 0, observed_over_floor = 0, observed_over_plain = 0;

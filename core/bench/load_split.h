@@ -26,7 +26,8 @@ struct LoadSplit {
   double rest_s = 0;                                      // load_s - read_s - fault_s, at least 0
   uint64_t file_bytes = 0, weight_bytes = 0;
   int files = 0;
-  bool in_place = false;  // the matrices are the mapped file's pages (perf/mapped_file.h): nothing copied
+  bool in_place = false;   // the matrices are the mapped file's pages (perf/mapped_file.h): nothing copied
+  bool file_copy = false;  // the matrices are where the whole file was read into memory (MappedFile::copy)
 };
 
 // The CPU time of this process so far: user and system seconds.

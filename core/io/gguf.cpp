@@ -262,7 +262,7 @@ std::string GgufFile::Tensor::shape() const {
   return s + "]";
 }
 
-GgufFile GgufFile::open(const std::string& path) {
+GgufFile GgufFile::open(const std::string& path, bool in_place) {
   GgufFile f;
   f.path_ = path;
   uint64_t size = 0;
@@ -273,7 +273,7 @@ GgufFile GgufFile::open(const std::string& path) {
     throw Error(path + ": " + std::to_string(size) + " bytes is too short for a GGUF file (24-byte header)");
   }
   try {
-    f.map_ = MappedFile::map(fd, size_t(size), path);
+    f.map_ = in_place ? MappedFile::map(fd, size_t(size), path) : MappedFile::copy(fd, size_t(size), path);
   } catch (...) {
     ::close(fd);
     throw;

@@ -68,8 +68,9 @@ class GgufFile {
     std::string shape() const;  // "[512, 256]" as rows x cols for a matrix
   };
 
-  // Maps and checks the whole file. Throws ds::Error.
-  static GgufFile open(const std::string& path);
+  // Maps and checks the whole file; in_place false reads it into memory instead
+  // (MappedFile::copy). Throws ds::Error.
+  static GgufFile open(const std::string& path, bool in_place = true);
 
   const std::string& path() const { return path_; }
   uint32_t version() const { return version_; }

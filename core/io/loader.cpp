@@ -77,10 +77,10 @@ void use_hf_tokenizer(LoadedModel& m, const HfTokenizerInfo& info) {
   m.special_ids = info.special_ids;
 }
 
-LoadedModel load_gguf(const std::string& path, const std::string& tokenizer_path, Precision precision) {
+LoadedModel load_gguf(const std::string& path, const std::string& tokenizer_path, Precision precision, bool in_place) {
   if (!tokenizer_path.empty())
     throw Error(path + ": a GGUF file carries its own tokenizer; no separate tokenizer can be given");
-  const GgufFile f = GgufFile::open(path);
+  const GgufFile f = GgufFile::open(path, in_place);
   GgufModel g = load_gguf_model(f, precision);
   LoadedModel out;
   out.kind = "gguf " + g.arch;
@@ -173,7 +173,7 @@ LoadedModel load_model(const std::string& path, const std::string& tokenizer_pat
     if (name.empty()) name = fs::path(path).parent_path().filename().string();  // "dir/"
     return load_folder_model(path, tokenizer_path, name, precision, in_place);
   }
-  if (is_gguf_file(path)) return load_gguf(path, tokenizer_path, precision);
+  if (is_gguf_file(path)) return load_gguf(path, tokenizer_path, precision, in_place);
   return load_llama2c_model(path, tokenizer_path, precision, in_place);
 }
 

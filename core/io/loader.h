@@ -50,7 +50,8 @@ struct LoadedModel {
 // BF16/F16 to halve the bytes each token reads; the arithmetic stays float32).
 // in_place: float32 weights that the file holds as the engine reads them (llama2.c
 // checkpoints, decoderscope's own folders) are used in the mapped file (io/llama2c.h);
-// false reads them into tiles in memory instead (the bench's --copy, to compare).
+// false reads them into tiles in memory instead (the bench's --copy, to compare), and
+// reads a GGUF file whole into memory instead of mapping it (MappedFile::copy).
 // Throws ds::Error.
 LoadedModel load_model(const std::string& path, const std::string& tokenizer_path = "",
                        Precision precision = Precision::F32, bool in_place = true);

@@ -131,8 +131,9 @@ Model::Model(Config c, Weights wt) : cfg(std::move(c)), w(std::move(wt)) {
     if (cfg.enc_final_norm) check_norm("encoder.ln_final", w.enc_ln_final, cfg.d_model);
   }
   // Written by now. Weights used in place have no block of their own (large_block then
-  // holds the mapped file).
+  // holds the mapped file): the job reads the file into 2 MB folios where it is not.
   if (w.large_block && !w.mapped) huge_pages = std::make_shared<HugePageJob>(w.large_block);
+  if (w.mapped && !w.mapped->copied()) huge_pages = std::make_shared<HugePageJob>(w.mapped);
 }
 
 static void grow(AlignedVector<float>& v, size_t n) {

@@ -33,7 +33,8 @@ struct Model {
   Config cfg;
   Weights w;
   // Moves w.large_block into huge pages in the background, once the weights are
-  // written (perf/memory.h); null for weights used in place in a mapped file.
+  // written, or reads a mapped file used in place into the page cache's 2 MB folios
+  // (perf/memory.h); null for weights of neither kind.
   std::shared_ptr<HugePageJob> huge_pages;
   Model(Config c, Weights wt);  // validates shapes, throws ds::Error naming the tensor
 };

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -68,8 +69,10 @@ bool advise_huge_pages(const std::shared_ptr<void>& block) {
 #endif
 
 struct HugePageJob::State {
-  std::shared_ptr<void> block;
+  std::shared_ptr<const void> keep;  // the block or the mapped file, alive while the job runs
   size_t len = 0;
+  std::function<bool(size_t, size_t)> piece;  // handles [at, at + n); false: stop here
+  std::function<void()> no_thread;            // what to do instead when no thread can be started
   std::atomic<bool> stop{false};
   std::mutex m;
   std::condition_variable cv;
@@ -88,13 +91,9 @@ struct HugePageJob::State {
 #endif
     const auto t0 = std::chrono::steady_clock::now();
     constexpr size_t kPiece = size_t(2) << 20;
-    char* p = static_cast<char*>(block.get());
     for (size_t at = 0; at < len && !stop.load(std::memory_order_relaxed); at += kPiece) {
       const auto a = std::chrono::steady_clock::now();
-      if (::madvise(p + at, std::min(kPiece, len - at), MADV_COLLAPSE) != 0 && (errno == EINVAL || errno == ENOSYS)) {
-        advise_huge_pages(block);  // no MADV_COLLAPSE here: leave it to khugepaged
-        break;
-      }
+      if (!piece(at, std::min(kPiece, len - at))) break;
       const auto pause = std::min<std::chrono::steady_clock::duration>(3 * (std::chrono::steady_clock::now() - a),
                                                                        std::chrono::milliseconds(20));
       std::unique_lock<std::mutex> lock(m);
@@ -109,9 +108,50 @@ struct HugePageJob::State {
 
 HugePageJob::HugePageJob(std::shared_ptr<void> block) : s_(std::make_shared<State>()) {
   const Unmap* u = block ? std::get_deleter<Unmap>(block) : nullptr;
-  s_->block = std::move(block);
   s_->len = u ? u->len : 0;
-  const char* env = std::getenv("DECODERSCOPE_HUGE_PAGES");  // "off": leave the block as it is (to compare)
+  char* p = static_cast<char*>(block.get());
+  s_->piece = [block, p](size_t at, size_t n) {
+    if (::madvise(p + at, n, MADV_COLLAPSE) != 0 && (errno == EINVAL || errno == ENOSYS)) {
+      advise_huge_pages(block);  // no MADV_COLLAPSE here: leave it to khugepaged
+      return false;
+    }
+    return true;
+  };
+  s_->no_thread = [block] { advise_huge_pages(block); };
+  s_->keep = std::move(block);
+  start();
+}
+
+namespace {
+
+// Whether the system maps files' 2 MB folios whole for a region advised for huge pages
+// (transparent huge pages not "never").
+bool file_huge_pages_possible() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string s;
+  return std::getline(f, s) && s.find("[never]") == std::string::npos;
+}
+
+}  // namespace
+
+HugePageJob::HugePageJob(std::shared_ptr<const MappedFile> file) : s_(std::make_shared<State>()) {
+  const bool may_gain = file && !file->copied() && file_huge_pages_possible();
+  const PageShare at_start = may_gain ? page_share(file->data(), file->size()) : PageShare{};
+  if (at_start.resident > 0 && at_start.fraction() < 0.9) s_->len = file->size();  // else len 0: skipped
+  const MappedFile* f = file.get();
+  // After 64 MB, stop if the file's pages in huge pages have not grown at all: this
+  // system (file system, memory) gives it no 2 MB folios, and reading it again is no use.
+  s_->piece = [f, before = at_start.huge](size_t at, size_t n) {
+    constexpr size_t kCheck = size_t(64) << 20;
+    if (!f->reread_piece(at, n)) return false;
+    return at + n != kCheck || page_share(f->data(), f->size()).huge > before;
+  };
+  s_->keep = std::move(file);
+  start();
+}
+
+void HugePageJob::start() {
+  const char* env = std::getenv("DECODERSCOPE_HUGE_PAGES");  // "off": leave the weights as they are (to compare)
   if (s_->len < (size_t(2) << 20) || (env && std::string(env) == "off")) {
     s_->done = true;
     return;
@@ -119,8 +159,8 @@ HugePageJob::HugePageJob(std::shared_ptr<void> block) : s_(std::make_shared<Stat
   State* s = s_.get();
   try {
     s_->thread = std::thread([s] { s->run(); });
-  } catch (const std::system_error&) {  // no thread to be had: advice only
-    advise_huge_pages(s_->block);
+  } catch (const std::system_error&) {  // no thread to be had: a block is advised, a file left as it is
+    if (s_->no_thread) s_->no_thread();
     s_->done = true;
   }
 }

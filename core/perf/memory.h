@@ -16,6 +16,8 @@
 #include <cstddef>
 #include <memory>
 
+#include "perf/mapped_file.h"
+
 namespace ds {
 
 enum class HugePages {
@@ -47,9 +49,15 @@ bool advise_huge_pages(const std::shared_ptr<void>& block);
 // README's figures. Where MADV_COLLAPSE is unavailable the block is only advised
 // (advise_huge_pages). The destructor stops between pieces and joins; the job keeps
 // the block alive until then.
+//
+// For a file used in place, the same job reads the mapped file into the page cache's 2
+// MB folios, piece by piece (MappedFile::reread_piece), when less than 90% of it is in
+// huge pages once loaded; it gives up after 64 MB when the system gives the file no
+// 2 MB folios.
 class HugePageJob {
  public:
   explicit HugePageJob(std::shared_ptr<void> block);
+  explicit HugePageJob(std::shared_ptr<const MappedFile> file);
   ~HugePageJob();
   HugePageJob(const HugePageJob&) = delete;
   HugePageJob& operator=(const HugePageJob&) = delete;
@@ -60,6 +68,7 @@ class HugePageJob {
  private:
   struct State;
   std::shared_ptr<State> s_;
+  void start();
 };
 
 // The pages of the mappings that overlap [p, p + bytes), from /proc/self/smaps: how many

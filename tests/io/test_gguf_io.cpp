@@ -89,10 +89,10 @@ std::string small_file(GgufWriter& g) {
   return g.bytes();
 }
 
-std::string open_error(const std::string& bytes) {
+std::string open_error(const std::string& bytes, bool in_place = true) {
   TempDir t;
   const std::string path = t.write("x.gguf", bytes);
-  return ds::test::error_of([&] { ds::GgufFile::open(path); });
+  return ds::test::error_of([&] { ds::GgufFile::open(path, in_place); });
 }
 
 TEST(GgufReader, ReadsMetadataOfEveryKindAndTensorInfos) {
@@ -129,15 +129,16 @@ TEST(GgufReader, ReadsMetadataOfEveryKindAndTensorInfos) {
 }
 
 // Cut at every byte of the header and into the data: each prefix is refused with a
-// message, none crashes.
+// message, none crashes, whether the file is mapped or read into memory.
 TEST(GgufReader, EveryTruncationIsRefused) {
   GgufWriter g;
   const std::string bytes = small_file(g);
   for (size_t n = 0; n < bytes.size(); ++n) {
-    const std::string e = open_error(bytes.substr(0, n));
-    ASSERT_FALSE(e.empty()) << "cut at " << n;
+    ASSERT_FALSE(open_error(bytes.substr(0, n)).empty()) << "cut at " << n;
+    ASSERT_FALSE(open_error(bytes.substr(0, n), false).empty()) << "cut at " << n << ", read into memory";
   }
   EXPECT_TRUE(open_error(bytes).empty());
+  EXPECT_TRUE(open_error(bytes, false).empty());
 }
 
 // Patches bytes at `at` of a copy.
@@ -228,6 +229,39 @@ TEST(GgufLoader, BadModelsAreNamed) {
   g.str("general.architecture", "llama");
   const std::string vocab = t.write("vocab.gguf", g.bytes());
   EXPECT_TRUE(ds::test::contains(ds::test::error_of([&] { ds::load_model(vocab); }), "vocabulary only"));
+}
+
+// A GGUF file read into memory (load_model's in_place false, the bench's --copy) gives
+// the bits of the same file mapped, and the reference's logits; once read it no longer
+// depends on the file: cut short, the file ends the mapped model's next step in an
+// error and leaves the copy's steps as they were.
+TEST(GgufLoader, ReadIntoMemoryGivesTheMappedLogitsAndOutlivesTheFile) {
+  const ds::Config cfg = arch_config({"llama", "llama3_rope_factors"});
+  ds::Weights w = ds::Weights::random(cfg, 11);
+  TempDir t;
+  const std::string path = t.write("m.gguf", ds::test::gguf_model_bytes("llama", cfg, w));
+  const ds::LoadedModel mapped = ds::load_model(path);
+  const ds::LoadedModel copy = ds::load_model(path, "", ds::Precision::F32, false);
+  ASSERT_TRUE(mapped.model->w.mapped && copy.model->w.mapped);
+  EXPECT_FALSE(mapped.model->w.mapped->copied());
+  EXPECT_TRUE(copy.model->w.mapped->copied());
+  EXPECT_NE(copy.model->w.mapped->data(), mapped.model->w.mapped->data());
+
+  const std::vector<int> ids = {1, 5, 9, 4, 17, 30, 8, 8, 3, 22, 11, 6};
+  ds::Engine a(mapped.model), b(copy.model);
+  const ds::MatRM from_map = a.forward_full(ids), from_copy = b.forward_full(ids);
+  EXPECT_EQ((from_map - from_copy).cwiseAbs().maxCoeff(), 0.0f);
+  const auto ref = ds::ref::logits(copy.model->cfg, copy.model->w, ids);
+  for (size_t i = 0; i < ids.size(); ++i)
+    for (int v = 0; v < cfg.vocab_size; ++v)
+      ASSERT_NEAR(from_copy(long(i), v), ref[i][size_t(v)], 2e-4) << "position " << i << " token " << v;
+
+  std::filesystem::resize_file(path, 64);
+  const int id = 7;
+  EXPECT_TRUE(ds::test::contains(ds::test::error_of([&] { a.forward(std::span<const int>(&id, 1)); }), "m.gguf"));
+  ds::Engine c(copy.model);
+  const ds::MatRM again = c.forward_full(ids);
+  EXPECT_EQ((again - from_copy).cwiseAbs().maxCoeff(), 0.0f);
 }
 
 }  // namespace

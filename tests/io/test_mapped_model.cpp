@@ -4,6 +4,7 @@
 // open must end the next forward pass in a ds::Error naming the file (never a crash
 // from SIGBUS, never silently changed weights); a file replaced by renaming a new one
 // over it leaves the open model as it was.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -19,6 +20,8 @@
 #include "io/model_folder.h"
 #include "model/config.h"
 #include "model/model.h"
+#include "perf/mapped_file.h"
+#include "perf/memory.h"
 #include "util/error.h"
 
 namespace ds::test {
@@ -64,6 +67,56 @@ TEST(MappedModel, Llama2cInPlaceGivesTheLogitsOfACopy) {
   EXPECT_EQ(logits_of(mapped.model, 5), logits_of(copied, 5));
   // 16-bit precisions are read into memory as before.
   EXPECT_EQ(load_model(path, "", Precision::BF16).model->w.mapped, nullptr);
+}
+
+// A file the page cache holds in 4 KB pages (written 4 KB at a time, then flushed) is
+// read into 2 MB folios in the background once opened in place (perf/memory.h's
+// HugePageJob): the steps taken while the job runs and after it give the logits of a
+// copy in memory, and afterwards the weights sit in huge pages where the system gives
+// files 2 MB folios.
+TEST(MappedModel, FileInSmallPagesIsReadIntoHugePagesWithItsValues) {
+  TempDir tmp;
+  const Config c = llama2c_config(256, 768, 4, 4, 4, 4000, 64, true);  // about 18 MB
+  const std::string written = tmp.path("w.bin"), path = tmp.path("m.bin");
+  save_llama2c(written, c, Weights::random(c, 5));
+  {
+    std::ifstream in(written, std::ios::binary);
+    std::ofstream out(path, std::ios::binary);
+    std::vector<char> piece(4096);
+    while (in.read(piece.data(), std::streamsize(piece.size())) || in.gcount() > 0)
+      out.write(piece.data(), in.gcount()), out.flush();
+  }
+  ::sync();  // clean pages, which the cache can drop
+  Llama2cModel copy = load_llama2c(path);
+  const auto copied = std::make_shared<const Model>(copy.cfg, std::move(copy.w));
+  const std::vector<float> want = logits_of(copied, 6);
+
+  const LoadedModel mapped = load_model(path);
+  ASSERT_NE(mapped.model->w.mapped, nullptr);
+  ASSERT_NE(mapped.model->huge_pages, nullptr);
+  EXPECT_EQ(logits_of(mapped.model, 6), want);  // while the job runs
+  const double seconds = mapped.model->huge_pages->wait();
+  EXPECT_EQ(logits_of(mapped.model, 6), want);
+  const PageShare after = page_share(mapped.model->w.mapped->data(), mapped.model->w.mapped->size());
+
+  // Whether this system gives files 2 MB folios at all: the other file, dropped from
+  // the cache and read again through a mapping.
+  const int fd = ::open(written.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  const auto control = MappedFile::map(fd, size_t(std::filesystem::file_size(written)), written);
+  ::close(fd);
+  volatile char sink = 0;
+  for (size_t i = 0; i < control->size(); i += 4096) sink = char(sink + control->data()[i]);
+  const double possible = page_share(control->data(), control->size()).fraction();
+  if (possible < 0.5)
+    GTEST_SKIP() << "this system keeps files in small pages (a file read afresh through a mapping: "
+                 << int(100 * possible) << "% in huge pages; transparent huge pages off, or a file system "
+                 << "without large folios)";
+  EXPECT_GE(seconds, 0.0) << "the job did not run";
+  // The same share as the file read afresh (a file's last 2 MB, cut short, stays in
+  // small pages), give or take a piece the steps faulted back in while the job read it.
+  EXPECT_GE(after.fraction(), possible - 0.12) << "a file read afresh: " << possible;
 }
 
 TEST(MappedModel, Llama2cCutShortWhileOpenEndsTheNextStepInAnError) {

@@ -12,6 +12,7 @@
 // place (same path, same inode) is caught by its size or modification time changing.
 // Replacing the file by renaming a new one over it (as decoderscope's own saves do)
 // leaves the mapped file as it was: the old inode lives on until it is unmapped.
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -52,6 +53,9 @@ class MappedFile {
   // Returns false when the piece could not be read back (the file cut short), or for a
   // copy.
   bool reread_piece(size_t at, size_t n) const;
+  // True the first time only: so that of several models sharing the mapping (copies of
+  // the weights), one reads it again.
+  bool claim_reread() const { return !reread_claimed_.exchange(true); }
 
   // Whether the file is as it was when it was mapped: no read has met a page cut off
   // by truncation, and its size and modification time are unchanged (one fstat).
@@ -68,6 +72,7 @@ class MappedFile {
   int fd_ = -1;
   int slot_ = -1;  // its place in the SIGBUS handler's table, or -1 (not watched)
   bool copied_ = false;
+  mutable std::atomic<bool> reread_claimed_{false};
   int64_t size_at_map_ = 0, mtime_sec_ = 0, mtime_nsec_ = 0;
   std::string path_;
 };

@@ -137,14 +137,16 @@ bool file_huge_pages_possible() {
 HugePageJob::HugePageJob(std::shared_ptr<const MappedFile> file) : s_(std::make_shared<State>()) {
   const bool may_gain = file && !file->copied() && file_huge_pages_possible();
   const PageShare at_start = may_gain ? page_share(file->data(), file->size()) : PageShare{};
-  if (at_start.resident > 0 && at_start.fraction() < 0.9) s_->len = file->size();  // else len 0: skipped
+  if (at_start.resident > 0 && at_start.fraction() < 0.9 && file->claim_reread())
+    s_->len = file->size();  // else len 0: skipped
   const MappedFile* f = file.get();
-  // After 64 MB, stop if the file's pages in huge pages have not grown at all: this
-  // system (file system, memory) gives it no 2 MB folios, and reading it again is no use.
-  s_->piece = [f, before = at_start.huge](size_t at, size_t n) {
+  // With no page of the file in huge pages at the start, stop after 64 MB if that has
+  // not changed: this system (file system, memory) gives it no 2 MB folios, and reading
+  // it again is no use. (Any huge page at the start shows that it does.)
+  s_->piece = [f, none = at_start.huge == 0](size_t at, size_t n) {
     constexpr size_t kCheck = size_t(64) << 20;
     if (!f->reread_piece(at, n)) return false;
-    return at + n != kCheck || page_share(f->data(), f->size()).huge > before;
+    return !none || at + n != kCheck || page_share(f->data(), f->size()).huge > 0;
   };
   s_->keep = std::move(file);
   start();

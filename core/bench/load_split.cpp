@@ -105,17 +105,12 @@ void print_load_split(std::FILE* f, const LoadSplit& s) {
                s.load_user_s, s.load_system_s, double(s.weight_bytes) / 1e6);
   std::fprintf(f, "  reading               %.3f s: %d file(s), %.1f MB read once (%.2f GB/s)\n", s.read_s, s.files,
                double(s.file_bytes) / 1e6, s.read_s > 0 ? double(s.file_bytes) / s.read_s / 1e9 : 0.0);
-  if (s.in_place) {
-    std::fprintf(f,
-                 "  in place              the matrices are the mapped file's pages: nothing copied, no fresh pages; "
-                 "the load checked every value\n");
-    std::fprintf(f, "  load / read           %.2f\n", s.read_s > 0 ? s.load_s / s.read_s : 0.0);
-    return;
-  }
-  if (s.file_copy) {
-    std::fprintf(f,
-                 "  copied                the file read whole into fresh memory (huge pages from the first touch); "
-                 "the matrices used there; the load checked every value\n");
+  if (s.in_place || s.file_copy) {  // the load is the file's bytes and the value checks
+    std::fprintf(f, "%s; the load checked every value\n",
+                 s.in_place ? "  in place              the matrices are the mapped file's pages: nothing copied, no "
+                              "fresh pages"
+                            : "  copied                the file read whole into fresh memory (huge pages from the "
+                              "first touch), the matrices used there");
     std::fprintf(f, "  load / read           %.2f\n", s.read_s > 0 ? s.load_s / s.read_s : 0.0);
     return;
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -65,13 +66,12 @@ DecodeRun time_decode(const std::shared_ptr<const Model>& m, int steps, int thre
   DecodeRun run;
   std::vector<float> buf;
   if (products_engine) products_engine->decode_products(buf);  // sizes the buffer
-  double total = 0, rate = probe ? probe->pass() : 0;
+  double rate = probe ? probe->pass() : 0;
   int n = 0;
   while (!s.done()) {
     const auto t0 = Clock::now();
     s.step();
     const double ms = ms_since(t0);
-    total += ms;
     ++n;
     run.token_ms.push_back(ms);
     if (probe) {
@@ -91,7 +91,7 @@ DecodeRun time_decode(const std::shared_ptr<const Model>& m, int steps, int thre
       }
     }
   }
-  run.ms = total / std::max(1, n);
+  run.ms = std::accumulate(run.token_ms.begin(), run.token_ms.end(), 0.0) / std::max(1, n);
   if (trace_bytes) *trace_bytes = s.trace().bytes();
   return run;
 }

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <vector>
 
+#include "perf/memory.h"
 #include "util/error.h"
 
 namespace ds {
@@ -141,24 +142,16 @@ std::shared_ptr<const MappedFile> MappedFile::copy(int fd, size_t bytes, const s
   m->path_ = path;
   m->bytes_ = bytes;
   m->copied_ = true;
-  constexpr size_t kHuge = size_t(2) << 20;
-  m->mapped_ = (bytes + kHuge - 1) / kHuge * kHuge;
-  void* reserve = ::mmap(nullptr, m->mapped_ + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (reserve == MAP_FAILED)
-    throw Error(path + ": cannot allocate " + std::to_string(bytes >> 20) + " MB to read the file into (" +
-                std::strerror(errno) + ")");
-  const uintptr_t r = reinterpret_cast<uintptr_t>(reserve);
-  const uintptr_t start = (r + kHuge - 1) & ~uintptr_t(kHuge - 1);
-  if (start > r) ::munmap(reserve, start - r);
-  if (r + kHuge > start) ::munmap(reinterpret_cast<void*>(start + m->mapped_), r + kHuge - start);
-  char* p = reinterpret_cast<char*>(start);
-  m->data_ = p;  // from here the destructor unmaps it
-#ifdef MADV_HUGEPAGE
   // Huge pages from the first touch: in 4 KB pages the reads took 5-8 times as long
   // here (one fault per page), and decoding from them stalled as the file's 4 KB pages
   // do (README, "Huge pages").
-  ::madvise(p, m->mapped_, MADV_HUGEPAGE);
-#endif
+  try {
+    m->copy_ = allocate_weight_block(bytes, HugePages::AtFirstTouch);
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what() + " to read the file into");
+  }
+  char* p = static_cast<char*>(m->copy_.get());
+  m->data_ = p;
   constexpr size_t kPiece = size_t(8) << 20;
   for (size_t at = 0; at < bytes;) {
     const ssize_t n = ::pread(fd, p + at, std::min(kPiece, bytes - at), static_cast<off_t>(at));
@@ -212,7 +205,7 @@ bool MappedFile::reread_piece(size_t at, size_t n) const {
 
 MappedFile::~MappedFile() {
   unwatch(slot_);
-  if (data_) ::munmap(const_cast<char*>(data_), mapped_);
+  if (data_ && !copied_) ::munmap(const_cast<char*>(data_), mapped_);  // a copy_ lets go of itself
   if (fd_ >= 0) ::close(fd_);
 }
 

@@ -72,6 +72,7 @@ class MappedFile {
   int fd_ = -1;
   int slot_ = -1;  // its place in the SIGBUS handler's table, or -1 (not watched)
   bool copied_ = false;
+  std::shared_ptr<void> copy_;  // copy(): the memory the file was read into (perf/memory.h's weight block)
   mutable std::atomic<bool> reread_claimed_{false};
   int64_t size_at_map_ = 0, mtime_sec_ = 0, mtime_nsec_ = 0;
   std::string path_;

@@ -216,11 +216,14 @@ void Engine::ensure_scratch(int T, int S) {
   grow(s.v, t * c.kv_dim());
   grow(s.ff1, t * c.d_ff);
   grow(s.ff2, t * c.d_ff);
-  // Attention rows are sized for the longest key range this engine can see, so the
-  // growing cache never reallocates them during decoding.
+  // Attention rows [T, S]: a prompt's for the keys it reads (not the whole context: a
+  // 512-token prompt of a 2048-position model would zero 4 times the memory), and at
+  // least one row of the longest key range this engine can see, so that the growing
+  // cache never reallocates them during decoding.
   const size_t smax = size_t(std::max({S, c.max_seq, src_len_}));
-  grow(s.att, size_t(c.n_heads) * t * smax);
-  grow(s.mask, t * smax);
+  const size_t cells = std::max(t * size_t(S), smax);
+  grow(s.att, size_t(c.n_heads) * cells);
+  grow(s.mask, cells);
   grow(s.zpart, size_t(std::max(1, threads_)) * c.q_dim());
 }
 
@@ -315,34 +318,40 @@ void Engine::matmul(const MatView& W, int T, const float* x, float* y) const {
   }
 }
 
-// matmul with gemm_nt: X is packed once (its depth blocks across the team), then each
-// thread of the team takes a contiguous share of W's rows (a multiple of 32) and
-// multiplies it on its own, widening 16-bit and quantized rows a block at a time into
-// its own part of the scratch. No second set of threads (OpenMP) runs beside the
-// team's, and widened rows are multiplied by the thread that wrote them, while they
-// are in its cache.
+// matmul with gemm_nt: X is packed once (its depth blocks across the team), then the
+// team's threads take pieces of W's rows (multiples of 32, about 8 a thread) as each
+// becomes free, and multiply each on their own: a thread slowed by something else on
+// its core holds the others up by one piece at most. 16-bit rows are widened as the
+// product packs them; quantized rows (and 16-bit ones in tiles) are widened into the
+// thread's own part of the scratch, so that they are multiplied by the thread that
+// wrote them, while they are in its cache. No second set of threads (OpenMP) runs
+// beside the team's.
 void Engine::matmul_gemm(const MatView& W, int T, const float* x, float* y) const {
   const int64_t out = W.rows, in = W.cols;
-  const int nt = int(std::max<int64_t>(1, std::min<int64_t>(threads_, (out + 31) / 32)));
+  const int nt = threads_;
   const bool f32 = W.type == Precision::F32;
-  const int64_t block = std::max<int64_t>(32, (int64_t(1) << 19) / std::max<int64_t>(in, 1) / 32 * 32);
-  if (!f32) grow(s_->wide, size_t(nt * block * in));
+  const bool b16 = (W.type == Precision::F16 || W.type == Precision::BF16) && W.tile_rows == 0;
+  // Pieces: float32 tiles start on a multiple of 8 rows, widened ones fit the scratch.
+  const int64_t by_threads = std::max<int64_t>(32, out / (8 * int64_t(nt)) / 32 * 32);
+  const int64_t piece =
+      f32 || b16 ? by_threads
+                 : std::min(by_threads, std::max<int64_t>(32, (int64_t(1) << 19) / std::max<int64_t>(in, 1) / 32 * 32));
+  if (!f32 && !b16) grow(s_->wide, size_t(nt * piece * in));
   grow(s_->xpack, size_t(gemm_packed_floats(T, in)));
   float* xp = s_->xpack.data();
   team_.parallel_for(gemm_depth_blocks(in), threads_ > 1, [&](int b) { gemm_pack_block(x, T, in, b, xp); });
-  team_.parallel_for(nt, nt > 1, [&](int t) {
-    const int64_t a = t == 0 ? 0 : out * t / nt / 32 * 32, b = t + 1 == nt ? out : out * (t + 1) / nt / 32 * 32;
-    if (a >= b) return;
-    if (f32) {  // the first tile_rows rows in tiles of 8: a share starts at a tile
+  team_.parallel_claim(int((out + piece - 1) / piece), nt > 1, [&](int i, int t) {
+    const int64_t a = i * piece, n = std::min(piece, out - a);
+    if (f32) {
       const auto* w = static_cast<const float*>(W.data);
-      gemm_nt_packed(xp, T, in, w + a * in, b - a, y + a, out, std::max<int64_t>(0, W.tile_rows - a));
-      return;
-    }
-    float* buf = s_->wide.data() + size_t(t) * size_t(block * in);
-    for (int64_t r0 = a; r0 < b; r0 += block) {
-      const int64_t n = std::min(block, b - r0);
-      W.rows_f32(r0, r0 + n, buf);
-      gemm_nt_packed(xp, T, in, buf, n, y + r0, out, 0);
+      gemm_nt_packed(xp, T, in, w + a * in, n, y + a, out, std::max<int64_t>(0, W.tile_rows - a));
+    } else if (b16) {
+      const auto* w = static_cast<const uint16_t*>(W.data);
+      gemm_nt_packed16(xp, T, in, w + a * in, W.type == Precision::BF16, n, y + a, out);
+    } else {
+      float* buf = s_->wide.data() + size_t(t) * size_t(piece * in);
+      W.rows_f32(a, a + n, buf);
+      gemm_nt_packed(xp, T, in, buf, n, y + a, out, 0);
     }
   });
 }

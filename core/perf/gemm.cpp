@@ -1,6 +1,7 @@
 #include "perf/gemm.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <vector>
 
@@ -73,25 +74,51 @@ void pack_x(const float* X, int64_t K, int64_t r0, int rows, int64_t k0, int kc,
   }
 }
 
+// Where pack_w reads W: float32 rows, the first pr of them in tiles (perf/gemv.h: each
+// 8x8 block contiguous, rows 8 floats apart), or 16-bit rows (float16 or bfloat16)
+// widened as they are packed, so that no float32 copy of the rows is written first.
+struct WSource {
+  const float* f32 = nullptr;
+  const uint16_t* b16 = nullptr;
+  bool bf16 = false;
+  int64_t K = 0, pr = 0;
+  // The 8x8 block of rows r .. r + 7, depth k .. k + 7 (r and k multiples of 8), as
+  // d[k' * ldd + r'].
+  void block8(int64_t r, int64_t k, float* d, int64_t ldd) const {
+    if (f32) {
+      if (r + 8 <= pr)
+        transpose8(f32 + r * K + k * 8, 8, d, ldd);
+      else
+        transpose8(f32 + r * K + k, K, d, ldd);
+      return;
+    }
+    alignas(32) float tmp[64];
+    for (int i = 0; i < 8; ++i) {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b16 + (r + i) * K + k));
+      const __m256 v = bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)) : _mm256_cvtph_ps(h);
+      _mm256_store_ps(tmp + 8 * i, v);
+    }
+    transpose8(tmp, 8, d, ldd);
+  }
+  float at(int64_t r, int64_t k) const {
+    if (f32) return f32[element_index(r, k, K, pr)];
+    const uint16_t h = b16[r * K + k];
+    return bf16 ? std::bit_cast<float>(uint32_t(h) << 16) : _cvtsh_ss(h);
+  }
+};
+
 // Columns [n0, n0 + cols) of W^T (rows of W), depth [k0, k0 + kc), as NR-column
-// tiles [kc][NR], zero-padded past the last column. W's first pr rows are in tiles
-// (perf/gemv.h): there each 8x8 block is contiguous, rows 8 floats apart.
-void pack_w(const float* W, int64_t K, int64_t pr, int64_t n0, int cols, int64_t k0, int kc, float* Bp) {
+// tiles [kc][NR], zero-padded past the last column.
+void pack_w(const WSource& W, int64_t n0, int cols, int64_t k0, int kc, float* Bp) {
   for (int p = 0; p < cols; p += NR) {
     float* dst = Bp + int64_t(p) * kc;
     const int n = std::min(NR, cols - p);
     int k = 0;
     if (n == NR)
       for (; k + 8 <= kc; k += 8)
-        for (int j = 0; j < NR; j += 8) {
-          const int64_t r = n0 + p + j;  // a multiple of 8, as is k0 + k
-          if (r + 8 <= pr)
-            transpose8(W + r * K + (k0 + k) * 8, 8, dst + k * NR + j, NR);
-          else
-            transpose8(W + r * K + k0 + k, K, dst + k * NR + j, NR);
-        }
+        for (int j = 0; j < NR; j += 8) W.block8(n0 + p + j, k0 + k, dst + k * NR + j, NR);  // multiples of 8
     for (; k < kc; ++k) {
-      for (int j = 0; j < n; ++j) dst[k * NR + j] = W[element_index(n0 + p + j, k0 + k, K, pr)];
+      for (int j = 0; j < n; ++j) dst[k * NR + j] = W.at(n0 + p + j, k0 + k);
       for (int j = n; j < NR; ++j) dst[k * NR + j] = 0.0f;
     }
   }
@@ -108,7 +135,7 @@ int64_t padded_rows(int64_t T) { return (T + MR - 1) / MR * MR; }
 
 // The columns [n_begin, n_end) of Y. Xp: X packed whole (gemm_pack_block), or null to
 // pack each block of X's rows as it is used.
-void gemm_columns(const float* X, const float* Xp, int64_t T, int64_t K, const float* W, int64_t pr, int64_t n_begin,
+void gemm_columns(const float* X, const float* Xp, int64_t T, int64_t K, const WSource& W, int64_t n_begin,
                   int64_t n_end, float* Y, int64_t ldy) {
   thread_local std::vector<float> a_buf, b_buf;  // kept between calls: no allocation once warm
   float* Abuf = Xp ? nullptr : aligned64(a_buf, size_t(MC + MR) * KC);
@@ -117,7 +144,7 @@ void gemm_columns(const float* X, const float* Xp, int64_t T, int64_t K, const f
     const int nc = int(std::min<int64_t>(NC, n_end - jc));
     for (int64_t pc = 0; pc < K; pc += KC) {
       const int kc = int(std::min<int64_t>(KC, K - pc));
-      pack_w(W, K, pr, jc, nc, pc, kc, Bp);
+      pack_w(W, jc, nc, pc, kc, Bp);
       for (int64_t ic = 0; ic < T; ic += MC) {
         const int mc = int(std::min<int64_t>(MC, T - ic));
         const float* Ap = Xp ? Xp + pc * padded_rows(T) + ic * kc : Abuf;
@@ -131,23 +158,28 @@ void gemm_columns(const float* X, const float* Xp, int64_t T, int64_t K, const f
   }
 }
 
+// Products with no rows, no columns or no depth (Y = 0): done here, true.
+bool empty_product(int64_t T, int64_t K, int64_t N, float* Y, int64_t ldy) {
+  if (T <= 0 || N <= 0) return true;
+  if (K > 0) return false;
+  for (int64_t t = 0; t < T; ++t) std::fill_n(Y + t * ldy, N, 0.0f);
+  return true;
+}
+
 }  // namespace
 
 bool gemm_nt_available() { return true; }
 
 void gemm_nt(const float* X, int64_t T, int64_t K, const float* W, int64_t N, float* Y, int64_t ldy, int threads,
              int64_t pr) {
-  if (T <= 0 || N <= 0) return;
-  if (K <= 0) {
-    for (int64_t t = 0; t < T; ++t) std::fill_n(Y + t * ldy, N, 0.0f);
-    return;
-  }
+  if (empty_product(T, K, N, Y, ldy)) return;
   const int nt = int(std::max<int64_t>(1, std::min<int64_t>(threads, (N + NR - 1) / NR)));
-  if (nt == 1) return gemm_columns(X, nullptr, T, K, W, pr, 0, N, Y, ldy);
+  const WSource src{.f32 = W, .K = K, .pr = pr};
+  if (nt == 1) return gemm_columns(X, nullptr, T, K, src, 0, N, Y, ldy);
 #pragma omp parallel for num_threads(nt) schedule(static)
   for (int t = 0; t < nt; ++t) {
     const int64_t a = t == 0 ? 0 : N * t / nt / NR * NR, b = t + 1 == nt ? N : N * (t + 1) / nt / NR * NR;
-    if (a < b) gemm_columns(X, nullptr, T, K, W, pr, a, b, Y, ldy);
+    if (a < b) gemm_columns(X, nullptr, T, K, src, a, b, Y, ldy);
   }
 }
 
@@ -164,12 +196,14 @@ void gemm_pack_block(const float* X, int64_t T, int64_t K, int block, float* Xp)
 
 void gemm_nt_packed(const float* Xp, int64_t T, int64_t K, const float* W, int64_t N, float* Y, int64_t ldy,
                     int64_t pr) {
-  if (T <= 0 || N <= 0) return;
-  if (K <= 0) {
-    for (int64_t t = 0; t < T; ++t) std::fill_n(Y + t * ldy, N, 0.0f);
-    return;
-  }
-  gemm_columns(nullptr, Xp, T, K, W, pr, 0, N, Y, ldy);
+  if (!empty_product(T, K, N, Y, ldy))
+    gemm_columns(nullptr, Xp, T, K, WSource{.f32 = W, .K = K, .pr = pr}, 0, N, Y, ldy);
+}
+
+void gemm_nt_packed16(const float* Xp, int64_t T, int64_t K, const uint16_t* W, bool bf16, int64_t N, float* Y,
+                      int64_t ldy) {
+  if (!empty_product(T, K, N, Y, ldy))
+    gemm_columns(nullptr, Xp, T, K, WSource{.b16 = W, .bf16 = bf16, .K = K}, 0, N, Y, ldy);
 }
 
 #else
@@ -180,6 +214,7 @@ int64_t gemm_packed_floats(int64_t, int64_t) { return 0; }
 int gemm_depth_blocks(int64_t) { return 0; }
 void gemm_pack_block(const float*, int64_t, int64_t, int, float*) {}
 void gemm_nt_packed(const float*, int64_t, int64_t, const float*, int64_t, float*, int64_t, int64_t) {}
+void gemm_nt_packed16(const float*, int64_t, int64_t, const uint16_t*, bool, int64_t, float*, int64_t) {}
 
 #endif
 

@@ -167,7 +167,7 @@ void MatvecTeam::run_fast_rows(const MatView& W, int T, const float* X, float* Y
   // the blocks, the fewer times X is read again.
   const int64_t kRows = quant_tile_rows(W.type, W.cols, W.rows, threads_);
   const int nblocks = int((W.rows + kRows - 1) / kRows);
-  pool_.parallel_for(nblocks, threads_ > 1, [&](int i) {
+  pool_.parallel_claim(nblocks, threads_ > 1, [&](int i, int) {
     const int64_t r0 = i * kRows, r1 = std::min(W.rows, r0 + kRows);
     gemm_quant_fast(W.data, W.type, W.cols, rows_q_.data(), T, Y + r0, ldy, r0, r1);
   });
@@ -185,7 +185,7 @@ void MatvecTeam::run_fast_bf16(const MatView& W, int T, const float* X, float* Y
   const int64_t kRows = std::max<int64_t>(8, std::min(by_bytes, W.rows / (4 * int64_t(threads_))) / 4 * 4);
   const int nblocks = int((W.rows + kRows - 1) / kRows);
   const auto* w = static_cast<const uint16_t*>(W.data);
-  pool_.parallel_for(nblocks, threads_ > 1, [&](int i) {
+  pool_.parallel_claim(nblocks, threads_ > 1, [&](int i, int) {
     const int64_t r0 = i * kRows, r1 = std::min(W.rows, r0 + kRows);
     gemm_bf16_fast(w, W.cols, rows_b16_.data(), T, Y + r0, ldy, r0, r1);
   });

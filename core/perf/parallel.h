@@ -80,6 +80,11 @@ class MatvecTeam {
   void parallel_for(int n, bool par, F&& f) {
     pool_.parallel_for(n, par, std::forward<F>(f));
   }
+  // f(i, thread) for i = 0 .. n-1, each taken by the next free thread when par.
+  template <class F>
+  void parallel_claim(int n, bool par, F&& f) {
+    pool_.parallel_claim(n, par, std::forward<F>(f));
+  }
 
   // Calls f(thread, j0, j1) for the key ranges of one query row's attention over S
   // keys: one range [0, S) on the calling thread, or one share per thread when split.

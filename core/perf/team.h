@@ -51,6 +51,24 @@ class ThreadTeam {
     });
   }
 
+  // f(i, t) for i = 0 .. n-1, each i taken in order by the next thread t that is free
+  // (when par): for pieces of about equal work, where a thread slowed by something else
+  // on its core should hold the others up by one piece at most, not by the rest of a
+  // contiguous share.
+  template <class F>
+  void parallel_claim(int n, bool par, F&& f) {
+    if (!par || size() <= 1 || n <= 1) {
+      for (int i = 0; i < n; ++i) f(i, 0);
+      return;
+    }
+    std::atomic<int> next{0};
+    run([&](int t) {
+      for (int i = next.fetch_add(1, std::memory_order_relaxed); i < n;
+           i = next.fetch_add(1, std::memory_order_relaxed))
+        f(i, t);
+    });
+  }
+
   // The default spin: longer than the serial work between two products of a token
   // (a norm, a short attention, the sampler), far shorter than a token.
   static constexpr int kSpinMicroseconds = 100;

@@ -187,6 +187,50 @@ TEST(Kernels, PrefillProductsOnXPackedOnceMatchDoubleLoops) {
   }
 }
 
+// 16-bit rows widened as they are packed (the prefill's float16 and bfloat16 products):
+// against double loops on the values the one-value conversions give, and bit for bit
+// what gemm_nt_packed gives on the same rows widened first. Shapes with a depth that is
+// not a multiple of 8 and columns past the last whole 32-column tile take the packing's
+// one-value path; the halves include subnormals (float16) and zeros.
+TEST(Kernels, PrefillProductsOn16BitRowsMatchTheWidenedRows) {
+  if (!gemm_nt_available()) GTEST_SKIP() << "this build has no AVX-512: prefill uses Eigen's products";
+  std::mt19937 gen(11);
+  std::normal_distribution<float> nd;
+  struct Shape {
+    int64_t T, K, N;
+  };
+  for (const Precision p : {Precision::F16, Precision::BF16})
+    for (const Shape sh :
+         {Shape{1, 8, 1}, Shape{13, 300, 70}, Shape{100, 520, 800}, Shape{5, 3, 9}, Shape{40, 1030, 33}}) {
+      SCOPED_TRACE(std::string(p == Precision::BF16 ? "bf16" : "f16") + " T " + std::to_string(sh.T) + " K " +
+                   std::to_string(sh.K) + " N " + std::to_string(sh.N));
+      const int64_t ldy = sh.N + 3;
+      std::vector<float> X(size_t(sh.T * sh.K)), W(size_t(sh.N * sh.K));
+      for (float& v : X) v = nd(gen);
+      std::vector<uint16_t> H(W.size());
+      for (size_t i = 0; i < H.size(); ++i) {
+        const float v = i % 97 == 5 ? 3e-6f * nd(gen) : i % 89 == 7 ? 0.0f : nd(gen);
+        H[i] = p == Precision::BF16 ? f32_to_bf16(v) : f32_to_f16(v);
+        W[i] = float(ref_widen(H[i], p));
+      }
+      std::vector<float> Xp(size_t(gemm_packed_floats(sh.T, sh.K)), std::numeric_limits<float>::quiet_NaN());
+      for (int b = 0; b < gemm_depth_blocks(sh.K); ++b) gemm_pack_block(X.data(), sh.T, sh.K, b, Xp.data());
+      std::vector<float> Y(size_t(sh.T * ldy), 42.0f), widened(Y);
+      gemm_nt_packed16(Xp.data(), sh.T, sh.K, H.data(), p == Precision::BF16, sh.N, Y.data(), ldy);
+      gemm_nt_packed(Xp.data(), sh.T, sh.K, W.data(), sh.N, widened.data(), ldy);
+      for (int64_t t = 0; t < sh.T; ++t) {
+        for (int64_t n = 0; n < sh.N; ++n) {
+          const auto [want, mag] = row_dot(X, W, sh.K, t, n);
+          const float got = Y[size_t(t * ldy + n)];
+          ASSERT_NEAR(got, want, 1e-6 * mag + 1e-30) << "at " << t << "," << n;
+          ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(widened[size_t(t * ldy + n)]))
+              << t << "," << n;
+        }
+        for (int64_t n = sh.N; n < ldy; ++n) ASSERT_EQ(Y[size_t(t * ldy + n)], 42.0f);  // outside the product
+      }
+    }
+}
+
 TEST(Kernels, VectorisedActivationsMatchTheCLibrary) {
   std::vector<float> xs;
   for (float v = -30.0f; v <= 30.0f; v += 0.0137f) xs.push_back(v);

@@ -85,6 +85,51 @@ TEST(ThreadTeam, ParallelForCoversTheRangeOnce) {
   }
 }
 
+// Pieces claimed by whichever thread is free: every index once, each on a thread of
+// the team that reports its own number (two calls with one number never run at once,
+// as a thread's part of a scratch buffer needs), and a thread held up by a long piece
+// leaves the rest to the others.
+TEST(ThreadTeam, ClaimedPiecesRunOnceOnTheThreadTheyName) {
+  for (int size : {1, 2, 3}) {
+    ds::ThreadTeam team(size);
+    for (int n : {0, 1, 2, 5, 64}) {
+      std::vector<std::atomic<int>> hit(static_cast<size_t>(n));
+      std::vector<std::atomic<int>> busy(static_cast<size_t>(size));
+      std::vector<std::thread::id> who(static_cast<size_t>(size));
+      std::atomic<bool> overlap{false}, stranger{false};
+      team.parallel_claim(n, true, [&](int i, int t) {
+        if (t < 0 || t >= size) {
+          stranger = true;
+          return;
+        }
+        if (busy[size_t(t)].fetch_add(1) != 0) overlap = true;
+        if (who[size_t(t)] == std::thread::id()) who[size_t(t)] = std::this_thread::get_id();
+        if (who[size_t(t)] != std::this_thread::get_id()) overlap = true;
+        hit[size_t(i)].fetch_add(1);
+        busy[size_t(t)].fetch_sub(1);
+      });
+      ASSERT_FALSE(stranger) << size << " " << n;
+      ASSERT_FALSE(overlap) << size << " " << n;
+      for (int i = 0; i < n; ++i) ASSERT_EQ(hit[size_t(i)].load(), 1) << size << " " << n << " " << i;
+    }
+  }
+  // Piece 0 holds its thread until every other piece is done (or 10 s have passed):
+  // only the other thread can do them, as it does when the pieces are claimed and not
+  // dealt out in contiguous shares.
+  ds::ThreadTeam team(2);
+  std::vector<int> by(40, -1);
+  std::atomic<int> done{0};
+  team.parallel_claim(40, true, [&](int i, int t) {
+    if (i == 0) {
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (done.load() < 39 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+    }
+    by[size_t(i)] = t;
+    done.fetch_add(1);
+  });
+  for (int i = 1; i < 40; ++i) ASSERT_NE(by[size_t(i)], by[0]) << i;
+}
+
 TEST(MatvecTeam, ProductsOnTheTeamEqualADoubleLoop) {
   std::mt19937 g(5);
   std::normal_distribution<float> d(0.0f, 1.0f);

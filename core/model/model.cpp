@@ -347,7 +347,7 @@ void Engine::matmul_gemm(const MatView& W, int T, const float* x, float* y) cons
       gemm_nt_packed(xp, T, in, w + a * in, n, y + a, out, std::max<int64_t>(0, W.tile_rows - a));
     } else if (b16) {
       const auto* w = static_cast<const uint16_t*>(W.data);
-      gemm_nt_packed16(xp, T, in, w + a * in, W.type == Precision::BF16, n, y + a, out);
+      gemm_nt_packed16(xp, T, in, w + a * in, W.type, n, y + a, out);
     } else {
       float* buf = s_->wide.data() + size_t(t) * size_t(piece * in);
       W.rows_f32(a, a + n, buf);

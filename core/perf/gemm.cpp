@@ -1,11 +1,10 @@
 #include "perf/gemm.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstdint>
 #include <vector>
 
-#include "perf/gemv.h"  // element_index (tiles)
+#include "perf/gemv.h"  // element_index (tiles), widen
 #include "perf/transpose.h"
 
 #if defined(__AVX512F__)
@@ -80,7 +79,7 @@ void pack_x(const float* X, int64_t K, int64_t r0, int rows, int64_t k0, int kc,
 struct WSource {
   const float* f32 = nullptr;
   const uint16_t* b16 = nullptr;
-  bool bf16 = false;
+  Precision p16 = Precision::F16;  // of b16: F16 or BF16
   int64_t K = 0, pr = 0;
   // The 8x8 block of rows r .. r + 7, depth k .. k + 7 (r and k multiples of 8), as
   // d[k' * ldd + r'].
@@ -95,15 +94,15 @@ struct WSource {
     alignas(32) float tmp[64];
     for (int i = 0; i < 8; ++i) {
       const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b16 + (r + i) * K + k));
-      const __m256 v = bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)) : _mm256_cvtph_ps(h);
+      const __m256 v = p16 == Precision::BF16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+                                              : _mm256_cvtph_ps(h);
       _mm256_store_ps(tmp + 8 * i, v);
     }
     transpose8(tmp, 8, d, ldd);
   }
   float at(int64_t r, int64_t k) const {
     if (f32) return f32[element_index(r, k, K, pr)];
-    const uint16_t h = b16[r * K + k];
-    return bf16 ? std::bit_cast<float>(uint32_t(h) << 16) : _cvtsh_ss(h);
+    return widen(b16[r * K + k], p16);
   }
 };
 
@@ -200,10 +199,10 @@ void gemm_nt_packed(const float* Xp, int64_t T, int64_t K, const float* W, int64
     gemm_columns(nullptr, Xp, T, K, WSource{.f32 = W, .K = K, .pr = pr}, 0, N, Y, ldy);
 }
 
-void gemm_nt_packed16(const float* Xp, int64_t T, int64_t K, const uint16_t* W, bool bf16, int64_t N, float* Y,
+void gemm_nt_packed16(const float* Xp, int64_t T, int64_t K, const uint16_t* W, Precision p, int64_t N, float* Y,
                       int64_t ldy) {
   if (!empty_product(T, K, N, Y, ldy))
-    gemm_columns(nullptr, Xp, T, K, WSource{.b16 = W, .bf16 = bf16, .K = K}, 0, N, Y, ldy);
+    gemm_columns(nullptr, Xp, T, K, WSource{.b16 = W, .p16 = p, .K = K}, 0, N, Y, ldy);
 }
 
 #else
@@ -214,7 +213,7 @@ int64_t gemm_packed_floats(int64_t, int64_t) { return 0; }
 int gemm_depth_blocks(int64_t) { return 0; }
 void gemm_pack_block(const float*, int64_t, int64_t, int, float*) {}
 void gemm_nt_packed(const float*, int64_t, int64_t, const float*, int64_t, float*, int64_t, int64_t) {}
-void gemm_nt_packed16(const float*, int64_t, int64_t, const uint16_t*, bool, int64_t, float*, int64_t) {}
+void gemm_nt_packed16(const float*, int64_t, int64_t, const uint16_t*, Precision, int64_t, float*, int64_t) {}
 
 #endif
 

@@ -7,6 +7,8 @@
 // Eigen's 77 on the same shapes. Builds without AVX-512 use Eigen instead.
 #include <cstdint>
 
+#include "util/precision.h"
+
 namespace ds {
 
 // Whether gemm_nt is compiled in (AVX-512).
@@ -31,10 +33,10 @@ int gemm_depth_blocks(int64_t K);
 void gemm_pack_block(const float* X, int64_t T, int64_t K, int block, float* Xp);
 void gemm_nt_packed(const float* Xp, int64_t T, int64_t K, const float* W, int64_t N, float* Y, int64_t ldy,
                     int64_t pr = 0);
-// gemm_nt_packed on 16-bit rows W[N, K] (bfloat16 if bf16, else float16), widened to
-// float32 as they are packed: the bits of gemm_nt_packed on the widened rows, without
-// writing them first.
-void gemm_nt_packed16(const float* Xp, int64_t T, int64_t K, const uint16_t* W, bool bf16, int64_t N, float* Y,
+// gemm_nt_packed on 16-bit rows W[N, K] of precision p (F16 or BF16), widened to float32
+// as they are packed: the bits of gemm_nt_packed on the widened rows, without writing
+// them first.
+void gemm_nt_packed16(const float* Xp, int64_t T, int64_t K, const uint16_t* W, Precision p, int64_t N, float* Y,
                       int64_t ldy);
 
 }  // namespace ds

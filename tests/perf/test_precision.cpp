@@ -216,7 +216,7 @@ TEST(Kernels, PrefillProductsOn16BitRowsMatchTheWidenedRows) {
       std::vector<float> Xp(size_t(gemm_packed_floats(sh.T, sh.K)), std::numeric_limits<float>::quiet_NaN());
       for (int b = 0; b < gemm_depth_blocks(sh.K); ++b) gemm_pack_block(X.data(), sh.T, sh.K, b, Xp.data());
       std::vector<float> Y(size_t(sh.T * ldy), 42.0f), widened(Y);
-      gemm_nt_packed16(Xp.data(), sh.T, sh.K, H.data(), p == Precision::BF16, sh.N, Y.data(), ldy);
+      gemm_nt_packed16(Xp.data(), sh.T, sh.K, H.data(), p, sh.N, Y.data(), ldy);
       gemm_nt_packed(Xp.data(), sh.T, sh.K, W.data(), sh.N, widened.data(), ldy);
       for (int64_t t = 0; t < sh.T; ++t) {
         for (int64_t n = 0; n < sh.N; ++n) {
